@@ -1,0 +1,188 @@
+//! The platform a `no_std` kernel supplies: implement [`KernelHooks`] with
+//! the kernel's real primitives and use [`Kernel<H>`] as the platform.
+//!
+//! ```
+//! use local_lock::{kernel::{Kernel, KernelHooks}, IrqFlags, LocalLock, Strategy};
+//!
+//! struct MyKernel;
+//! // SAFETY: a one-CPU kernel without interrupts in this example; a real
+//! // kernel reads its CPU id (e.g. from `tp`) and toggles its IRQ-enable bit.
+//! unsafe impl KernelHooks for MyKernel {
+//!     const NR_CPUS: usize = 1;
+//!     fn smp_processor_id() -> usize { 0 }
+//!     fn in_interrupt() -> bool { false }
+//!     fn irqs_disabled() -> bool { false }
+//!     fn local_irq_save() -> IrqFlags { IrqFlags(0) }
+//!     unsafe fn local_irq_restore(_: IrqFlags) {}
+//!     fn local_irq_disable() {}
+//!     unsafe fn local_irq_enable() {}
+//!     fn preempt_disable() {}
+//!     unsafe fn preempt_enable() {}
+//! }
+//!
+//! static COUNTERS: LocalLock<u64, Kernel<MyKernel>, 1> = LocalLock::new(Kernel::new());
+//! *COUNTERS.lock_irqsave() += 1;
+//! assert_eq!(COUNTERS.lock().strategy(), Strategy::Pinned);
+//! ```
+
+use core::marker::PhantomData;
+
+use crate::platform::{IrqFlags, Pin, Platform, Strategy};
+
+/// The primitives a kernel provides. All are associated functions: the
+/// kernel's primitives are global.
+///
+/// # Safety
+///
+/// The implementation must be truthful: `smp_processor_id` is the executing
+/// CPU and stays so between `preempt_disable` and `preempt_enable` (and with
+/// interrupts disabled); CPU ids are below `NR_CPUS`; `local_irq_save`
+/// really masks this CPU's interrupts until the matching restore;
+/// `in_interrupt` is true exactly in interrupt (and NMI) context; interrupt
+/// handlers run to completion before the interrupted code continues. With
+/// `PREEMPT_RT = true`, slots are protected by a spin lock and may be reached
+/// from other CPUs, so the IRQ primitives may then be no-ops (threaded
+/// interrupts), as `local_lock_irqsave` does on RT.
+pub unsafe trait KernelHooks: Sync + 'static {
+    /// Highest CPU id + 1 (`nr_cpu_ids`). A `LocalLock` needs at least this
+    /// many slots.
+    const NR_CPUS: usize;
+    /// `CONFIG_PREEMPT_RT`: use the locked strategy.
+    const PREEMPT_RT: bool = false;
+    /// Whether the kernel takes interrupts (false: IRQ calls are no-ops).
+    const HAS_IRQS: bool = true;
+
+    /// The executing CPU.
+    fn smp_processor_id() -> usize;
+    /// Whether the caller runs in hard/soft interrupt or NMI context.
+    fn in_interrupt() -> bool;
+    /// Whether this CPU's interrupts are masked.
+    fn irqs_disabled() -> bool;
+    /// Masks interrupts, returning the previous state.
+    fn local_irq_save() -> IrqFlags;
+    /// Restores a state from `local_irq_save`.
+    ///
+    /// # Safety
+    ///
+    /// `flags` comes from the matching save on this CPU, restored in reverse
+    /// order.
+    unsafe fn local_irq_restore(flags: IrqFlags);
+    /// Masks interrupts (`local_irq_disable`).
+    fn local_irq_disable();
+    /// Unmasks interrupts (`local_irq_enable`).
+    ///
+    /// # Safety
+    ///
+    /// Only where interrupts were enabled before the matching disable.
+    unsafe fn local_irq_enable();
+    /// Disables preemption (a per-CPU count in a kernel without a scheduler).
+    fn preempt_disable();
+    /// Re-enables preemption.
+    ///
+    /// # Safety
+    ///
+    /// Matches an earlier `preempt_disable` on this CPU.
+    unsafe fn preempt_enable();
+}
+
+/// The platform of a kernel described by `H`.
+pub struct Kernel<H>(PhantomData<fn() -> H>);
+
+impl<H> Kernel<H> {
+    /// The platform (a zero-sized value).
+    pub const fn new() -> Self {
+        Kernel(PhantomData)
+    }
+}
+
+impl<H> Default for Kernel<H> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<H> Clone for Kernel<H> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<H> Copy for Kernel<H> {}
+
+// SAFETY: forwards to the kernel's primitives, which `KernelHooks`' contract
+// makes truthful; pinned slots are never handed to a remote CPU (the default
+// `pin_remote` refuses on the pinned strategy).
+unsafe impl<H: KernelHooks> Platform for Kernel<H> {
+    const MIN_SLOTS: usize = H::NR_CPUS;
+    const HAS_IRQS: bool = H::HAS_IRQS;
+
+    #[inline(always)]
+    fn nr_cpus(&self) -> usize {
+        H::NR_CPUS
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> usize {
+        H::smp_processor_id()
+    }
+    #[inline(always)]
+    fn in_interrupt(&self) -> bool {
+        H::in_interrupt()
+    }
+    #[inline(always)]
+    fn irqs_disabled(&self) -> bool {
+        H::irqs_disabled()
+    }
+    #[inline(always)]
+    fn irq_save(&self) -> IrqFlags {
+        if H::HAS_IRQS {
+            H::local_irq_save()
+        } else {
+            IrqFlags(0)
+        }
+    }
+    #[inline(always)]
+    unsafe fn irq_restore(&self, flags: IrqFlags) {
+        if H::HAS_IRQS {
+            // SAFETY: forwarded contract.
+            unsafe { H::local_irq_restore(flags) }
+        }
+    }
+    #[inline(always)]
+    fn irq_disable(&self) {
+        if H::HAS_IRQS {
+            H::local_irq_disable()
+        }
+    }
+    #[inline(always)]
+    unsafe fn irq_enable(&self) {
+        if H::HAS_IRQS {
+            // SAFETY: forwarded contract.
+            unsafe { H::local_irq_enable() }
+        }
+    }
+    #[inline(always)]
+    fn preempt_disable(&self) {
+        H::preempt_disable()
+    }
+    #[inline(always)]
+    unsafe fn preempt_enable(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { H::preempt_enable() }
+    }
+    #[inline(always)]
+    fn pin(&self) -> Pin {
+        H::preempt_disable();
+        Pin {
+            cpu: H::smp_processor_id(),
+            strategy: self.default_strategy(),
+            token: 0,
+        }
+    }
+    #[inline(always)]
+    fn default_strategy(&self) -> Strategy {
+        if H::PREEMPT_RT {
+            Strategy::Locked
+        } else {
+            Strategy::Pinned
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! [`LocalLock<T>`]: one `T` per CPU, reached only through guards.
+
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+
+use crate::platform::{IrqFlags, Pin, Platform, Strategy};
+use crate::sync::atomic::{compiler_fence, AtomicUsize, Ordering};
+use crate::sync::{Backoff, CachePadded, MutPtr, UnsafeCell};
+
+/// Default number of per-CPU slots of a [`LocalLock`] (enough for the
+/// per-thread std platform's 64 virtual CPUs).
+pub const DEFAULT_SLOTS: usize = 64;
+
+/// Slot state: nobody holds it.
+const FREE: usize = 0;
+/// Slot state (pinned strategy): held by the pinned owner or a nested
+/// interrupt handler. Written with plain (relaxed) stores: no atomic RMW.
+const PINNED_HELD: usize = 1;
+/// Slot state (locked strategy) is `tag(cpu, in_irq)`: bit 0 clear, bit 1 =
+/// taken in interrupt context, bits 2.. = holder's CPU + 1.
+#[inline(always)]
+fn locked_tag(cpu: usize, in_irq: bool) -> usize {
+    ((cpu + 1) << 2) | ((in_irq as usize) << 1)
+}
+
+/// Values that can initialise a slot in a `const` context.
+pub trait ConstInit {
+    /// The initial value of every CPU's slot.
+    const INIT: Self;
+}
+
+struct Slot<T> {
+    /// `FREE`, `PINNED_HELD` or a locked tag. Under the pinned strategy
+    /// only the owning CPU (and its nested interrupts) writes it, so relaxed
+    /// loads and stores plus compiler fences suffice; under the locked
+    /// strategy it is a spin lock word (acquire/release CAS).
+    state: AtomicUsize,
+    /// The per-CPU data; accessed only by the holder of `state`.
+    data: UnsafeCell<T>,
+}
+
+/// One `T` per CPU, each in its own cache-line-padded slot, reached only
+/// through guards that pin the caller (see the crate docs for the two
+/// strategies and the nesting rules).
+///
+/// `N` is the number of slots; it must be at least the platform's
+/// [`MIN_SLOTS`](Platform::MIN_SLOTS) (checked at compile time by
+/// [`new`](Self::new) and at run time by [`new_with`](Self::new_with)). On a
+/// `Locked` platform CPU ids at or above `N` share slots (`cpu % N`), which is
+/// safe because the lock protects them; a `Pinned` pin naming a CPU at or
+/// above `N` is refused with a panic.
+pub struct LocalLock<T, P: Platform, const N: usize = DEFAULT_SLOTS> {
+    platform: P,
+    slots: [CachePadded<Slot<T>>; N],
+}
+
+// SAFETY: every access to a slot's `T` is serialised by the slot protocol
+// (pinning or the slot lock), and `T` may move between threads through
+// remote access and thread migration, hence `T: Send`.
+unsafe impl<T: Send, P: Platform, const N: usize> Sync for LocalLock<T, P, N> {}
+// SAFETY: owning the lock owns every `T`.
+unsafe impl<T: Send, P: Platform + Send, const N: usize> Send for LocalLock<T, P, N> {}
+
+#[cfg(not(loom))]
+impl<T: ConstInit, P: Platform, const N: usize> LocalLock<T, P, N> {
+    /// A lock whose slots all start as `T::INIT`, usable in a `static`.
+    pub const fn new(platform: P) -> Self {
+        const {
+            assert!(
+                N >= P::MIN_SLOTS,
+                "LocalLock: fewer slots than the platform's MIN_SLOTS"
+            )
+        };
+        LocalLock {
+            platform,
+            slots: [const {
+                CachePadded::new(Slot {
+                    state: AtomicUsize::new(FREE),
+                    data: UnsafeCell::new(T::INIT),
+                })
+            }; N],
+        }
+    }
+}
+
+impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
+    /// A lock whose slot for CPU `i` starts as `init(i)`.
+    pub fn new_with(platform: P, mut init: impl FnMut(usize) -> T) -> Self {
+        assert!(
+            N >= P::MIN_SLOTS,
+            "LocalLock: {N} slots, but the platform needs at least {}",
+            P::MIN_SLOTS
+        );
+        LocalLock {
+            platform,
+            slots: core::array::from_fn(|i| {
+                CachePadded::new(Slot {
+                    state: AtomicUsize::new(FREE),
+                    data: UnsafeCell::new(init(i)),
+                })
+            }),
+        }
+    }
+
+    /// The platform.
+    #[inline(always)]
+    pub fn platform(&self) -> &P {
+        &self.platform
+    }
+
+    /// Number of slots (`N`).
+    pub const fn slots(&self) -> usize {
+        N
+    }
+
+    #[inline(always)]
+    fn slot(&self, pin: Pin) -> &Slot<T> {
+        if pin.cpu < N {
+            &self.slots[pin.cpu]
+        } else {
+            self.slot_out_of_range(pin)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slot_out_of_range(&self, pin: Pin) -> &Slot<T> {
+        match pin.strategy {
+            Strategy::Locked => &self.slots[pin.cpu % N],
+            Strategy::Pinned => panic!(
+                "LocalLock: the platform pinned CPU {} but the lock has only {} slots",
+                pin.cpu, N
+            ),
+        }
+    }
+
+    /// `local_lock()`: pins the caller (preemption or migration disabled) and
+    /// takes this CPU's slot.
+    ///
+    /// # Panics
+    ///
+    /// If this CPU's slot is already held by the caller's own context or by
+    /// the task an interrupt handler interrupted: that is a deadlock in the
+    /// kernel; use [`try_lock`](Self::try_lock) where re-entry is possible.
+    #[inline]
+    pub fn lock(&self) -> LocalGuard<'_, T, P, N> {
+        self.acquire(IrqState::None)
+    }
+
+    /// `local_lock_irq()`: disables interrupts, then [`lock`](Self::lock).
+    /// Interrupts are enabled again when the guard drops, so it must not be
+    /// used where they may already be disabled.
+    #[inline]
+    pub fn lock_irq(&self) -> LocalGuard<'_, T, P, N> {
+        self.platform.irq_disable();
+        self.acquire(IrqState::Disabled)
+    }
+
+    /// `local_lock_irqsave()`: saves and disables interrupts, then
+    /// [`lock`](Self::lock). The saved state is restored when the guard drops.
+    #[inline]
+    pub fn lock_irqsave(&self) -> LocalGuard<'_, T, P, N> {
+        let flags = self.platform.irq_save();
+        self.acquire(IrqState::Saved(flags))
+    }
+
+    /// `local_trylock()`: like [`lock`](Self::lock) but returns `None` instead
+    /// of deadlocking when the slot is held (an interrupt handler that
+    /// interrupted the holder, or a contended slot on the locked strategy).
+    #[inline]
+    pub fn try_lock(&self) -> Option<LocalGuard<'_, T, P, N>> {
+        self.try_acquire(IrqState::None)
+    }
+
+    /// `local_trylock_irqsave()`: [`try_lock`](Self::try_lock) with
+    /// interrupts saved and disabled while held.
+    #[inline]
+    pub fn try_lock_irqsave(&self) -> Option<LocalGuard<'_, T, P, N>> {
+        let flags = self.platform.irq_save();
+        let g = self.try_acquire(IrqState::Saved(flags));
+        if g.is_none() {
+            // SAFETY: restores the save just above, nothing nested in between.
+            unsafe { self.platform.irq_restore(flags) };
+        }
+        g
+    }
+
+    #[inline(always)]
+    fn acquire(&self, irq: IrqState) -> LocalGuard<'_, T, P, N> {
+        let pin = self.platform.pin();
+        let slot = self.slot(pin);
+        match pin.strategy {
+            Strategy::Pinned => {
+                if slot.state.load(Ordering::Relaxed) != FREE {
+                    self.reentered(pin);
+                }
+                slot.state.store(PINNED_HELD, Ordering::Relaxed);
+                compiler_fence(Ordering::SeqCst);
+            }
+            Strategy::Locked => {
+                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+                if slot
+                    .state
+                    .compare_exchange_weak(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    self.lock_contended(slot, tag);
+                }
+            }
+        }
+        LocalGuard::new(self, pin, slot, irq, false)
+    }
+
+    #[inline(always)]
+    fn try_acquire(&self, irq: IrqState) -> Option<LocalGuard<'_, T, P, N>> {
+        let pin = self.platform.pin();
+        let slot = self.slot(pin);
+        let ok = match pin.strategy {
+            Strategy::Pinned => {
+                if slot.state.load(Ordering::Relaxed) == FREE {
+                    slot.state.store(PINNED_HELD, Ordering::Relaxed);
+                    compiler_fence(Ordering::SeqCst);
+                    true
+                } else {
+                    false
+                }
+            }
+            Strategy::Locked => {
+                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+                slot.state
+                    .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            }
+        };
+        if ok {
+            Some(LocalGuard::new(self, pin, slot, irq, false))
+        } else {
+            // SAFETY: undoes the pin just taken.
+            unsafe { self.platform.unpin(pin) };
+            None
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reentered(&self, pin: Pin) -> ! {
+        panic!(
+            "LocalLock: CPU {}'s slot re-entered (in_interrupt = {}): the holder was interrupted \
+             or nested the same lock; use try_lock or an irq-disabling flavour",
+            pin.cpu,
+            self.platform.in_interrupt()
+        )
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, slot: &Slot<T>, tag: usize) {
+        let backoff = Backoff::new();
+        loop {
+            let cur = slot.state.load(Ordering::Relaxed);
+            if cur == FREE {
+                if slot
+                    .state
+                    .compare_exchange_weak(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
+                }
+            } else if tag & 2 != 0 && (cur >> 2) == (tag >> 2) && cur & 2 == 0 {
+                // We are an interrupt handler and the holder is the task we
+                // interrupted on this very CPU: it cannot run until we return.
+                panic!(
+                    "LocalLock: deadlock: interrupt on CPU {} wants the slot held by the task it \
+                     interrupted; use try_lock or lock_irqsave in the task",
+                    (tag >> 2) - 1
+                );
+            }
+            self.platform.spin_wait(&backoff);
+        }
+    }
+
+    /// Access to another CPU's slot, for draining, where the platform allows
+    /// it (see [`Platform::pin_remote`]). Interrupts are saved and disabled
+    /// while it is held. `None` if the platform refuses (pinned kernel CPUs,
+    /// live per-thread slots).
+    pub fn lock_remote(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
+        let flags = self.platform.irq_save();
+        let Some(pin) = self.platform.pin_remote(cpu) else {
+            // SAFETY: restores the save just above.
+            unsafe { self.platform.irq_restore(flags) };
+            return None;
+        };
+        let slot = self.slot(pin);
+        match pin.strategy {
+            Strategy::Pinned => {
+                // The platform gave us exclusive use of the slot.
+                debug_assert_eq!(slot.state.load(Ordering::Relaxed), FREE);
+                slot.state.store(PINNED_HELD, Ordering::Relaxed);
+                compiler_fence(Ordering::SeqCst);
+            }
+            Strategy::Locked => {
+                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+                if slot
+                    .state
+                    .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    self.lock_contended(slot, tag);
+                }
+            }
+        }
+        Some(LocalGuard::new(
+            self,
+            pin,
+            slot,
+            IrqState::Saved(flags),
+            true,
+        ))
+    }
+
+    /// Mutable access to every slot through `&mut self` (set-up, tear-down).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().map(|s| {
+            // SAFETY: `&mut self` excludes every guard.
+            s.data.get_mut().with(|p| unsafe { &mut *p })
+        })
+    }
+
+    /// Mutable access to one slot through `&mut self`.
+    pub fn get_mut(&mut self, cpu: usize) -> &mut T {
+        // SAFETY: `&mut self` excludes every guard.
+        self.slots[cpu % N]
+            .data
+            .get_mut()
+            .with(|p| unsafe { &mut *p })
+    }
+}
+
+#[derive(Clone, Copy)]
+enum IrqState {
+    None,
+    Disabled,
+    Saved(IrqFlags),
+}
+
+/// Exclusive access to one CPU's `T`. `!Send`: it must be dropped by the
+/// context (and on the CPU) that took it. Dropping releases the slot, then
+/// unpins, then restores interrupts, the reverse of taking.
+#[must_use = "the slot is released when the guard drops"]
+pub struct LocalGuard<'a, T, P: Platform, const N: usize> {
+    lock: &'a LocalLock<T, P, N>,
+    slot: &'a Slot<T>,
+    ptr: MutPtr<T>,
+    pin: Pin,
+    irq: IrqState,
+    remote: bool,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl<'a, T, P: Platform, const N: usize> LocalGuard<'a, T, P, N> {
+    #[inline(always)]
+    fn new(
+        lock: &'a LocalLock<T, P, N>,
+        pin: Pin,
+        slot: &'a Slot<T>,
+        irq: IrqState,
+        remote: bool,
+    ) -> Self {
+        LocalGuard {
+            lock,
+            slot,
+            ptr: slot.data.get_mut(),
+            pin,
+            irq,
+            remote,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The CPU whose slot this is.
+    #[inline(always)]
+    pub fn cpu(&self) -> usize {
+        self.pin.cpu
+    }
+
+    /// How the slot is protected for this guard.
+    #[inline(always)]
+    pub fn strategy(&self) -> Strategy {
+        self.pin.strategy
+    }
+
+    /// The platform of the lock.
+    #[inline(always)]
+    pub fn platform(&self) -> &'a P {
+        &self.lock.platform
+    }
+}
+
+impl<T, P: Platform, const N: usize> Deref for LocalGuard<'_, T, P, N> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the slot exclusively (pinned or locked).
+        self.ptr.with(|p| unsafe { &*p })
+    }
+}
+
+impl<T, P: Platform, const N: usize> DerefMut for LocalGuard<'_, T, P, N> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only borrow.
+        self.ptr.with(|p| unsafe { &mut *p })
+    }
+}
+
+impl<T, P: Platform, const N: usize> Drop for LocalGuard<'_, T, P, N> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let platform = &self.lock.platform;
+        match self.pin.strategy {
+            Strategy::Pinned => {
+                compiler_fence(Ordering::SeqCst);
+                self.slot.state.store(FREE, Ordering::Relaxed);
+            }
+            Strategy::Locked => self.slot.state.store(FREE, Ordering::Release),
+        }
+        // SAFETY: the pin was taken by this guard's constructor, in this
+        // context; guards are !Send so we are still on that CPU.
+        unsafe {
+            if self.remote {
+                platform.unpin_remote(self.pin)
+            } else {
+                platform.unpin(self.pin)
+            }
+        }
+        match self.irq {
+            IrqState::None => {}
+            // SAFETY: matches the irq_disable/irq_save taken before pinning.
+            IrqState::Disabled => unsafe { platform.irq_enable() },
+            // SAFETY: as above.
+            IrqState::Saved(flags) => unsafe { platform.irq_restore(flags) },
+        }
+    }
+}

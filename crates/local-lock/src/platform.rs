@@ -1,0 +1,170 @@
+//! The platform trait: what a kernel (or a std process, loom, a test) must
+//! tell the allocators about CPUs, interrupts and preemption.
+
+use crate::sync::Backoff;
+
+/// Interrupt state saved by [`Platform::irq_save`], to be handed back to
+/// [`Platform::irq_restore`] (the kernel's `unsigned long flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IrqFlags(pub usize);
+
+/// How a CPU's slot of a [`LocalLock`](crate::LocalLock) is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Kernel without PREEMPT_RT (and the per-thread std platform): being
+    /// pinned (preemption, or IRQs, disabled; or owning the thread's slot) is
+    /// the whole protection. No atomic read-modify-write on the fast path;
+    /// another CPU may not touch the slot while its owner can run.
+    Pinned,
+    /// PREEMPT_RT and std with real CPUs: a per-CPU spin lock (the owner can
+    /// be preempted or migrated at any instruction). Remote draining locks
+    /// the target slot directly, as Linux 6.x pcp does.
+    Locked,
+}
+
+/// The result of pinning: which slot the caller may use and how it is
+/// protected. Produced by [`Platform::pin`] / [`Platform::pin_remote`] and
+/// handed back to the matching unpin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// The CPU (slot index) the caller is pinned to.
+    pub cpu: usize,
+    /// How that slot is protected for this holder.
+    pub strategy: Strategy,
+    /// Private to the platform (e.g. whether preemption was disabled).
+    pub token: usize,
+}
+
+/// A CPU/interrupt/preemption platform.
+///
+/// # Safety
+///
+/// [`LocalLock`](crate::LocalLock) builds its exclusion on these promises:
+///
+/// 1. While a [`Pin`] with [`Strategy::Pinned`] returned by [`pin`](Self::pin)
+///    is held (until [`unpin`](Self::unpin)), no context other than the
+///    caller and interrupt handlers nested inside it (which run to completion
+///    before the caller continues, on the same CPU) uses slot `pin.cpu` with a
+///    `Pinned` pin, and [`pin_remote`](Self::pin_remote) returns `None` or a
+///    `Locked` pin for it only if nobody can hold a `Pinned` pin for it.
+/// 2. A `Pinned` pin from [`pin_remote`](Self::pin_remote) is exclusive: no
+///    other pin of that slot exists until [`unpin_remote`](Self::unpin_remote).
+/// 3. A slot is never handed out with `Pinned` and `Locked` pins at once: a
+///    slot is either always `Locked` or protected by pinning.
+/// 4. `irq_save`/`irq_restore` (and `irq_disable`/`irq_enable`) really keep
+///    this CPU's interrupt handlers from running in between, when
+///    [`HAS_IRQS`](Self::HAS_IRQS) is true.
+pub unsafe trait Platform: Sync {
+    /// The fewest slots a `LocalLock` must have on this platform (checked at
+    /// compile time by `LocalLock::new`): every CPU id a `Pinned` pin can name
+    /// must be a real slot.
+    const MIN_SLOTS: usize = 1;
+
+    /// Whether this platform has interrupts at all (std processes do not).
+    const HAS_IRQS: bool;
+
+    /// Number of possible CPUs (slots in use).
+    fn nr_cpus(&self) -> usize;
+
+    /// The CPU the caller runs on: only a hint unless pinned.
+    fn current_cpu(&self) -> usize;
+
+    /// Whether the caller runs in interrupt context.
+    fn in_interrupt(&self) -> bool;
+
+    /// Whether interrupts are disabled on this CPU.
+    fn irqs_disabled(&self) -> bool;
+
+    /// Disables interrupts, returning the previous state
+    /// (`local_irq_save`). A no-op where there are none.
+    fn irq_save(&self) -> IrqFlags;
+
+    /// Restores the state saved by [`irq_save`](Self::irq_save)
+    /// (`local_irq_restore`).
+    ///
+    /// # Safety
+    ///
+    /// `flags` comes from the matching `irq_save` on this CPU, and saves are
+    /// restored in reverse order.
+    unsafe fn irq_restore(&self, flags: IrqFlags);
+
+    /// Disables interrupts (`local_irq_disable`).
+    fn irq_disable(&self);
+
+    /// Enables interrupts (`local_irq_enable`).
+    ///
+    /// # Safety
+    ///
+    /// Matches an earlier `irq_disable` by the same context, and interrupts
+    /// were enabled before it.
+    unsafe fn irq_enable(&self);
+
+    /// Disables preemption (or, on RT and std, migration).
+    fn preempt_disable(&self);
+
+    /// Re-enables preemption.
+    ///
+    /// # Safety
+    ///
+    /// Matches an earlier `preempt_disable` by the same context.
+    unsafe fn preempt_enable(&self);
+
+    /// Pins the caller to its CPU and says how that CPU's slot is protected.
+    /// The default disables preemption and uses
+    /// [`default_strategy`](Self::default_strategy).
+    #[inline(always)]
+    fn pin(&self) -> Pin {
+        self.preempt_disable();
+        Pin {
+            cpu: self.current_cpu(),
+            strategy: self.default_strategy(),
+            token: 0,
+        }
+    }
+
+    /// Undoes [`pin`](Self::pin).
+    ///
+    /// # Safety
+    ///
+    /// `pin` comes from this context's matching `pin` call and is released
+    /// once, in reverse order of pinning.
+    #[inline(always)]
+    unsafe fn unpin(&self, pin: Pin) {
+        let _ = pin;
+        // SAFETY: matches the preempt_disable in `pin` (caller's contract).
+        unsafe { self.preempt_enable() }
+    }
+
+    /// The strategy of this platform's slots.
+    fn default_strategy(&self) -> Strategy;
+
+    /// Access to another CPU's slot (for draining). `None` where the platform
+    /// cannot allow it (pinned kernel: the owner may be running; per-thread:
+    /// the slot's thread is alive). The default allows it on `Locked`
+    /// platforms only.
+    fn pin_remote(&self, cpu: usize) -> Option<Pin> {
+        match self.default_strategy() {
+            Strategy::Locked if cpu < self.nr_cpus() => Some(Pin {
+                cpu,
+                strategy: Strategy::Locked,
+                token: 0,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Releases a pin from [`pin_remote`](Self::pin_remote).
+    ///
+    /// # Safety
+    ///
+    /// `pin` comes from `pin_remote` on this platform and is released once.
+    unsafe fn unpin_remote(&self, pin: Pin) {
+        let _ = pin;
+    }
+
+    /// Waits a little for a contended slot lock (spin, then on std yield).
+    #[inline]
+    fn spin_wait(&self, backoff: &Backoff) {
+        backoff.snooze();
+    }
+}

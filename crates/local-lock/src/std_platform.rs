@@ -1,0 +1,311 @@
+//! Platforms for std processes.
+//!
+//! * [`StdCpu`]: slots are the machine's real CPUs (`sched_getcpu()`, which
+//!   glibc >= 2.35 answers from rseq without a system call). A thread can be
+//!   preempted or migrated at any instruction, so slots are protected by a
+//!   per-CPU spin lock: the locked (PREEMPT_RT) strategy.
+//! * [`PerThread`]: every live thread owns a virtual CPU slot, so nobody
+//!   else can touch it while the thread lives: the pinned strategy with no
+//!   atomic instruction on the fast path (how thread-caching allocators get
+//!   their speed). Threads beyond [`PerThread::OWNED_SLOTS`] share one extra
+//!   slot under the locked strategy. When a thread exits, the hooks
+//!   registered with [`PerThread::on_thread_exit`] run on its slot (an
+//!   allocator flushes its caches there) and the slot is handed over to the
+//!   next thread; a free slot may be drained remotely.
+
+extern crate std;
+
+use std::cell::Cell;
+
+use crate::handover::SlotTable;
+use crate::platform::{IrqFlags, Pin, Platform, Strategy};
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::Backoff;
+
+/// Real CPUs from `sched_getcpu()`; the locked strategy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StdCpu;
+
+impl StdCpu {
+    /// The platform (zero-sized).
+    pub const fn new() -> Self {
+        StdCpu
+    }
+}
+
+fn configured_cpus() -> usize {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.load(Ordering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize;
+    N.store(n, Ordering::Relaxed);
+    n
+}
+
+/// `sched_getcpu()`, or 0 if the kernel cannot tell.
+#[inline]
+pub fn sched_getcpu() -> usize {
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    if c < 0 {
+        0
+    } else {
+        c as usize
+    }
+}
+
+// SAFETY: all slots use the locked strategy (requirement 3), std has no
+// interrupts (requirement 4 holds vacuously with HAS_IRQS = false).
+unsafe impl Platform for StdCpu {
+    const HAS_IRQS: bool = false;
+
+    fn nr_cpus(&self) -> usize {
+        configured_cpus()
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> usize {
+        sched_getcpu()
+    }
+    #[inline(always)]
+    fn in_interrupt(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irqs_disabled(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irq_save(&self) -> IrqFlags {
+        IrqFlags(0)
+    }
+    #[inline(always)]
+    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
+    #[inline(always)]
+    fn irq_disable(&self) {}
+    #[inline(always)]
+    unsafe fn irq_enable(&self) {}
+    #[inline(always)]
+    fn preempt_disable(&self) {}
+    #[inline(always)]
+    unsafe fn preempt_enable(&self) {}
+    #[inline(always)]
+    fn default_strategy(&self) -> Strategy {
+        Strategy::Locked
+    }
+    fn spin_wait(&self, backoff: &Backoff) {
+        // The holder may have been preempted: after a short spin, give it
+        // the CPU (an RT lock would sleep here).
+        if backoff.is_completed() {
+            std::thread::yield_now();
+        } else {
+            backoff.snooze();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// PerThread
+// ---------------------------------------------------------------------------
+
+/// Every live thread owns a virtual CPU; the pinned strategy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerThread;
+
+/// Thread-local slot value: not yet claimed.
+const TLS_NONE: usize = usize::MAX;
+/// Thread-local slot value: the thread exited its slot (TLS destructors
+/// running); it uses the shared overflow slot from now on.
+const TLS_EXITED: usize = usize::MAX - 1;
+
+const MAX_EXIT_HOOKS: usize = 16;
+
+static SLOTS: SlotTable<{ PerThread::OWNED_SLOTS }> = SlotTable::new();
+static EXIT_HOOKS: [AtomicUsize; MAX_EXIT_HOOKS] = [const { AtomicUsize::new(0) }; MAX_EXIT_HOOKS];
+static LIVE_OWNERS: AtomicUsize = AtomicUsize::new(0);
+
+std::thread_local! {
+    // No destructor: readable during other TLS destructors.
+    static MY_SLOT: Cell<usize> = const { Cell::new(TLS_NONE) };
+    // Its destructor hands the slot over when the thread exits.
+    static RELEASE: SlotRelease = const { SlotRelease };
+}
+
+struct SlotRelease;
+
+impl Drop for SlotRelease {
+    fn drop(&mut self) {
+        let slot = MY_SLOT.get();
+        if slot >= PerThread::OWNED_SLOTS {
+            return;
+        }
+        // The slot is still ours: hooks flush it through the normal pinned
+        // path (`pin` still answers `slot`).
+        run_exit_hooks(slot);
+        MY_SLOT.set(TLS_EXITED);
+        LIVE_OWNERS.fetch_sub(1, Ordering::Relaxed);
+        // Release: everything the hooks and the thread wrote to the slot is
+        // visible to whoever claims it next (see `handover`).
+        SLOTS.release(slot);
+    }
+}
+
+fn run_exit_hooks(slot: usize) {
+    for h in &EXIT_HOOKS {
+        let f = h.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: only `on_thread_exit` stores here, and it stores a
+            // `fn(usize)` cast to usize.
+            let f: fn(usize) = unsafe { core::mem::transmute::<usize, fn(usize)>(f) };
+            f(slot);
+        }
+    }
+}
+
+impl PerThread {
+    /// Virtual CPUs that threads own exclusively.
+    pub const OWNED_SLOTS: usize = 63;
+    /// The shared slot of threads that found no free owned slot (and of
+    /// threads whose TLS is being torn down); always locked.
+    pub const OVERFLOW_SLOT: usize = 63;
+
+    /// The platform (zero-sized).
+    pub const fn new() -> Self {
+        PerThread
+    }
+
+    /// Registers `hook`, called with the slot index on the exiting thread
+    /// while it still owns the slot (before hand-over), for every thread that
+    /// owned a slot. Registering the same function twice is a no-op. Returns
+    /// `false` if the hook table (16 entries) is full.
+    pub fn on_thread_exit(hook: fn(usize)) -> bool {
+        let v = hook as usize;
+        for h in &EXIT_HOOKS {
+            match h.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(cur) if cur == v => return true,
+                Err(_) => {}
+            }
+        }
+        false
+    }
+
+    /// Threads that currently own a slot.
+    pub fn live_owners() -> usize {
+        LIVE_OWNERS.load(Ordering::Relaxed)
+    }
+
+    /// The calling thread's slot, claiming one on first use.
+    #[inline(always)]
+    fn my_slot() -> (usize, Strategy) {
+        let s = MY_SLOT.get();
+        if s < Self::OWNED_SLOTS {
+            (s, Strategy::Pinned)
+        } else {
+            Self::my_slot_slow(s)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn my_slot_slow(s: usize) -> (usize, Strategy) {
+        if s == TLS_NONE {
+            // Register the destructor first; if TLS is already being torn
+            // down, use the overflow slot.
+            if RELEASE.try_with(|_| ()).is_ok() {
+                if let Some(i) = SLOTS.claim() {
+                    MY_SLOT.set(i);
+                    LIVE_OWNERS.fetch_add(1, Ordering::Relaxed);
+                    return (i, Strategy::Pinned);
+                }
+            }
+        }
+        (Self::OVERFLOW_SLOT, Strategy::Locked)
+    }
+}
+
+// SAFETY: an owned slot is used only by its owning thread (no interrupts in
+// std; signal handlers must not allocate through these locks, documented),
+// and it is handed to a remote drainer or a new thread only after the owner
+// released it (SLOT_FREE with Release, claimed with an Acquire CAS), so
+// pinned pins are exclusive (1, 2). The overflow slot is always locked (3).
+unsafe impl Platform for PerThread {
+    const MIN_SLOTS: usize = PerThread::OWNED_SLOTS + 1;
+    const HAS_IRQS: bool = false;
+
+    fn nr_cpus(&self) -> usize {
+        Self::OWNED_SLOTS + 1
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> usize {
+        Self::my_slot().0
+    }
+    #[inline(always)]
+    fn in_interrupt(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irqs_disabled(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irq_save(&self) -> IrqFlags {
+        IrqFlags(0)
+    }
+    #[inline(always)]
+    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
+    #[inline(always)]
+    fn irq_disable(&self) {}
+    #[inline(always)]
+    unsafe fn irq_enable(&self) {}
+    #[inline(always)]
+    fn preempt_disable(&self) {}
+    #[inline(always)]
+    unsafe fn preempt_enable(&self) {}
+    #[inline(always)]
+    fn pin(&self) -> Pin {
+        let (cpu, strategy) = Self::my_slot();
+        Pin {
+            cpu,
+            strategy,
+            token: 0,
+        }
+    }
+    #[inline(always)]
+    unsafe fn unpin(&self, _pin: Pin) {}
+    #[inline(always)]
+    fn default_strategy(&self) -> Strategy {
+        Strategy::Pinned
+    }
+    fn pin_remote(&self, cpu: usize) -> Option<Pin> {
+        if cpu == Self::OVERFLOW_SLOT {
+            return Some(Pin {
+                cpu,
+                strategy: Strategy::Locked,
+                token: 0,
+            });
+        }
+        if !SLOTS.try_drain(cpu) {
+            return None;
+        }
+        Some(Pin {
+            cpu,
+            strategy: Strategy::Pinned,
+            token: 1,
+        })
+    }
+    unsafe fn unpin_remote(&self, pin: Pin) {
+        if pin.token == 1 {
+            SLOTS.end_drain(pin.cpu);
+        }
+    }
+    fn spin_wait(&self, backoff: &Backoff) {
+        if backoff.is_completed() {
+            std::thread::yield_now();
+        } else {
+            backoff.snooze();
+        }
+    }
+}

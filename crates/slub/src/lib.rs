@@ -1,0 +1,2 @@
+//! placeholder during bootstrap
+#![no_std]
