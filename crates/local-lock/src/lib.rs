@@ -109,3 +109,6 @@ impl<T: ConstInit, const K: usize> ConstInit for [T; K] {
 impl<T> ConstInit for *mut T {
     const INIT: Self = core::ptr::null_mut();
 }
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests;

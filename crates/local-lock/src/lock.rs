@@ -1,6 +1,7 @@
 //! [`LocalLock<T>`]: one `T` per CPU, reached only through guards.
 
 use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
 
 use crate::platform::{IrqFlags, Pin, Platform, Strategy};
@@ -64,6 +65,14 @@ unsafe impl<T: Send, P: Platform + Send, const N: usize> Send for LocalLock<T, P
 #[cfg(not(loom))]
 impl<T: ConstInit, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// A lock whose slots all start as `T::INIT`, usable in a `static`.
+    ///
+    /// Too few slots for the platform is a compile-time error:
+    ///
+    /// ```compile_fail
+    /// use local_lock::{LocalLock, std_platform::PerThread};
+    /// // PerThread needs 64 slots (63 owned + the overflow slot).
+    /// static L: LocalLock<u32, PerThread, 8> = LocalLock::new(PerThread);
+    /// ```
     pub const fn new(platform: P) -> Self {
         const {
             assert!(
@@ -282,8 +291,11 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// Access to another CPU's slot, for draining, where the platform allows
     /// it (see [`Platform::pin_remote`]). Interrupts are saved and disabled
     /// while it is held. `None` if the platform refuses (pinned kernel CPUs,
-    /// live per-thread slots).
+    /// live per-thread slots) or if `cpu` is not a slot index (`>= N`).
     pub fn lock_remote(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
+        if cpu >= N {
+            return None;
+        }
         let flags = self.platform.irq_save();
         let Some(pin) = self.platform.pin_remote(cpu) else {
             // SAFETY: restores the save just above.
@@ -346,11 +358,22 @@ enum IrqState {
 /// Exclusive access to one CPU's `T`. `!Send`: it must be dropped by the
 /// context (and on the CPU) that took it. Dropping releases the slot, then
 /// unpins, then restores interrupts, the reverse of taking.
+///
+/// A guard cannot leave its thread:
+///
+/// ```compile_fail
+/// use local_lock::{LocalLock, std_platform::StdCpu};
+/// static L: LocalLock<u32, StdCpu> = LocalLock::new(StdCpu);
+/// let g = L.lock();
+/// std::thread::spawn(move || drop(g)); // error: LocalGuard is not Send
+/// ```
 #[must_use = "the slot is released when the guard drops"]
 pub struct LocalGuard<'a, T, P: Platform, const N: usize> {
     lock: &'a LocalLock<T, P, N>,
     slot: &'a Slot<T>,
-    ptr: MutPtr<T>,
+    /// The tracked access to the slot's data; ended in `drop` *before* the
+    /// slot is released (under loom the access must close first).
+    ptr: ManuallyDrop<MutPtr<T>>,
     pin: Pin,
     irq: IrqState,
     remote: bool,
@@ -369,7 +392,7 @@ impl<'a, T, P: Platform, const N: usize> LocalGuard<'a, T, P, N> {
         LocalGuard {
             lock,
             slot,
-            ptr: slot.data.get_mut(),
+            ptr: ManuallyDrop::new(slot.data.get_mut()),
             pin,
             irq,
             remote,
@@ -416,6 +439,8 @@ impl<T, P: Platform, const N: usize> DerefMut for LocalGuard<'_, T, P, N> {
 impl<T, P: Platform, const N: usize> Drop for LocalGuard<'_, T, P, N> {
     #[inline(always)]
     fn drop(&mut self) {
+        // SAFETY: `ptr` is not used after this point.
+        unsafe { ManuallyDrop::drop(&mut self.ptr) };
         let platform = &self.lock.platform;
         match self.pin.strategy {
             Strategy::Pinned => {

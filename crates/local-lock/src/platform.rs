@@ -144,7 +144,7 @@ pub unsafe trait Platform: Sync {
     /// platforms only.
     fn pin_remote(&self, cpu: usize) -> Option<Pin> {
         match self.default_strategy() {
-            Strategy::Locked if cpu < self.nr_cpus() => Some(Pin {
+            Strategy::Locked => Some(Pin {
                 cpu,
                 strategy: Strategy::Locked,
                 token: 0,

@@ -19,7 +19,7 @@ use std::cell::Cell;
 
 use crate::handover::SlotTable;
 use crate::platform::{IrqFlags, Pin, Platform, Strategy};
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::Backoff;
 
 /// Real CPUs from `sched_getcpu()`; the locked strategy.
@@ -45,8 +45,20 @@ fn configured_cpus() -> usize {
     n
 }
 
+/// `sched_getcpu()`, or 0 if the kernel cannot tell. Under miri (which has
+/// no `sched_getcpu`) threads are spread over the CPUs by a per-thread
+/// number, so the locked strategy's sharing is still exercised.
+#[inline]
+#[cfg(miri)]
+pub fn sched_getcpu() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local!(static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed));
+    ID.with(|id| *id % configured_cpus())
+}
+
 /// `sched_getcpu()`, or 0 if the kernel cannot tell.
 #[inline]
+#[cfg(not(miri))]
 pub fn sched_getcpu() -> usize {
     // SAFETY: sched_getcpu has no preconditions.
     let c = unsafe { libc::sched_getcpu() };
@@ -123,7 +135,10 @@ const TLS_EXITED: usize = usize::MAX - 1;
 const MAX_EXIT_HOOKS: usize = 16;
 
 static SLOTS: SlotTable<{ PerThread::OWNED_SLOTS }> = SlotTable::new();
-static EXIT_HOOKS: [AtomicUsize; MAX_EXIT_HOOKS] = [const { AtomicUsize::new(0) }; MAX_EXIT_HOOKS];
+/// Registered exit hooks, `fn(usize)` stored as pointers (keeping their
+/// provenance), null when empty.
+static EXIT_HOOKS: [AtomicPtr<()>; MAX_EXIT_HOOKS] =
+    [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_EXIT_HOOKS];
 static LIVE_OWNERS: AtomicUsize = AtomicUsize::new(0);
 
 std::thread_local! {
@@ -155,10 +170,10 @@ impl Drop for SlotRelease {
 fn run_exit_hooks(slot: usize) {
     for h in &EXIT_HOOKS {
         let f = h.load(Ordering::Acquire);
-        if f != 0 {
+        if !f.is_null() {
             // SAFETY: only `on_thread_exit` stores here, and it stores a
-            // `fn(usize)` cast to usize.
-            let f: fn(usize) = unsafe { core::mem::transmute::<usize, fn(usize)>(f) };
+            // `fn(usize)` cast to a pointer.
+            let f: fn(usize) = unsafe { core::mem::transmute::<*mut (), fn(usize)>(f) };
             f(slot);
         }
     }
@@ -181,9 +196,14 @@ impl PerThread {
     /// owned a slot. Registering the same function twice is a no-op. Returns
     /// `false` if the hook table (16 entries) is full.
     pub fn on_thread_exit(hook: fn(usize)) -> bool {
-        let v = hook as usize;
+        let v = hook as *mut ();
         for h in &EXIT_HOOKS {
-            match h.compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire) {
+            match h.compare_exchange(
+                core::ptr::null_mut(),
+                v,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return true,
                 Err(cur) if cur == v => return true,
                 Err(_) => {}

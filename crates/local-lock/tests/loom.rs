@@ -1,0 +1,216 @@
+//! Loom models of the local-lock protocols.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release
+//! -p local-lock --test loom` (ci/loom.sh). Preemption bound: 2 in CI (every
+//! model here also passes with 3; see the closing notes for run times).
+//!
+//! Loom threads are CPUs (`LoomPlatform`); an interrupt is a loom thread
+//! that runs its handler through `LoomPlatform::interrupt`, which waits for
+//! the CPU's IRQs to be enabled. Slot data lives in loom's `UnsafeCell`, so
+//! any two unserialised accesses fail the model.
+#![cfg(loom)]
+
+use local_lock::handover::SlotTable;
+use local_lock::loom_platform::LoomPlatform;
+use local_lock::sync::UnsafeCell;
+use local_lock::{LocalLock, Platform, Strategy};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use loom::sync::Arc;
+use loom::thread;
+
+/// Runs a model with the preemption bound from `LOOM_MAX_PREEMPTIONS`
+/// (default 2) and prints how many executions loom explored.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    let bound = b.preemption_bound;
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    std::println!(
+        "loom: {} executions explored (preemption bound {:?})",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        bound
+    );
+}
+
+/// A CPU's own accesses vs a remote drain (locked strategy, Linux 6.x pcp):
+/// nothing is lost or counted twice, accesses never overlap.
+#[test]
+fn own_access_vs_remote_drain() {
+    model(|| {
+        let p = LoomPlatform::new(2, Strategy::Locked);
+        let l = Arc::new(LocalLock::<usize, _, 2>::new_with(p.clone(), |_| 0));
+        let drained = Arc::new(AtomicUsize::new(0));
+
+        let owner = {
+            let (l, p) = (l.clone(), p.clone());
+            thread::spawn(move || {
+                p.set_cpu(0);
+                for _ in 0..2 {
+                    *l.lock() += 1;
+                }
+            })
+        };
+        let drainer = {
+            let (l, p, drained) = (l.clone(), p.clone(), drained.clone());
+            thread::spawn(move || {
+                p.set_cpu(1);
+                let mut g = l
+                    .lock_remote(0)
+                    .expect("locked slots are remotely lockable");
+                drained.fetch_add(*g, SeqCst);
+                *g = 0;
+            })
+        };
+        owner.join().unwrap();
+        drainer.join().unwrap();
+        let left = *l.lock_remote(0).unwrap();
+        assert_eq!(drained.load(SeqCst) + left, 2);
+    });
+}
+
+/// An interrupt-context access vs the irqsave flavour, pinned strategy (a
+/// kernel without RT): masking IRQs is the only protection, and it suffices.
+#[test]
+fn interrupt_vs_irqsave_pinned() {
+    model(|| {
+        let p = LoomPlatform::new(1, Strategy::Pinned);
+        let l = Arc::new(LocalLock::<usize, _, 1>::new_with(p.clone(), |_| 0));
+        let irq = {
+            let (l, p) = (l.clone(), p.clone());
+            thread::spawn(move || {
+                p.interrupt(0, || {
+                    assert!(p.in_interrupt());
+                    let mut g = l.lock_irqsave();
+                    *g += 10;
+                })
+            })
+        };
+        p.set_cpu(0);
+        {
+            let mut g = l.lock_irqsave();
+            let v = *g;
+            *g = v + 1;
+        }
+        irq.join().unwrap();
+        assert_eq!(*l.lock_irqsave(), 11);
+    });
+}
+
+/// Trylock in an interrupt against a task holding the lock (locked
+/// strategy): it fails while the task is inside, and a success never
+/// overlaps the task's section.
+#[test]
+fn trylock_fails_when_reentered() {
+    model(|| {
+        let p = LoomPlatform::new(1, Strategy::Locked);
+        let l = Arc::new(LocalLock::<usize, _, 1>::new_with(p.clone(), |_| 0));
+        let inside = Arc::new(AtomicBool::new(false));
+        let irq = {
+            let (l, p, inside) = (l.clone(), p.clone(), inside.clone());
+            thread::spawn(move || {
+                p.interrupt(0, || match l.try_lock() {
+                    Some(mut g) => {
+                        assert!(
+                            !inside.load(SeqCst),
+                            "trylock succeeded inside the task's section"
+                        );
+                        *g += 10;
+                        true
+                    }
+                    None => false,
+                })
+            })
+        };
+        p.set_cpu(0);
+        {
+            let mut g = l.lock();
+            inside.store(true, SeqCst);
+            *g += 1;
+            inside.store(false, SeqCst);
+        }
+        let got = irq.join().unwrap();
+        assert_eq!(*l.lock(), if got { 11 } else { 1 });
+    });
+}
+
+/// Per-thread slot hand-over: a thread exits (flush + release), a remote
+/// drainer and a new thread race for the free slot. The data needs no
+/// atomics: the Release/Acquire of the ownership word orders it.
+#[test]
+fn per_thread_slot_handover() {
+    model(|| {
+        let table = Arc::new(SlotTable::<1>::new());
+        let data = Arc::new(UnsafeCell::new(0usize));
+        let drained = Arc::new(AtomicUsize::new(0));
+        let slot = table.claim().expect("first claim");
+        assert_eq!(slot, 0);
+
+        // The exiting owner: writes its slot, then hands it over.
+        let exiting = {
+            let (table, data) = (table.clone(), data.clone());
+            thread::spawn(move || {
+                // SAFETY: the slot is OWNED by this thread.
+                data.with_mut(|p| unsafe { *p += 5 });
+                table.release(0);
+            })
+        };
+        // A drainer empties the slot if it finds it free.
+        let drainer = {
+            let (table, data, drained) = (table.clone(), data.clone(), drained.clone());
+            thread::spawn(move || {
+                if table.try_drain(0) {
+                    // SAFETY: DRAINING gives exclusive access.
+                    let v = data.with_mut(|p| unsafe { core::mem::take(&mut *p) });
+                    drained.fetch_add(v, SeqCst);
+                    table.end_drain(0);
+                }
+            })
+        };
+        // A new thread claims the slot once it is free and adds to it.
+        let newcomer = {
+            let (table, data) = (table.clone(), data.clone());
+            thread::spawn(move || {
+                if let Some(s) = table.claim() {
+                    // SAFETY: OWNED by this thread now.
+                    data.with_mut(|p| unsafe { *p += 100 });
+                    table.release(s);
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        exiting.join().unwrap();
+        drainer.join().unwrap();
+        let claimed = newcomer.join().unwrap();
+        // SAFETY: all threads joined.
+        let left = data.with(|p| unsafe { *p });
+        assert_eq!(
+            left + drained.load(SeqCst),
+            5 + if claimed { 100 } else { 0 }
+        );
+    });
+}
+
+/// The platform reports loom CPUs and interrupt context faithfully.
+#[test]
+fn loom_platform_reports_context() {
+    model(|| {
+        let p = LoomPlatform::new(2, Strategy::Pinned);
+        p.set_cpu(1);
+        assert_eq!(p.current_cpu(), 1);
+        assert!(!p.in_interrupt());
+        let f = p.irq_save();
+        assert!(p.irqs_disabled());
+        // SAFETY: matches the save above.
+        unsafe { p.irq_restore(f) };
+        assert!(!p.irqs_disabled());
+    });
+}
