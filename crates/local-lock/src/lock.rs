@@ -207,7 +207,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
                 compiler_fence(Ordering::SeqCst);
             }
             Strategy::Locked => {
-                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+                let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
                 if slot
                     .state
                     .compare_exchange_weak(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
@@ -235,7 +235,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
                 }
             }
             Strategy::Locked => {
-                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+                let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
                 slot.state
                     .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
