@@ -491,6 +491,13 @@ mod tests {
     }
 
     #[test]
+    #[cfg(all(target_arch = "x86_64", target_feature = "cmpxchg16b"))]
+    fn dwcas_inlined_with_cmpxchg16b() {
+        // .cargo/config.toml enables the feature: no run-time dispatch.
+        const { assert!(DWCAS_ALWAYS_LOCK_FREE) };
+    }
+
+    #[test]
     fn spinlock_basic() {
         let l = SpinLock::new(5);
         {
