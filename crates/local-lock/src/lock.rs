@@ -127,19 +127,19 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         if pin.cpu < N {
             &self.slots[pin.cpu]
         } else {
-            self.slot_out_of_range(pin)
+            // Only scalars cross into the cold path, so `pin` stays in
+            // registers on the fast path.
+            self.slot_out_of_range(pin.cpu, pin.strategy == Strategy::Locked)
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn slot_out_of_range(&self, pin: Pin) -> &Slot<T> {
-        match pin.strategy {
-            Strategy::Locked => &self.slots[pin.cpu % N],
-            Strategy::Pinned => panic!(
-                "LocalLock: the platform pinned CPU {} but the lock has only {} slots",
-                pin.cpu, N
-            ),
+    fn slot_out_of_range(&self, cpu: usize, locked: bool) -> &Slot<T> {
+        if locked {
+            &self.slots[cpu % N]
+        } else {
+            panic!("LocalLock: the platform pinned CPU {cpu} but the lock has only {N} slots")
         }
     }
 
@@ -201,7 +201,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         match pin.strategy {
             Strategy::Pinned => {
                 if slot.state.load(Ordering::Relaxed) != FREE {
-                    self.reentered(pin);
+                    self.reentered(pin.cpu);
                 }
                 slot.state.store(PINNED_HELD, Ordering::Relaxed);
                 compiler_fence(Ordering::SeqCst);
@@ -252,11 +252,11 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
 
     #[cold]
     #[inline(never)]
-    fn reentered(&self, pin: Pin) -> ! {
+    fn reentered(&self, cpu: usize) -> ! {
         panic!(
             "LocalLock: CPU {}'s slot re-entered (in_interrupt = {}): the holder was interrupted \
              or nested the same lock; use try_lock or an irq-disabling flavour",
-            pin.cpu,
+            cpu,
             self.platform.in_interrupt()
         )
     }

@@ -1,0 +1,17 @@
+//! `mm-bench`: the seed-table runner of the allocator family and the
+//! measurement machinery shared with its criterion benches.
+//!
+//! * [`measure`]: warm-up, interleaved rounds, medians and spread, ns and TSC
+//!   cycles per operation, CPU pinning, the two-CPU check, the report printer
+//!   (text, CSV, JSON lines).
+//! * [`tables`]: the registry of tables ([`tables::Table`]) and the tables
+//!   themselves (`primitives`: seed 000's `time_bench` list).
+//! * [`user_kernel`]: a user-space `KernelHooks` so the kernel (pinned) code
+//!   paths run and can be measured here.
+//!
+//! The binary (`cargo run --release -p mm-bench -- --help`) parses the
+//! command line and runs the tables.
+
+pub mod measure;
+pub mod tables;
+pub mod user_kernel;
