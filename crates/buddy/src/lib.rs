@@ -1,2 +1,199 @@
-//! placeholder during bootstrap
+//! The Linux kernel's zoned buddy page allocator, with known-zero page
+//! tracking (PG_zero, seed 003), `no_std`, over the `local-lock` platform.
+//!
+//! # Design
+//!
+//! ```text
+//!            Buddy<P: Platform>
+//!   ┌─────────────────────────────────────────────────────────────────┐
+//!   │ zones[0..nr]   (by address: zone i = [end(i-1), end(i)))        │
+//!   │   lock ─ SpinLock<ZoneInner>, taken inside irq_save/restore     │
+//!   │     free_area[order 0..=MAX_ORDER]                              │
+//!   │        lists[ZERO]  ⇄ heads of known-zero blocks                │
+//!   │        lists[DIRTY] ⇄ heads of other blocks                     │
+//!   │     zero_bits / dirty_bits (non-empty orders), free, managed,   │
+//!   │     watermarks, lowmem_reserve, stats                           │
+//!   │ spans[0..16]   address range + memmap (one descriptor per page)  │
+//!   └─────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! * **Descriptors**: one 64-byte `PageDesc` (`struct page`) per
+//!   page in a memmap. Address → descriptor is: find the span (one compare
+//!   for the first span; at most [`MAX_SPANS`]), subtract, shift, index. A
+//!   free block's head descriptor is marked `FREE` with its order and
+//!   PG_zero bits and linked into its list (doubly linked: O(1) unlink);
+//!   an allocated block's head is `ALLOC` with its order. "Is my buddy free
+//!   and of this order" is one descriptor read at `pfn ^ (1 << order)`, so
+//!   a free merges in O(MAX_ORDER) steps and never searches a list.
+//!   **All-zero bytes are a valid descriptor** (an unmanaged page), so a
+//!   memmap in fresh `mmap` memory needs no initialisation.
+//! * **Spans and memory sources**: a span is an address range with a
+//!   memmap. `no_std` callers [`add_region`](Buddy::add_region)`(start, len,
+//!   zeroed)`: the parts outside existing spans become spans whose memmap is
+//!   carved from their own start; parts inside a span declared with
+//!   [`add_span`](Buddy::add_span) (memmap placed by the caller) or a grown
+//!   std span use it. Edges are trimmed to pages; holes are pages never
+//!   added; regions can be added at any time. The zone of a page is given
+//!   by its address ([`ZoneSpec::end`], multiples of the largest block so
+//!   buddies never straddle zones). With `std`, [`GlobalBuddy`] reserves one
+//!   large `PROT_NONE` range per span (memmap at its start), and maps
+//!   MAX_ORDER-aligned blocks (and the memmap pages describing them) as the
+//!   heap grows.
+//! * **Allocation** ([`alloc_pages`](Buddy::alloc_pages)): for each zone of
+//!   the request's zonelist (its highest allowed zone first): lock, check
+//!   the min watermark (the kernel's slow path without reclaim; `HIGH` may
+//!   go below it by half, `NONBLOCK` by a further quarter) plus the
+//!   `lowmem_reserve` owed to lower zones, take the smallest free block of
+//!   at least the order (`trailing_zeros` of a bitmap), split it down
+//!   (`expand`: upper halves back to their lists), unlock, then clear what
+//!   must be cleared.
+//! * **Free** ([`free_pages`](Buddy::free_pages)): the head descriptor must
+//!   be `ALLOC` with the order given (bad frees are caught here and reported
+//!   with the address and the problem, leaving the state intact); merge with
+//!   free buddies; put the block at the **tail** if the buddy one order up is
+//!   free (it is likely to merge soon, so it should not be handed out first)
+//!   or the caller asked (fresh memory, cold), else at the head.
+//! * **Known-zero pages (PG_zero)**: each free block carries two bits, "lower
+//!   half zero" and "upper half zero"; both set = PG_zero. Splitting a block
+//!   gives each half PG_zero iff its bit was set; merging two blocks sets a
+//!   bit iff that half was wholly zero, so the merged block is zero only if
+//!   both were, and a half-zero block still tells which half needs
+//!   clearing. Zeroed requests take the smallest known-zero block first
+//!   (no clearing); otherwise they clear only the part not known zero,
+//!   outside the lock. Ordinary requests prefer non-zero blocks of the
+//!   smallest order. Fresh memory from the OS or a zeroed region is marked
+//!   zero; [`free_pages_zeroed`](Buddy::free_pages_zeroed) keeps it.
+//! * **Bulk** for pcp: [`alloc_bulk`](Buddy::alloc_bulk) (`rmqueue_bulk`) and
+//!   [`free_bulk`](Buddy::free_bulk) (`free_pcppages_bulk`), each under one
+//!   zone-lock acquisition, each block with its known-zero bit.
+//! * **Owner words** ([`Owner`]): the head descriptor of an allocated block
+//!   holds a 16-byte-aligned [`AtomicDWord`](local_lock::sync::AtomicDWord)
+//!   plus two `AtomicUsize` and a tag, **which belong to whoever holds the
+//!   block**; [`owner_of`](Buddy::owner_of) finds them from any address
+//!   inside the block (one descriptor read for the head page, two for a
+//!   block allocated with [`AllocFlags::COMP`], at most `MAX_ORDER` more
+//!   otherwise).
+//!
+//! # Invariants
+//!
+//! Checked by `Buddy::check_invariants` (feature `invariants`, and this
+//! crate's tests) after every operation in the tests and the fuzz target:
+//!
+//! * per zone: `free = Σ_order nr_free(order) × 2^order`, `free <= managed`;
+//! * every listed block is a naturally aligned `FREE` head of its list's
+//!   order, in its zone and span, with no block head inside it; every
+//!   `FREE` descriptor is listed; PG_zero matches the list it is on;
+//! * no two free buddies of equal order remain unmerged. With eager merging
+//!   this makes the free blocks a function of the set of free pages: each
+//!   free page lies in the largest aligned all-free block (up to
+//!   `MAX_ORDER`, within a span). The reference model in `buddy::testing`
+//!   checks exactly that.
+//!
+//! # Checking ladder
+//!
+//! 1. Always: the descriptor check of every free (head, order, alignment,
+//!    ownership, double free), reported with the address and the problem.
+//! 2. `invariants` (and tests): the full checker, plus verification that
+//!    every block handed out as known zero and every block freed as zero
+//!    reads as zero.
+//!
+//! # API at a glance
+//!
+//! | need | call |
+//! |---|---|
+//! | memory | [`add_region`](Buddy::add_region), [`add_span`](Buddy::add_span), [`GlobalBuddy`] |
+//! | one block | [`alloc_pages`](Buddy::alloc_pages), [`alloc_pages_zone`](Buddy::alloc_pages_zone), [`free_pages`](Buddy::free_pages), [`free_pages_zeroed`](Buddy::free_pages_zeroed), [`free_pages_flags`](Buddy::free_pages_flags), [`try_free_pages`](Buddy::try_free_pages) |
+//! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk) |
+//! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
+//! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
+//! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |
+//!
+//! # Lock order
+//!
+//! 1. `GlobalBuddy::grow` (std only): serialises growth; held across the
+//!    `mmap` calls and the `add_region` that follows.
+//! 2. `Buddy::resize`: serialises span creation, region addition,
+//!    watermark/reserve setup and the tunables; protects the tunables and the
+//!    zones' `managed` counts.
+//! 3. `zone.lock` (one per zone), always taken inside
+//!    [`Platform::irq_save`](local_lock::Platform::irq_save) and released
+//!    before [`irq_restore`](local_lock::Platform::irq_restore)
+//!    (`spin_lock_irqsave`). It protects everything in the zone's
+//!    `ZoneInner` (free lists, counts, watermark copies, stats) and the
+//!    `state`, `next`, `prev`, `aux` words of the descriptors of the zone's
+//!    free blocks. Never two zone locks at once. Callers' locks (pcp's
+//!    per-CPU lock) nest outside it.
+//!
+//! The allocator is `Sync`: any thread, and on a kernel platform any
+//! interrupt handler, may call it (IRQs are off while a zone lock is held,
+//! so an interrupt on the same CPU cannot spin on it). Nothing but the
+//! `alloc_bulk` sink and the `free_bulk` iterator runs under a zone lock,
+//! and those must not call back into the allocator.
+//!
+//! # Pinned (kernel) and locked (std/RT) platforms
+//!
+//! The buddy has no per-CPU state, so both strategies of `local-lock` see
+//! the same code: the zone lock is a spin lock in every case; on a kernel
+//! platform `irq_save` really masks interrupts, on std and on RT it is a
+//! no-op (std has no interrupts; RT handlers are threads). Contended locks
+//! back off through [`Platform::spin_wait`](local_lock::Platform::spin_wait)
+//! (std: yield after a short spin).
+//!
+//! # Re-entrancy
+//!
+//! The allocator never allocates. A page source that feeds it (the std
+//! growth path) only calls `mmap`, never the global allocator, so the buddy
+//! can itself be the global allocator.
+//!
+//! # Features
+//!
+//! * `std` (default): [`GlobalBuddy`] (mmap-backed `#[global_allocator]`)
+//!   and the std platforms of `local-lock`.
+//! * `invariants`: `Buddy::check_invariants` (always on in this crate's
+//!   own tests), the known-zero verification on every hand-out and
+//!   zeroed free, and with `std` the model/harness in `buddy::testing` for
+//!   fuzzing and other crates' tests.
+
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(any(feature = "std", test, loom))]
+extern crate std;
+
+mod buddy;
+#[cfg(any(test, loom, feature = "invariants"))]
+mod check;
+mod desc;
+mod error;
+#[cfg(all(feature = "std", not(loom)))]
+mod global;
+mod span;
+mod types;
+mod zone;
+
+#[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
+pub mod testing;
+
+pub use crate::buddy::{BlockRef, Buddy, PageState, ZoneInfo};
+pub use crate::desc::Owner;
+pub use crate::error::{FreeError, FreeErrorKind, RegionError};
+#[cfg(all(feature = "std", not(loom)))]
+pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
+pub use crate::span::MAX_SPANS;
+pub use crate::types::{
+    AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,
+    MAX_ZONES, ORDER_LIMIT,
+};
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+// The allocator is shared between threads (and, on a kernel, interrupt
+// handlers): it must be `Sync` whenever its platform is.
+#[cfg(all(feature = "std", not(loom)))]
+const _: () = {
+    const fn sync<T: Sync + Send>() {}
+    sync::<Buddy<local_lock::std_platform::StdCpu>>();
+    sync::<GlobalBuddy>();
+    sync::<Page>();
+};

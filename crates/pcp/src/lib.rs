@@ -1,6 +1,87 @@
-//! Per-CPU page lists over the buddy allocator (work in progress: sizing
-//! and statistics are in place; the lists follow once the buddy API lands).
+//! Per-CPU page lists over the buddy allocator (`struct per_cpu_pages`),
+//! with the protection policies of seed 000 and its successors and the
+//! hot/cold ordering and zero list of seed 003.
+//!
+//! # Design
+//!
+//! ```text
+//!   Pcp<S: PageSource, L: Platform>            one zone of S's buddy
+//!   ├─ cpus: LocalLock<CpuPages, L>            one slot per CPU
+//!   │    count, free_factor
+//!   │    normal[order 0..=3]  head = hot ... tail = cold
+//!   │    zero[order 0..=3]    known-zero pages, same order
+//!   ├─ batch, high                             kernel formulas or tuned
+//!   └─ counters[cpu]: stats + count mirror     written by the holder, summed on read
+//! ```
+//!
+//! Pages on the lists are *allocated* in the buddy; they are linked through
+//! their descriptors' owner words (`data` = prev, `link` = next, `tag` =
+//! list id), never through the page memory (that would dirty the zero list).
+//!
+//! * **Allocation**: orders 0..=3 pop the head of this CPU's list (the tail
+//!   for `COLD`); an empty list is refilled with `batch` pages under **one**
+//!   zone-lock acquisition ([`Buddy::alloc_bulk`](buddy::Buddy::alloc_bulk)),
+//!   known-zero pages going to the zero list. `ZEROED` requests take the zero
+//!   list first, then a normal page and clear it (outside the locks);
+//!   `ONLY_ZERO` never clears; normal requests use zero pages when the normal
+//!   list is empty. Each allocation halves `free_factor`.
+//! * **Free**: checked against the descriptor (owned, head, order, not
+//!   already on a list), pushed at the head (the tail for `COLD`), the zero
+//!   list if freed still zero. When `count >= high`, `batch << free_factor`
+//!   pages (clamped to `[batch, high - batch]`) return to the buddy from the
+//!   cold ends, round-robin over the orders, under **one** zone-lock
+//!   acquisition, and `free_factor` grows.
+//! * **Drains**: local, one remote CPU (under its lock where the platform
+//!   allows: the locked strategy, as Linux 6.x), all CPUs with pages.
+//! * **Bulk**: `alloc_bulk` fills an array's empty slots under one hold;
+//!   `free_bulk` frees many under one hold. `prezero(budget)` clears cold
+//!   pages into the zero list (idle loop).
+//!
+//! # Policies ([`Policy`])
+//!
+//! | policy | task side | interrupt side |
+//! |---|---|---|
+//! | `IrqSafe` (5.14) | `lock_irqsave` | `lock_irqsave`: uses the lists |
+//! | `TaskOnly` (seed 000) | `lock` (preemption only) | straight to the buddy (zone lock, IRQs saved) |
+//! | `Trylock` (6.2+) | `try_lock` | `try_lock`; fails if it interrupted the holder → buddy |
+//!
+//! # Lock order
+//!
+//! 1. The per-CPU lists' local lock (`Pcp::cpus`): protects one CPU's
+//!    `CpuPages` and the owner words of the pages on them.
+//! 2. The buddy's zone lock (IRQs saved), taken inside 1 for refills, batch
+//!    frees and drains, never the other way round.
+//!
+//! The counters are written only by the holder of a CPU's lists (a relaxed
+//! load and store: the kernel's deliberately racy per-CPU counters, made
+//! sound with atomics), except by bypass paths, which add atomically.
+//!
+//! # Pinned and locked platforms
+//!
+//! On a pinned platform (kernel !RT, per-thread std) the lists are reached
+//! with no atomic read-modify-write; remote drains are refused (drain on the
+//! CPU itself). On a locked platform (RT, std real CPUs) the slot lock makes
+//! remote drains direct.
 #![no_std]
+#![warn(missing_docs)]
 
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+pub mod list;
+mod pcp;
 pub mod sizing;
 pub mod stats;
+
+#[cfg(all(feature = "std", not(loom)))]
+mod global;
+#[cfg(all(feature = "std", not(loom)))]
+pub use crate::global::{GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
+pub use crate::pcp::{BadFree, CpuPages, DrainError, PageSource, Pcp, Policy};
+pub use crate::stats::{PcpStat, PcpStats};
+
+#[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;

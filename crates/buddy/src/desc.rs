@@ -1,0 +1,294 @@
+//! Page descriptors (`struct page`) and the owner words.
+//!
+//! One [`PageDesc`] per page, 64 bytes on 64-bit targets (one cache line, so
+//! an owner's compare-exchange on one block never false-shares with its
+//! neighbour's), laid out so that **all-zero bytes are a valid descriptor of
+//! a page nobody manages**: a memmap in fresh `mmap` memory needs no
+//! initialisation and costs memory only where it is touched.
+//!
+//! ```text
+//!  0 pair   AtomicDWord    owner ┐ belong to whoever holds the allocated
+//! 16 data   AtomicUsize    owner │ block (head descriptor only)
+//! 24 link   AtomicUsize    owner │
+//! 32 state  AtomicU32      buddy │ kind | order | zero bits (see below)
+//! 36 tag    AtomicU32      owner ┘
+//! 40 next   *mut PageDesc  buddy: free-list links, zone lock only
+//! 48 prev   *mut PageDesc
+//! 56 aux    AtomicPtr<u8>  buddy: head: the block's pointer; stamped tail: its head's
+//! ```
+//!
+//! `state` kinds: `NONE` (0: a tail, a hole, the memmap itself, or never
+//! managed), `FREE` (head of a block on a free list: order and PG_zero bits
+//! valid), `ALLOC` (head of an allocated block: order valid), `TAIL` (a tail
+//! of a block allocated with [`COMP`](crate::AllocFlags::COMP): `aux` points
+//! at its head; may be stale once that block is freed, so readers verify
+//! the head). The kind changes only under the zone lock (and tails of a
+//! `COMP` block right after its allocation, by its new holder).
+
+use core::ptr::{self, NonNull};
+
+use local_lock::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use local_lock::sync::{AtomicDWord, DWord, UnsafeCell};
+
+use crate::types::Order;
+
+// --- state word -------------------------------------------------------------
+
+pub(crate) const KIND_MASK: u32 = 0b11;
+/// Not a block head (0, so a zeroed descriptor is valid).
+pub(crate) const KIND_NONE: u32 = 0;
+/// Head of a free block on a free list.
+pub(crate) const KIND_FREE: u32 = 1;
+/// Head of an allocated block.
+pub(crate) const KIND_ALLOC: u32 = 2;
+/// Tail of a block allocated with `COMP`; `aux` points at the head.
+pub(crate) const KIND_TAIL: u32 = 3;
+pub(crate) const ORDER_SHIFT: u32 = 2;
+pub(crate) const ORDER_MASK: u32 = 0x1f << ORDER_SHIFT;
+/// PG_zero for the lower half of a free block.
+pub(crate) const ZERO_LO: u32 = 1 << 8;
+/// PG_zero for the upper half of a free block.
+pub(crate) const ZERO_HI: u32 = 1 << 9;
+/// PG_zero: the whole free block reads as zero.
+pub(crate) const ZERO_FULL: u32 = ZERO_LO | ZERO_HI;
+
+#[inline(always)]
+pub(crate) const fn kind(state: u32) -> u32 {
+    state & KIND_MASK
+}
+#[inline(always)]
+pub(crate) const fn order_of(state: u32) -> Order {
+    match Order::new(((state & ORDER_MASK) >> ORDER_SHIFT) as u8) {
+        Some(o) => o,
+        None => Order::ZERO,
+    }
+}
+#[inline(always)]
+pub(crate) const fn make_state(kind: u32, order: Order, zero: u32) -> u32 {
+    kind | ((order.get() as u32) << ORDER_SHIFT) | (zero & ZERO_FULL)
+}
+
+/// The per-page descriptor. See the module docs for the layout and the
+/// meaning of each word.
+///
+/// Invariants (zone lock held, checked by `check_invariants`):
+/// `kind == FREE` ⇔ the descriptor heads a block on the free list of its
+/// zone for `order`; `kind == ALLOC` ⇔ it heads an allocated block of
+/// `order`; every other page of a free block has kind `NONE` or `TAIL`.
+#[repr(C, align(64))]
+pub(crate) struct PageDesc {
+    /// Owner: double word (SLUB: `freelist`, `counters`).
+    pub(crate) pair: AtomicDWord,
+    /// Owner: a word (SLUB: the cache pointer).
+    pub(crate) data: AtomicUsize,
+    /// Owner: a word (SLUB, pcp: a list link).
+    pub(crate) link: AtomicUsize,
+    /// Buddy: kind, order, PG_zero bits.
+    pub(crate) state: AtomicU32,
+    /// Owner: a small tag (block kind: slab, large kmalloc, ...).
+    pub(crate) tag: AtomicU32,
+    /// Buddy: next block on the free list (zone lock).
+    next: UnsafeCell<*mut PageDesc>,
+    /// Buddy: previous block on the free list (zone lock).
+    prev: UnsafeCell<*mut PageDesc>,
+    /// Buddy: for a head, the block's pointer; for a stamped tail, its
+    /// head's pointer.
+    pub(crate) aux: AtomicPtr<u8>,
+}
+
+// SAFETY: every field but the list links is atomic; the links are only read
+// or written under the lock of the zone that owns the page (see
+// `next`/`prev`).
+unsafe impl Sync for PageDesc {}
+// SAFETY: as above.
+unsafe impl Send for PageDesc {}
+
+#[cfg(all(not(loom), target_pointer_width = "64"))]
+const _: () = assert!(core::mem::size_of::<PageDesc>() == 64);
+
+impl PageDesc {
+    /// A descriptor of an unmanaged page (the all-zero value).
+    #[allow(dead_code)] // loom builds and tests construct descriptors
+    pub(crate) fn new() -> PageDesc {
+        PageDesc {
+            pair: AtomicDWord::new(DWord::new(0, 0)),
+            data: AtomicUsize::new(0),
+            link: AtomicUsize::new(0),
+            state: AtomicU32::new(0),
+            tag: AtomicU32::new(0),
+            next: UnsafeCell::new(ptr::null_mut()),
+            prev: UnsafeCell::new(ptr::null_mut()),
+            aux: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Initialises `n` descriptors at `mm` to the unmanaged state.
+    ///
+    /// # Safety
+    ///
+    /// `mm` is valid for writes of `n` descriptors, aligned, and nobody else
+    /// uses them.
+    pub(crate) unsafe fn init_range(mm: *mut PageDesc, n: usize) {
+        #[cfg(not(loom))]
+        // SAFETY: caller's contract; all-zero bytes are a valid descriptor.
+        unsafe {
+            ptr::write_bytes(mm, 0, n)
+        };
+        #[cfg(loom)]
+        for i in 0..n {
+            // SAFETY: caller's contract; loom's types must be constructed.
+            unsafe { ptr::write(mm.add(i), PageDesc::new()) };
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn load_state(&self) -> u32 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// The next block on the free list.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the lock of the zone whose free list holds this
+    /// descriptor.
+    #[inline(always)]
+    pub(crate) unsafe fn next(&self) -> *mut PageDesc {
+        // SAFETY: the zone lock serialises all link accesses.
+        self.next.with(|p| unsafe { *p })
+    }
+    /// The previous block on the free list.
+    ///
+    /// # Safety
+    ///
+    /// As for [`next`](Self::next).
+    #[inline(always)]
+    pub(crate) unsafe fn prev(&self) -> *mut PageDesc {
+        // SAFETY: the zone lock serialises all link accesses.
+        self.prev.with(|p| unsafe { *p })
+    }
+    /// Sets the next link.
+    ///
+    /// # Safety
+    ///
+    /// As for [`next`](Self::next).
+    #[inline(always)]
+    pub(crate) unsafe fn set_next(&self, n: *mut PageDesc) {
+        // SAFETY: the zone lock serialises all link accesses.
+        self.next.with_mut(|p| unsafe { *p = n })
+    }
+    /// Sets the previous link.
+    ///
+    /// # Safety
+    ///
+    /// As for [`next`](Self::next).
+    #[inline(always)]
+    pub(crate) unsafe fn set_prev(&self, n: *mut PageDesc) {
+        // SAFETY: the zone lock serialises all link accesses.
+        self.prev.with_mut(|p| unsafe { *p = n })
+    }
+
+    /// Clears the owner words for a new holder.
+    #[inline(always)]
+    pub(crate) fn reset_owner(&self) {
+        self.pair.store(DWord::new(0, 0), Ordering::Relaxed);
+        self.data.store(0, Ordering::Relaxed);
+        self.link.store(0, Ordering::Relaxed);
+        self.tag.store(0, Ordering::Relaxed);
+    }
+
+    /// The owner view of this descriptor.
+    #[inline(always)]
+    pub(crate) fn owner(&self) -> &Owner {
+        // SAFETY: `Owner` is `repr(transparent)` over `PageDesc`.
+        unsafe { &*(self as *const PageDesc as *const Owner) }
+    }
+}
+
+/// The owner words of an allocated block: room in its head descriptor for
+/// whoever holds the block, reachable from any address inside it
+/// ([`Buddy::owner_of`](crate::Buddy::owner_of)).
+///
+/// # Ownership rule
+///
+/// **The owner words belong to whoever holds the allocated block**, from
+/// the allocation that handed it out to the free that returns it. The buddy
+/// clears them (all zero, tag 0) when it hands a block out and never reads or
+/// writes them while the block is allocated; after the free they are the
+/// buddy's again and their contents are lost. A holder that passes the block
+/// on (pcp handing a page to SLUB) passes the words with it; the next holder
+/// must not assume them zero unless the previous holder promised so
+/// ([`reset`](Self::reset)).
+///
+/// Uses in this crate family:
+///
+/// | user | `pair` (16-byte aligned) | `data` | `link` | `tag` |
+/// |---|---|---|---|---|
+/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | list id |
+/// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list link | "slab" |
+/// | SLUB large kmalloc | — | size | — | "large" |
+///
+/// Everything is atomic, so sharing `&Owner` is always memory safe; the rule
+/// above is about meaning, not soundness.
+#[repr(transparent)]
+pub struct Owner(PageDesc);
+
+impl Owner {
+    /// The 16-byte-aligned double word (SLUB: `freelist`, `counters`),
+    /// updated by [`AtomicDWord::compare_exchange`].
+    #[inline(always)]
+    pub fn pair(&self) -> &AtomicDWord {
+        &self.0.pair
+    }
+    /// A word (SLUB: the cache pointer; pcp: the prev link).
+    #[inline(always)]
+    pub fn data(&self) -> &AtomicUsize {
+        &self.0.data
+    }
+    /// A word (SLUB, pcp: a list link).
+    #[inline(always)]
+    pub fn link(&self) -> &AtomicUsize {
+        &self.0.link
+    }
+    /// A small tag for the block's kind (0 as handed out), so e.g. `kfree`
+    /// can tell a slab from a large allocation.
+    #[inline(always)]
+    pub fn tag(&self) -> &AtomicU32 {
+        &self.0.tag
+    }
+    /// The first byte of the block these words describe (set by the buddy
+    /// when the block was handed out).
+    #[inline(always)]
+    pub fn block(&self) -> Option<NonNull<u8>> {
+        NonNull::new(self.0.aux.load(Ordering::Acquire))
+    }
+    /// The order of the block while it is allocated (`None` if the
+    /// descriptor does not head an allocated block).
+    #[inline(always)]
+    pub fn order(&self) -> Option<Order> {
+        let s = self.0.state.load(Ordering::Acquire);
+        if kind(s) == KIND_ALLOC {
+            Some(order_of(s))
+        } else {
+            None
+        }
+    }
+    /// Clears all owner words and the tag.
+    #[inline(always)]
+    pub fn reset(&self) {
+        self.0.reset_owner()
+    }
+}
+
+impl core::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Owner")
+            .field("block", &self.block())
+            .field("order", &self.order())
+            .field("pair", &self.pair().load(Ordering::Relaxed))
+            .field("data", &self.data().load(Ordering::Relaxed))
+            .field("link", &self.link().load(Ordering::Relaxed))
+            .field("tag", &self.tag().load(Ordering::Relaxed))
+            .finish()
+    }
+}

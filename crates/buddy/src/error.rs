@@ -1,0 +1,136 @@
+//! Errors: bad frees (caught by the descriptor check every free does) and
+//! rejected memory regions.
+
+use core::fmt;
+
+use crate::types::{Order, ZoneId};
+
+/// A free the allocator refused. The allocator's state is untouched.
+/// [`free_pages`](crate::Buddy::free_pages) panics with this as the message
+/// (`buddy: bad free of 0x…: …`); [`try_free_pages`](crate::Buddy::try_free_pages)
+/// returns it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct FreeError {
+    /// The address passed to the free.
+    pub addr: usize,
+    /// The order passed to the free (raw: it may be out of range).
+    pub order: u8,
+    /// What is wrong.
+    pub kind: FreeErrorKind,
+}
+
+/// What is wrong with a free.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FreeErrorKind {
+    /// The order is above the allocator's `max_order`.
+    BadOrder,
+    /// The address is not aligned to the page size, or not to the block
+    /// size of the order (no block of that order can start there).
+    Misaligned,
+    /// The address lies in no span of this allocator.
+    NotOwned,
+    /// The address is managed but lies in no allocated block (a hole, the
+    /// memmap, or memory never handed out).
+    NotAllocated,
+    /// The address lies inside the allocated block at `head`, but is not
+    /// its head.
+    NotHead {
+        /// The block's first byte.
+        head: usize,
+        /// The block's order.
+        order: Order,
+    },
+    /// The address heads an allocated block of another order.
+    WrongOrder {
+        /// The block's real order.
+        actual: Order,
+    },
+    /// The block is already free (double free): the address heads, or lies
+    /// inside, the free block at `block`.
+    DoubleFree {
+        /// The free block's first byte.
+        block: usize,
+        /// The free block's order.
+        order: Order,
+    },
+    /// Freed as still zero, but it does not read as zero (checked in test
+    /// and `invariants` builds only).
+    NotZero,
+    /// A bulk free for one zone got a block of another zone.
+    WrongZone {
+        /// The zone the bulk free was for.
+        expected: ZoneId,
+        /// The block's zone.
+        actual: ZoneId,
+    },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "buddy: bad free of {:#x} (order {}): ",
+            self.addr, self.order
+        )?;
+        match self.kind {
+            FreeErrorKind::BadOrder => f.write_str("order above max_order"),
+            FreeErrorKind::Misaligned => {
+                f.write_str("misaligned: not the start of a block of this order")
+            }
+            FreeErrorKind::NotOwned => f.write_str("address not owned by this allocator"),
+            FreeErrorKind::NotAllocated => {
+                f.write_str("not allocated: no allocated block contains this address")
+            }
+            FreeErrorKind::NotHead { head, order } => write!(
+                f,
+                "not a block head: inside the allocated block at {head:#x} ({order})"
+            ),
+            FreeErrorKind::WrongOrder { actual } => {
+                write!(f, "wrong order: the block at this address is {actual}")
+            }
+            FreeErrorKind::DoubleFree { block, order } => write!(
+                f,
+                "double free: already in the free block at {block:#x} ({order})"
+            ),
+            FreeErrorKind::NotZero => f.write_str("freed as zero but does not read as zero"),
+            FreeErrorKind::WrongZone { expected, actual } => write!(
+                f,
+                "wrong zone: block in zone {} freed in bulk to zone {}",
+                actual.index(),
+                expected.index()
+            ),
+        }
+    }
+}
+
+/// Why a region or span was not added (nothing was added).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RegionError {
+    /// After trimming to whole pages (and carving a memmap) nothing is
+    /// left.
+    TooSmall,
+    /// The span table is full ([`MAX_SPANS`](crate::MAX_SPANS)).
+    TooManySpans,
+    /// The span overlaps an existing span.
+    Overlap,
+    /// The region lies in a span's reserved but not yet populated part.
+    Unpopulated,
+    /// A span start or length is not page aligned, or its memmap is not
+    /// aligned for descriptors or too small.
+    BadSpan,
+    /// The region wraps around the address space.
+    Overflow,
+}
+
+impl fmt::Display for RegionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RegionError::TooSmall => "buddy: region too small (nothing left after trimming)",
+            RegionError::TooManySpans => "buddy: too many spans",
+            RegionError::Overlap => "buddy: span overlaps an existing span",
+            RegionError::Unpopulated => "buddy: region in an unpopulated part of a span",
+            RegionError::BadSpan => "buddy: span or memmap misaligned or too small",
+            RegionError::Overflow => "buddy: region wraps the address space",
+        })
+    }
+}

@@ -1,0 +1,525 @@
+//! [`GlobalBuddy`]: a buddy that grows from the OS, usable as
+//! `#[global_allocator]` (feature `std`).
+//!
+//! # Memory source
+//!
+//! The first allocation reserves one large virtual range (`PROT_NONE`,
+//! `MAP_NORESERVE`: no memory, no commit charge):
+//!
+//! ```text
+//! reservation: [ memmap (PROT_NONE until needed) | pad | heap (MAX_ORDER-aligned) ... ]
+//!                 ^ descriptors of heap pages          ^ span start
+//! ```
+//!
+//! The heap is one span, so address → descriptor stays one subtraction and a
+//! shift. Growing maps the next MAX_ORDER-aligned blocks of the heap
+//! read-write (`MAP_FIXED` over the reservation: fresh zero pages, so they
+//! are added as known-zero), and the memmap pages that describe them (also
+//! fresh, and an all-zero descriptor is valid: only descriptors of mapped
+//! heap pages cost memory). When a reservation is full, another one becomes
+//! a new span. Requests above the largest block (or aligned beyond it) are
+//! direct mappings, unmapped on free.
+//!
+//! # Rules kept on the allocation path
+//!
+//! No panics (errors become null or, for a bad `dealloc`, a message on
+//! stderr written with `write(2)` and `abort()`), no call to the global
+//! allocator (only `mmap`/`munmap` and the buddy), and `alloc_zeroed`
+//! takes known-zero blocks without clearing them.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::fmt::Write as _;
+use core::ptr::{self, NonNull};
+
+use local_lock::std_platform::StdCpu;
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
+use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
+use local_lock::Platform;
+
+use crate::buddy::Buddy;
+use crate::error::FreeError;
+use crate::span::MAX_SPANS;
+use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
+
+/// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min
+/// watermark (the heap grows instead of keeping a reserve).
+pub const GLOBAL_CONFIG: Config = Config::new(4096, 10).with_tunables(Tunables::NO_MIN);
+
+/// Heap bytes the first reservation tries for (halved until `mmap` agrees).
+const RESERVE_BYTES: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 28 };
+
+/// One reserved range (see the module docs).
+#[derive(Clone, Copy, Debug)]
+struct Reservation {
+    /// Start of the reservation (the memmap).
+    base: *mut u8,
+    /// Bytes reserved.
+    len: usize,
+    /// First heap byte (the span start).
+    heap: *mut u8,
+    /// Heap bytes reserved.
+    cap: usize,
+    /// Heap bytes mapped and added.
+    populated: usize,
+    /// Memmap bytes mapped.
+    memmap_mapped: usize,
+    /// The buddy span index.
+    span: usize,
+}
+
+/// What the grow lock protects.
+struct Grow {
+    /// Every reservation, the last one current.
+    res: [Option<Reservation>; MAX_SPANS],
+    /// Reservations made.
+    nr: usize,
+    /// Heap bytes mapped over all reservations.
+    total: usize,
+    /// Set when the OS refused a reservation (no further tries).
+    exhausted: bool,
+}
+
+// SAFETY: the raw pointers name OS mappings owned by the `GlobalBuddy`;
+// they are only used under the grow lock.
+unsafe impl Send for Grow {}
+
+/// A buddy allocator that grows from the OS: `#[global_allocator]`-ready.
+///
+/// ```no_run
+/// #[global_allocator]
+/// static HEAP: buddy::GlobalBuddy = buddy::GlobalBuddy::new();
+/// ```
+///
+/// Every `Layout` is honoured (blocks are naturally aligned; anything
+/// larger than the largest block, or aligned beyond it, is a direct
+/// mapping). Page-granular: a small object takes a whole 4 KiB page (SLUB,
+/// built on top, is the object allocator).
+pub struct GlobalBuddy {
+    /// The page allocator.
+    buddy: Buddy<StdCpu>,
+    /// Serialises growth (outside the buddy's locks).
+    grow: SpinLock<Grow>,
+    /// Growth generation: a failed allocation that sees it changed retries
+    /// instead of growing again.
+    gen: AtomicUsize,
+    /// Live direct mappings.
+    direct: AtomicUsize,
+}
+
+/// The OS page size.
+fn os_page() -> usize {
+    static P: AtomicUsize = AtomicUsize::new(0);
+    let p = P.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let v = if v > 0 { v as usize } else { 4096 };
+    P.store(v, Ordering::Relaxed);
+    v
+}
+
+#[inline(always)]
+fn round_up(x: usize, a: usize) -> Option<usize> {
+    Some(x.checked_add(a - 1)? & !(a - 1))
+}
+
+/// `mmap` of anonymous memory; null on failure.
+///
+/// # Safety
+///
+/// With `MAP_FIXED`, `addr..addr+len` must be a range this allocator owns.
+unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
+    // SAFETY: caller's contract.
+    let p = unsafe {
+        libc::mmap(
+            addr.cast(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// A fixed-size stack buffer for the abort message (no allocation).
+struct StackBuf {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl core::fmt::Write for StackBuf {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// A bad `dealloc`: report on stderr without allocating, then abort (a
+/// global allocator must not unwind).
+#[cold]
+#[inline(never)]
+fn abort_bad_free(e: FreeError) -> ! {
+    let mut b = StackBuf {
+        buf: [0; 256],
+        len: 0,
+    };
+    let _ = writeln!(b, "{e}");
+    // SAFETY: writing our own buffer to stderr; abort has no preconditions.
+    unsafe {
+        libc::write(2, b.buf.as_ptr().cast(), b.len);
+        libc::abort()
+    }
+}
+
+impl GlobalBuddy {
+    /// An empty heap with [`GLOBAL_CONFIG`]; memory is reserved on first
+    /// use.
+    pub const fn new() -> Self {
+        Self::with_config(GLOBAL_CONFIG)
+    }
+
+    /// An empty heap of another shape (its largest block must be at least
+    /// the OS page size for growth to work; smaller ones only serve direct
+    /// mappings).
+    pub const fn with_config(config: Config) -> Self {
+        GlobalBuddy {
+            buddy: Buddy::new(StdCpu::new(), config),
+            grow: SpinLock::new(Grow {
+                res: [None; MAX_SPANS],
+                nr: 0,
+                total: 0,
+                exhausted: false,
+            }),
+            gen: AtomicUsize::new(0),
+            direct: AtomicUsize::new(0),
+        }
+    }
+
+    /// The page allocator underneath (statistics, buddyinfo, owner words).
+    pub fn buddy(&self) -> &Buddy<StdCpu> {
+        &self.buddy
+    }
+
+    /// Heap bytes mapped from the OS so far (excluding direct mappings).
+    pub fn heap_bytes(&self) -> usize {
+        self.lock_grow().total
+    }
+
+    /// Live direct mappings (requests above the largest block).
+    pub fn direct_mappings(&self) -> usize {
+        self.direct.load(Ordering::Relaxed)
+    }
+
+    /// Maps more heap for a block of `order` after an allocation from
+    /// [`buddy`](Self::buddy) failed (for layers on top, e.g. pcp refills).
+    /// False when the OS refuses. Never calls the global allocator.
+    pub fn grow_for(&self, order: Order) -> bool {
+        let gen = self.gen.load(Ordering::Acquire);
+        self.grow(self.buddy.config().block_size(order), gen)
+    }
+
+    fn lock_grow(&self) -> SpinLockGuard<'_, Grow> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(g) = self.grow.try_lock() {
+                return g;
+            }
+            self.buddy.platform().spin_wait(&backoff);
+        }
+    }
+
+    /// Allocates `layout` with `flags`; null on exhaustion.
+    #[inline]
+    fn alloc_flags(&self, layout: Layout, flags: AllocFlags) -> *mut u8 {
+        let cfg = self.buddy.config();
+        let Some(order) = cfg.order_for(layout.size(), layout.align()) else {
+            return self.alloc_direct(layout);
+        };
+        loop {
+            let gen = self.gen.load(Ordering::Acquire);
+            if let Some(p) = self.buddy.alloc_pages(order, flags) {
+                return p.ptr.as_ptr();
+            }
+            if !self.grow(cfg.block_size(order), gen) {
+                return ptr::null_mut();
+            }
+        }
+    }
+
+    /// Maps more heap (at least `need` bytes) unless another thread grew it
+    /// since generation `gen`. False when the OS refuses.
+    #[cold]
+    #[inline(never)]
+    fn grow(&self, need: usize, gen: usize) -> bool {
+        let mut g = self.lock_grow();
+        if self.gen.load(Ordering::Acquire) != gen {
+            return true;
+        }
+        let cfg = *self.buddy.config();
+        let unit = cfg.max_block_size().max(os_page());
+        let Some(need) = round_up(need.max(1), unit) else {
+            return false;
+        };
+        let step = (g.total / 8).clamp(unit, 16 * unit);
+        let want = need.max(round_up(step, unit).unwrap_or(need));
+        // Room in the current reservation?
+        let cur = if g.nr == 0 { None } else { g.res[g.nr - 1] };
+        let (mut r, idx) = match cur {
+            Some(r) if r.cap - r.populated >= need => (r, g.nr - 1),
+            _ => {
+                if g.exhausted || g.nr == MAX_SPANS {
+                    return false;
+                }
+                let Some(r) = self.reserve(&cfg, need) else {
+                    g.exhausted = true;
+                    return false;
+                };
+                let n = g.nr;
+                g.res[n] = Some(r);
+                g.nr += 1;
+                (r, g.nr - 1)
+            }
+        };
+        let bytes = want.min(r.cap - r.populated);
+        // Memmap pages for the new heap pages.
+        let desc = core::mem::size_of::<crate::desc::PageDesc>();
+        let pages_after = (r.populated + bytes) >> cfg.page_shift();
+        let Some(mm_need) = round_up(pages_after * desc, os_page()) else {
+            return false;
+        };
+        if mm_need > r.memmap_mapped {
+            // SAFETY: inside our reservation's memmap part.
+            let p = unsafe {
+                map(
+                    r.base.add(r.memmap_mapped),
+                    mm_need - r.memmap_mapped,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_FIXED,
+                )
+            };
+            if p.is_null() {
+                return false;
+            }
+            r.memmap_mapped = mm_need;
+        }
+        // SAFETY: inside our reservation's heap part.
+        let heap = unsafe { r.heap.add(r.populated) };
+        // SAFETY: as above.
+        let p = unsafe {
+            map(
+                heap,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_FIXED,
+            )
+        };
+        if p.is_null() {
+            g.res[idx] = Some(r);
+            return false;
+        }
+        r.populated += bytes;
+        // SAFETY: the memmap now covers the new pages (fresh zero bytes are
+        // valid descriptors), and the heap pages are mapped.
+        unsafe {
+            self.buddy
+                .grow_span(r.span, r.populated >> cfg.page_shift())
+        };
+        // SAFETY: fresh anonymous memory, read-write, zero, ours alone,
+        // inside the populated part of the span.
+        let added = unsafe { self.buddy.add_region(heap, bytes, true) };
+        g.res[idx] = Some(r);
+        if added.is_err() {
+            return false;
+        }
+        g.total += bytes;
+        self.gen.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Reserves a range for a heap of at least `need` bytes (the largest
+    /// that `mmap` grants, up to [`RESERVE_BYTES`]).
+    fn reserve(&self, cfg: &Config, need: usize) -> Option<Reservation> {
+        let unit = cfg.max_block_size().max(os_page());
+        let desc = core::mem::size_of::<crate::desc::PageDesc>();
+        let mut cap = RESERVE_BYTES.max(need);
+        loop {
+            let mm = round_up((cap >> cfg.page_shift()) * desc, os_page())?;
+            let len = mm.checked_add(cap)?.checked_add(unit)?;
+            // SAFETY: a fresh PROT_NONE reservation anywhere.
+            let base = unsafe { map(ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_NORESERVE) };
+            if !base.is_null() {
+                let heap_addr = round_up(base as usize + mm, unit)?;
+                let heap = base.wrapping_add(heap_addr - base as usize);
+                // SAFETY: the memmap will be mapped before the span covers
+                // any page; the range is fresh, so it overlaps no span.
+                let span = unsafe {
+                    self.buddy
+                        .add_reserved_span(heap, cap >> cfg.page_shift(), base)
+                };
+                let Some(span) = span else {
+                    // SAFETY: our own fresh mapping.
+                    unsafe { libc::munmap(base.cast(), len) };
+                    return None;
+                };
+                return Some(Reservation {
+                    base,
+                    len,
+                    heap,
+                    cap,
+                    populated: 0,
+                    memmap_mapped: 0,
+                    span,
+                });
+            }
+            if cap / 2 < need || cap / 2 < unit {
+                return None;
+            }
+            cap /= 2;
+        }
+    }
+
+    /// A direct mapping for a request above the largest block.
+    #[cold]
+    fn alloc_direct(&self, layout: Layout) -> *mut u8 {
+        let os = os_page();
+        let Some(size) = round_up(layout.size().max(1), os) else {
+            return ptr::null_mut();
+        };
+        let align = layout.align();
+        if align <= os {
+            // SAFETY: a fresh mapping anywhere.
+            let p = unsafe { map(ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, 0) };
+            if !p.is_null() {
+                self.direct.fetch_add(1, Ordering::Relaxed);
+            }
+            return p;
+        }
+        let Some(over) = size.checked_add(align) else {
+            return ptr::null_mut();
+        };
+        // SAFETY: a fresh mapping anywhere.
+        let p = unsafe { map(ptr::null_mut(), over, libc::PROT_READ | libc::PROT_WRITE, 0) };
+        if p.is_null() {
+            return p;
+        }
+        let a = p as usize;
+        let aligned = (a + align - 1) & !(align - 1);
+        let head = aligned - a;
+        let tail = over - head - size;
+        // SAFETY: trimming our own fresh mapping (page-aligned pieces).
+        unsafe {
+            if head > 0 {
+                libc::munmap(p.cast(), head);
+            }
+            if tail > 0 {
+                libc::munmap(p.add(head + size).cast(), tail);
+            }
+        }
+        self.direct.fetch_add(1, Ordering::Relaxed);
+        p.wrapping_add(head)
+    }
+}
+
+impl Default for GlobalBuddy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for GlobalBuddy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GlobalBuddy")
+            .field("buddy", &self.buddy)
+            .field("direct", &self.direct_mappings())
+            .finish()
+    }
+}
+
+impl Drop for GlobalBuddy {
+    /// Unmaps the reservations (live direct mappings belong to their
+    /// holders).
+    fn drop(&mut self) {
+        let g = self.grow.get_mut();
+        for r in g.res.iter().flatten() {
+            // SAFETY: our own reservation; `&mut self` means no allocator
+            // call is running, and blocks handed out die with the heap.
+            unsafe { libc::munmap(r.base.cast(), r.len) };
+        }
+    }
+}
+
+// SAFETY: `alloc` returns blocks of at least `layout.size()` bytes aligned
+// to `layout.align()` (buddy blocks are naturally aligned and at least
+// `max(size, align)` rounded to a power-of-two number of pages; direct
+// mappings are trimmed to the alignment), or null; `dealloc` returns them
+// to where they came from (the layout tells: a layout that fits a block was
+// served by the buddy, a larger one by a direct mapping). Nothing here
+// unwinds or calls the global allocator.
+unsafe impl GlobalAlloc for GlobalBuddy {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.alloc_flags(layout, AllocFlags::NONE)
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.alloc_flags(layout, AllocFlags::ZEROED)
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let Some(p) = NonNull::new(ptr) else { return };
+        match self.buddy.config().order_for(layout.size(), layout.align()) {
+            Some(order) => {
+                // SAFETY: GlobalAlloc's contract: `ptr` came from `alloc`
+                // with this layout, which the buddy served (layouts with an
+                // order never go to a direct mapping). A bad pointer is
+                // caught by the descriptor check.
+                if let Err(e) = unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
+                    abort_bad_free(e)
+                }
+            }
+            None => {
+                let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
+                // SAFETY: a layout above the largest block: a direct
+                // mapping of this size.
+                unsafe { libc::munmap(ptr.cast(), size) };
+                self.direct.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let cfg = self.buddy.config();
+        let old = cfg.order_for(layout.size(), layout.align());
+        if old.is_some() && old == cfg.order_for(new_size, layout.align()) {
+            // The block already has room: same order.
+            return ptr;
+        }
+        // SAFETY: `new_size` with the old alignment is a valid layout
+        // (GlobalAlloc::realloc's contract).
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: as for `alloc`.
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are valid for the copied length and do not
+            // overlap (`new` was just allocated).
+            unsafe {
+                ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}

@@ -1,0 +1,231 @@
+//! Spans: address ranges that have a memmap (one `FLATMEM` section each).
+//!
+//! A span is a run of pages `[start, start + pages * PAGE_SIZE)` whose
+//! descriptors lie in one array, so address → descriptor is one
+//! subtraction, a shift and an index. Holes inside a span are pages nobody
+//! added (their descriptors stay all-zero). Spans are published lock-free and
+//! never removed: readers load `len` (Acquire) and look at the slots below
+//! it, which are immutable except for `pages`, which only grows (a std heap
+//! growing inside its reserved range).
+//!
+//! A lookup checks the spans in the order they were added, so the common
+//! case (one span, or the first) is one compare; at most [`MAX_SPANS`].
+
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
+use local_lock::sync::UnsafeCell;
+
+use crate::desc::PageDesc;
+
+/// Most spans one allocator can have.
+pub const MAX_SPANS: usize = 16;
+
+/// The immutable part of a span.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpanInfo {
+    /// Address of the first page (page aligned).
+    pub(crate) start: usize,
+    /// `start >> PAGE_SHIFT`.
+    pub(crate) first_pfn: usize,
+    /// Descriptor of the first page.
+    pub(crate) memmap: *mut PageDesc,
+    /// Descriptors in the memmap (the most pages the span can grow to).
+    pub(crate) cap_pages: usize,
+}
+
+impl SpanInfo {
+    const EMPTY: SpanInfo = SpanInfo {
+        start: 0,
+        first_pfn: 0,
+        memmap: core::ptr::null_mut(),
+        cap_pages: 0,
+    };
+}
+
+/// A span found by a lookup, with its populated size at that moment.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    /// Slot index.
+    pub(crate) idx: usize,
+    /// The span.
+    pub(crate) info: SpanInfo,
+    /// Pages the span answers for (`pages[idx]` when looked up).
+    pub(crate) pages: usize,
+}
+
+impl Found {
+    /// Index of `pfn` in the memmap if the span covers it.
+    #[inline(always)]
+    pub(crate) fn index(&self, pfn: usize) -> Option<usize> {
+        let i = pfn.wrapping_sub(self.info.first_pfn);
+        if i < self.pages {
+            Some(i)
+        } else {
+            None
+        }
+    }
+
+    /// The descriptor of `pfn`, if the span covers it. The reference may
+    /// live as long as the allocator (memmaps are never freed); callers tie
+    /// it to their `&Buddy`.
+    #[inline(always)]
+    pub(crate) fn desc<'a>(&self, pfn: usize) -> Option<&'a PageDesc> {
+        let i = self.index(pfn)?;
+        // SAFETY: `i < pages <= cap_pages`, and a span's memmap holds
+        // `cap_pages` valid descriptors for as long as the allocator lives
+        // (published before `pages` covered them).
+        Some(unsafe { &*self.info.memmap.add(i) })
+    }
+
+    /// A raw pointer to the descriptor of `pfn`, if the span covers it.
+    #[inline(always)]
+    pub(crate) fn desc_ptr(&self, pfn: usize) -> Option<*mut PageDesc> {
+        let i = self.index(pfn)?;
+        // SAFETY: in bounds of the memmap allocation (see `desc`).
+        Some(unsafe { self.info.memmap.add(i) })
+    }
+
+    /// The address one past the span's populated pages.
+    #[inline(always)]
+    pub(crate) fn end(&self, page_shift: u32) -> usize {
+        self.info.start + (self.pages << page_shift)
+    }
+}
+
+/// The table of spans (see the module docs).
+///
+/// Invariant: slots `0..len` are published; their `SpanInfo` never changes,
+/// `pages[i]` only grows and never exceeds `cap_pages`; spans never overlap.
+pub(crate) struct SpanTable {
+    /// Slot contents, written once (resize lock) before `len` covers them.
+    info: [UnsafeCell<SpanInfo>; MAX_SPANS],
+    /// Populated pages of each span (Release on growth).
+    pages: [AtomicUsize; MAX_SPANS],
+    /// Published slots.
+    len: AtomicUsize,
+}
+
+// SAFETY: the raw memmap pointers are only dereferenced as documented in
+// `Found::desc`; slot writes happen before publication (Release on `len`),
+// reads only after it (Acquire).
+unsafe impl Sync for SpanTable {}
+// SAFETY: as above.
+unsafe impl Send for SpanTable {}
+
+impl SpanTable {
+    local_lock::const_fn! {
+        /// An empty table.
+        pub(crate) fn new() -> SpanTable {
+            #[cfg(not(loom))]
+            return SpanTable {
+                info: [const { UnsafeCell::new(SpanInfo::EMPTY) }; MAX_SPANS],
+                pages: [const { AtomicUsize::new(0) }; MAX_SPANS],
+                len: AtomicUsize::new(0),
+            };
+            #[cfg(loom)]
+            return SpanTable {
+                info: core::array::from_fn(|_| UnsafeCell::new(SpanInfo::EMPTY)),
+                pages: core::array::from_fn(|_| AtomicUsize::new(0)),
+                len: AtomicUsize::new(0),
+            };
+        }
+    }
+
+    /// Number of published spans.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn info(&self, i: usize) -> SpanInfo {
+        // SAFETY: published slots are never written again (type invariant);
+        // callers only read slots below `len` (Acquire).
+        self.info[i].with(|p| unsafe { *p })
+    }
+
+    /// Span `idx` (published).
+    #[inline(always)]
+    pub(crate) fn get(&self, idx: usize) -> Found {
+        Found {
+            idx,
+            info: self.info(idx),
+            pages: self.pages[idx].load(Ordering::Acquire),
+        }
+    }
+
+    /// The span covering `addr`, if any (O(number of spans), first span
+    /// first).
+    #[inline]
+    pub(crate) fn find(&self, addr: usize, page_shift: u32) -> Option<Found> {
+        let n = self.len();
+        for idx in 0..n {
+            let info = self.info(idx);
+            let pages = self.pages[idx].load(Ordering::Acquire);
+            if addr >= info.start && ((addr - info.start) >> page_shift) < pages {
+                return Some(Found { idx, info, pages });
+            }
+        }
+        None
+    }
+
+    /// The span whose reserved capacity (not only its populated pages)
+    /// covers `addr`.
+    pub(crate) fn find_reserved(&self, addr: usize, page_shift: u32) -> Option<Found> {
+        let n = self.len();
+        for idx in 0..n {
+            let info = self.info(idx);
+            if addr >= info.start && ((addr - info.start) >> page_shift) < info.cap_pages {
+                return Some(self.get(idx));
+            }
+        }
+        None
+    }
+
+    /// The lowest span start above `addr` (for carving new spans between
+    /// existing ones).
+    pub(crate) fn next_start_after(&self, addr: usize) -> Option<usize> {
+        let n = self.len();
+        let mut best: Option<usize> = None;
+        for idx in 0..n {
+            let s = self.info(idx).start;
+            if s > addr && best.is_none_or(|b| s < b) {
+                best = Some(s);
+            }
+        }
+        best
+    }
+
+    /// Publishes a new span covering `pages` pages now.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the resize lock; `info.memmap` holds `cap_pages`
+    /// initialised descriptors that live as long as the table; the span
+    /// overlaps no other; `pages <= info.cap_pages`.
+    pub(crate) unsafe fn push(&self, info: SpanInfo, pages: usize) -> Option<usize> {
+        let n = self.len.load(Ordering::Relaxed);
+        if n == MAX_SPANS {
+            return None;
+        }
+        // SAFETY: slot `n` is not published, and only the resize-lock holder
+        // writes slots.
+        self.info[n].with_mut(|p| unsafe { *p = info });
+        self.pages[n].store(pages, Ordering::Relaxed);
+        self.len.store(n + 1, Ordering::Release);
+        Some(n)
+    }
+
+    /// Grows span `idx` to `pages` pages.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the resize lock; `pages` is at least the current
+    /// value and at most `cap_pages`; the memory and descriptors of the new
+    /// pages are valid.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub(crate) unsafe fn grow(&self, idx: usize, pages: usize) {
+        debug_assert!(pages >= self.pages[idx].load(Ordering::Relaxed));
+        debug_assert!(pages <= self.info(idx).cap_pages);
+        self.pages[idx].store(pages, Ordering::Release);
+    }
+}

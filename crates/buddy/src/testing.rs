@@ -1,0 +1,831 @@
+//! A reference model of the buddy and a harness that applies operations to
+//! both, checking after every one (`std` + `invariants`, or this crate's
+//! tests). The proptest state machine and the cargo-fuzz target drive it.
+//!
+//! The model is a set of free pages. Because merging is eager, the free
+//! blocks of a buddy allocator are a function of that set: every free page
+//! lies in the largest naturally aligned block (up to `max_order`, inside
+//! one span) whose pages are all free. So after every operation the harness
+//! compares the buddy's free lists with that canonical decomposition, block
+//! by block, and predicts each allocation's outcome exactly: the zone it
+//! comes from (zonelist order, watermark with `lowmem_reserve`, a block of
+//! the order existing) or failure.
+//!
+//! Checked besides: no overlap with live blocks, alignment, contents kept
+//! (per-block byte patterns), zeroed and known-zero blocks read as zero,
+//! owner words cleared on hand-out and untouched while held, `owner_of`
+//! from interior addresses, bad frees rejected with the right
+//! [`FreeErrorKind`] and no change, statistics against the model, the
+//! invariant checker, and at the end: everything merges back.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::BTreeSet;
+use std::ptr::NonNull;
+use std::vec::Vec;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
+use local_lock::test_platform::TestPlatform;
+
+use crate::{
+    AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, Page, Stat, Tunables, ZoneId,
+    ZoneSpec, MAX_ZONES,
+};
+
+/// The shape of a harness run (values are clamped into range).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setup {
+    /// log2 of the page size, clamped to `4..=12` (below 8 the memmap is
+    /// placed with `add_span`; from 8 it is carved from each region).
+    pub page_shift: u8,
+    /// `max_order`, clamped to `2..=6`.
+    pub max_order: u8,
+    /// Two zones (split inside a region) instead of one.
+    pub two_zones: bool,
+    /// Min watermark as a percentage (0..=20) of the initial memory.
+    pub min_free_pct: u8,
+    /// `lowmem_reserve_ratio` of zone 0 (0 = none; else clamped to 2..=64).
+    pub reserve_ratio: u8,
+}
+
+/// One operation.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    /// `alloc_pages(order % (max+1), flags)`; `flags` bits: 1 zeroed,
+    /// 2 only-zero, 4 high, 8 non-block, 16 cold, 32 compound, 64 keep the
+    /// block zero (do not write a pattern); `zone`: 0 none, else a
+    /// constraint to zone `zone - 1`.
+    Alloc {
+        /// Order (mod max_order + 1).
+        order: u8,
+        /// Flag bits.
+        flags: u8,
+        /// Zone constraint.
+        zone: u8,
+    },
+    /// `alloc_bulk(zone, order, flags, count)`.
+    AllocBulk {
+        /// Zone (mod zones).
+        zone: u8,
+        /// Order (mod max_order + 1).
+        order: u8,
+        /// How many (mod 16).
+        count: u8,
+        /// Flag bits as for `Alloc`.
+        flags: u8,
+    },
+    /// Frees live block `idx % live`; `zero`: clear it first and free it as
+    /// still zero; `cold`: to the tail.
+    Free {
+        /// Which block.
+        idx: u16,
+        /// Free as zero.
+        zero: bool,
+        /// Free cold.
+        cold: bool,
+    },
+    /// Frees up to `count` live blocks of `zone` in one `free_bulk`.
+    FreeBulk {
+        /// Zone (mod zones).
+        zone: u8,
+        /// How many.
+        count: u8,
+        /// Mark them still zero (cleared first).
+        zero: bool,
+    },
+    /// `owner_of` an interior address of live block `idx`.
+    OwnerOf {
+        /// Which block.
+        idx: u16,
+        /// Byte offset into it (mod its size).
+        offset: u32,
+    },
+    /// A bad free of kind `kind % 6` (not owned, misaligned, wrong order,
+    /// not head, double free, not allocated), near live block `idx` or free
+    /// page `idx`.
+    BadFree {
+        /// Which mistake.
+        kind: u8,
+        /// Which block or page.
+        idx: u16,
+    },
+    /// Adds the region kept back at setup (once).
+    AddRegion,
+    /// Sets the min watermark to `pct` percent of managed memory.
+    SetMinFree {
+        /// Percent (mod 25).
+        pct: u8,
+    },
+}
+
+/// A live block in the model.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    page: Page,
+    zone: ZoneId,
+    /// Byte pattern written into it (0: it reads as zero).
+    pattern: u8,
+    /// Value stored in its owner words.
+    id: usize,
+}
+
+/// A region of the arena, in byte offsets.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: usize,
+    end: usize,
+    zeroed: bool,
+}
+
+/// The harness: a real buddy over an arena, and the model.
+pub struct Harness {
+    buddy: Buddy<TestPlatform>,
+    arena: *mut u8,
+    arena_layout: Layout,
+    memmap: Option<(*mut u8, Layout)>,
+    page_shift: u32,
+    max_order: Order,
+    zone_split: Option<usize>,
+    /// Spans as page ranges `[a, b)` (pfns).
+    spans: Vec<(usize, usize)>,
+    /// Free pages (pfns).
+    free: BTreeSet<usize>,
+    /// Managed pages (pfns), for "not allocated" probes.
+    managed: BTreeSet<usize>,
+    live: Vec<Live>,
+    pending: Option<Region>,
+    next_id: usize,
+    carve: bool,
+    /// Model counters.
+    allocs: u64,
+    frees: u64,
+    zeroed_requests: u64,
+    /// Operations applied.
+    pub ops: u64,
+    /// Bad frees rejected as predicted.
+    pub bad_frees: u64,
+    /// Allocations that failed as predicted.
+    pub failures: u64,
+}
+
+impl Harness {
+    const BLOCKS: usize = 8;
+
+    /// A buddy over a fresh arena of 8 largest blocks with three regions
+    /// (unaligned edges, holes between them, the second one dirty and
+    /// straddling the zone split, the third kept back for
+    /// [`Op::AddRegion`]).
+    pub fn new(setup: Setup) -> Harness {
+        let page_shift = setup.page_shift.clamp(4, 12) as u32;
+        let max_order = setup.max_order.clamp(2, 6);
+        let page = 1usize << page_shift;
+        let block = page << max_order;
+        let arena_len = Self::BLOCKS * block;
+        let arena_layout = Layout::from_size_align(arena_len, block).unwrap();
+        // SAFETY: non-zero size.
+        let arena = unsafe { alloc_zeroed(arena_layout) };
+        assert!(!arena.is_null());
+        let base = arena as usize;
+        let zone_split = setup.two_zones.then_some(base + 4 * block);
+        let mut cfg = Config::new(page, max_order);
+        if let Some(split) = zone_split {
+            cfg = cfg.with_zones(&[
+                ZoneSpec {
+                    name: "Low",
+                    end: split,
+                },
+                ZoneSpec {
+                    name: "High",
+                    end: usize::MAX,
+                },
+            ]);
+        }
+        let ratio = if setup.reserve_ratio == 0 {
+            0
+        } else {
+            setup.reserve_ratio.clamp(2, 64) as usize
+        };
+        cfg = cfg.with_tunables(Tunables {
+            min_free_kbytes: Some(0),
+            watermark_scale_factor: 10,
+            lowmem_reserve_ratio: [ratio; MAX_ZONES],
+        });
+        let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
+        let carve = page_shift >= 8;
+        let r0 = Region {
+            start: page + 5,
+            end: 3 * block - 2 * page + 3,
+            zeroed: true,
+        };
+        let r1 = Region {
+            start: 3 * block + 3 * page,
+            end: 6 * block,
+            zeroed: false,
+        };
+        let r2 = Region {
+            start: 6 * block + 2 * page,
+            end: 8 * block - page,
+            zeroed: true,
+        };
+        let mut h = Harness {
+            buddy,
+            arena,
+            arena_layout,
+            memmap: None,
+            page_shift,
+            max_order: Order::new(max_order).unwrap(),
+            zone_split,
+            spans: Vec::new(),
+            free: BTreeSet::new(),
+            managed: BTreeSet::new(),
+            live: Vec::new(),
+            pending: Some(r2),
+            next_id: 1,
+            carve,
+            allocs: 0,
+            frees: 0,
+            zeroed_requests: 0,
+            ops: 0,
+            bad_frees: 0,
+            failures: 0,
+        };
+        if !carve {
+            let mm_len = h.buddy.memmap_bytes(arena_len);
+            let l = Layout::from_size_align(mm_len, Buddy::<TestPlatform>::MEMMAP_ALIGN).unwrap();
+            // SAFETY: non-zero size.
+            let mm = unsafe { alloc_zeroed(l) };
+            assert!(!mm.is_null());
+            // SAFETY: the arena and the memmap are ours for the harness's
+            // life.
+            unsafe { h.buddy.add_span(arena, arena_len, mm, true) }.unwrap();
+            h.memmap = Some((mm, l));
+            h.spans
+                .push((base >> page_shift, (base + arena_len) >> page_shift));
+        }
+        h.add(r0);
+        // Dirty the second region first: its blocks must not be marked zero
+        // and its memmap (if carved) must be cleared.
+        // SAFETY: inside the arena, not yet given to the buddy.
+        unsafe { arena.add(r1.start).write_bytes(0xAA, r1.end - r1.start) };
+        h.add(r1);
+        let total = h.buddy.total_managed_pages();
+        let min_kb = (total << page_shift) * setup.min_free_pct.min(20) as usize / 100 / 1024;
+        h.buddy.set_tunables(Tunables {
+            min_free_kbytes: Some(min_kb),
+            ..h.buddy.tunables()
+        });
+        h.check();
+        h
+    }
+
+    /// The buddy under test.
+    pub fn buddy(&self) -> &Buddy<TestPlatform> {
+        &self.buddy
+    }
+
+    fn add(&mut self, r: Region) {
+        let page = 1usize << self.page_shift;
+        let base = self.arena as usize;
+        let s = (base + r.start).next_multiple_of(page);
+        let e = (base + r.end) & !(page - 1);
+        let free_start = if self.carve {
+            self.spans
+                .push((s >> self.page_shift, e >> self.page_shift));
+            let mm = s.next_multiple_of(Buddy::<TestPlatform>::MEMMAP_ALIGN);
+            (mm + self.buddy.memmap_bytes(e - s)).next_multiple_of(page)
+        } else {
+            s
+        };
+        // SAFETY: inside the arena, given once.
+        let added = unsafe {
+            self.buddy
+                .add_region(self.arena.add(r.start), r.end - r.start, r.zeroed)
+        }
+        .expect("add_region");
+        let pages: Vec<usize> = (free_start >> self.page_shift..e >> self.page_shift).collect();
+        assert_eq!(added, pages.len(), "add_region: pages added");
+        self.free.extend(pages.iter().copied());
+        self.managed.extend(pages);
+    }
+
+    fn zone_of_pfn(&self, pfn: usize) -> ZoneId {
+        match self.zone_split {
+            Some(s) if (pfn << self.page_shift) >= s => ZoneId::new(1),
+            Some(_) => ZoneId::new(0),
+            None => ZoneId::new(0),
+        }
+    }
+
+    fn nr_zones(&self) -> usize {
+        if self.zone_split.is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The canonical free blocks of the model: `(pfn, order)`, sorted.
+    fn canonical(&self) -> Vec<(usize, u8)> {
+        let mut out = Vec::new();
+        let max = self.max_order.get() as u32;
+        let mut it = self.free.iter().copied().peekable();
+        while let Some(a) = it.next() {
+            // Maximal run of free pages inside one span.
+            let span_end = self
+                .spans
+                .iter()
+                .find(|(s, e)| a >= *s && a < *e)
+                .map(|(_, e)| *e)
+                .expect("free page outside every span");
+            let mut b = a + 1;
+            while b < span_end && it.peek() == Some(&b) {
+                it.next();
+                b += 1;
+            }
+            let mut p = a;
+            while p < b {
+                let align = if p == 0 { max } else { p.trailing_zeros() };
+                let fit = usize::BITS - 1 - (b - p).leading_zeros();
+                let k = align.min(fit).min(max);
+                out.push((p, k as u8));
+                p += 1 << k;
+            }
+        }
+        out
+    }
+
+    fn actual(&self) -> Vec<(usize, u8)> {
+        let mut v = Vec::new();
+        for z in 0..self.nr_zones() {
+            self.buddy.for_each_free_block(ZoneId::new(z), |a, o, _| {
+                v.push((a >> self.page_shift, o.get()))
+            });
+        }
+        v.sort_unstable();
+        v
+    }
+
+    fn model_free_in(&self, zone: ZoneId) -> usize {
+        self.free
+            .iter()
+            .filter(|&&p| self.zone_of_pfn(p) == zone)
+            .count()
+    }
+
+    /// Checks the buddy against the model.
+    fn check(&self) {
+        self.buddy.check_invariants();
+        assert_eq!(
+            self.actual(),
+            self.canonical(),
+            "free blocks differ from the model"
+        );
+        for z in 0..self.nr_zones() {
+            let zone = ZoneId::new(z);
+            assert_eq!(
+                self.buddy.nr_free_pages(zone),
+                self.model_free_in(zone),
+                "zone {z} free pages"
+            );
+        }
+        assert_eq!(self.buddy.stat(Stat::Alloc), self.allocs, "alloc count");
+        assert_eq!(self.buddy.stat(Stat::Free), self.frees, "free count");
+        assert_eq!(self.buddy.stat(Stat::ZeroedRequest), self.zeroed_requests);
+        assert_eq!(
+            self.buddy.stat(Stat::ZeroedNoClear) + self.buddy.stat(Stat::ZeroedCleared),
+            self.zeroed_requests
+        );
+    }
+
+    fn flags_of(&self, bits: u8, zone: u8) -> AllocFlags {
+        let mut f = AllocFlags::NONE;
+        if bits & 1 != 0 {
+            f |= AllocFlags::ZEROED;
+        }
+        if bits & 2 != 0 {
+            f |= AllocFlags::ONLY_ZERO;
+        }
+        if bits & 4 != 0 {
+            f |= AllocFlags::HIGH;
+        }
+        if bits & 8 != 0 {
+            f |= AllocFlags::NONBLOCK;
+        }
+        if bits & 16 != 0 {
+            f |= AllocFlags::COLD;
+        }
+        if bits & 32 != 0 {
+            f |= AllocFlags::COMP;
+        }
+        if zone != 0 {
+            let z = (zone as usize - 1) % self.nr_zones();
+            f |= AllocFlags::NONE.zone_max(ZoneId::new(z));
+        }
+        f
+    }
+
+    /// Whether the model's zone `z` passes the watermark and has a block of
+    /// at least `order` (with `free` pages and canonical blocks `blocks`).
+    fn zone_can(
+        &self,
+        z: usize,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+        blocks: &[(usize, u8)],
+    ) -> bool {
+        let info = self.buddy.zone_info(ZoneId::new(z));
+        let free = self.model_free_in(ZoneId::new(z)) as isize;
+        let mut min = info.watermarks.min as isize;
+        if flags.contains(AllocFlags::HIGH) {
+            min -= min / 2;
+        }
+        if flags.contains(AllocFlags::NONBLOCK) {
+            min -= min / 4;
+        }
+        let wm = free - (order.pages() as isize - 1) > min + info.lowmem_reserve[highest] as isize;
+        wm && blocks
+            .iter()
+            .any(|&(p, k)| k >= order.get() && self.zone_of_pfn(p).index() == z)
+    }
+
+    fn order_of(&self, o: u8) -> Order {
+        Order::new(o % (self.max_order.get() + 1)).unwrap()
+    }
+
+    fn size_of(&self, o: Order) -> usize {
+        o.pages() << self.page_shift
+    }
+
+    /// Takes a freshly allocated block into the model, checking it.
+    fn take(&mut self, page: Page, want: Order, flags: AllocFlags, keep_zero: bool) -> ZoneId {
+        assert_eq!(page.order, want);
+        let a = page.addr();
+        assert_eq!(a % self.size_of(want), 0, "block {a:#x} misaligned");
+        let pfn = a >> self.page_shift;
+        for p in pfn..pfn + want.pages() {
+            assert!(
+                self.free.remove(&p),
+                "block {a:#x} overlaps a live block or unmanaged page {p:#x}"
+            );
+        }
+        let zone = self.zone_of_pfn(pfn);
+        assert_eq!(self.zone_of_pfn(pfn + want.pages() - 1), zone);
+        let size = self.size_of(want);
+        // SAFETY: the block is ours.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(page.ptr.as_ptr(), size) };
+        if flags.contains(AllocFlags::ZEROED) || page.zero {
+            assert!(
+                bytes.iter().all(|&b| b == 0),
+                "zeroed/known-zero block {a:#x} not zero"
+            );
+        }
+        let owner = self
+            .buddy
+            .owner_of(page.ptr.as_ptr())
+            .expect("owner_of head");
+        assert_eq!(owner.head, page.ptr);
+        assert_eq!(owner.order, want);
+        let o = owner.owner;
+        assert_eq!(
+            o.pair().load(Ordering::Relaxed),
+            DWord::new(0, 0),
+            "owner words not cleared"
+        );
+        assert_eq!(o.data().load(Ordering::Relaxed), 0);
+        assert_eq!(o.link().load(Ordering::Relaxed), 0);
+        assert_eq!(o.tag().load(Ordering::Relaxed), 0);
+        let id = self.next_id;
+        self.next_id += 1;
+        o.pair().store(DWord::new(id, !id), Ordering::Relaxed);
+        o.data().store(id, Ordering::Relaxed);
+        o.link().store(id ^ 0x5a5a, Ordering::Relaxed);
+        o.tag().store(id as u32, Ordering::Relaxed);
+        let zeroish = keep_zero && (flags.contains(AllocFlags::ZEROED) || page.zero);
+        let pattern = if zeroish { 0 } else { (id % 251 + 1) as u8 };
+        if pattern != 0 {
+            bytes.fill(pattern);
+        }
+        self.live.push(Live {
+            page,
+            zone,
+            pattern,
+            id,
+        });
+        self.allocs += 1;
+        zone
+    }
+
+    /// Checks a live block's contents and owner words, and forgets it.
+    fn release(&mut self, i: usize, zero: bool) -> Live {
+        let l = self.live.swap_remove(i);
+        let size = self.size_of(l.page.order);
+        // SAFETY: the block is ours.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(l.page.ptr.as_ptr(), size) };
+        assert!(
+            bytes.iter().all(|&b| b == l.pattern),
+            "block {:p} contents changed",
+            l.page.ptr
+        );
+        let o = self.buddy.owner_of(l.page.ptr.as_ptr()).unwrap().owner;
+        assert_eq!(o.pair().load(Ordering::Relaxed), DWord::new(l.id, !l.id));
+        assert_eq!(
+            o.data().load(Ordering::Relaxed),
+            l.id,
+            "owner words changed while held"
+        );
+        assert_eq!(o.link().load(Ordering::Relaxed), l.id ^ 0x5a5a);
+        assert_eq!(o.tag().load(Ordering::Relaxed), l.id as u32);
+        if zero && l.pattern != 0 {
+            bytes.fill(0);
+        }
+        let pfn = l.page.addr() >> self.page_shift;
+        for p in pfn..pfn + l.page.order.pages() {
+            assert!(self.free.insert(p));
+        }
+        self.frees += 1;
+        l
+    }
+
+    /// Applies one operation and checks everything.
+    pub fn apply(&mut self, op: &Op) {
+        self.ops += 1;
+        match *op {
+            Op::Alloc { order, flags, zone } => self.op_alloc(order, flags, zone),
+            Op::AllocBulk {
+                zone,
+                order,
+                count,
+                flags,
+            } => self.op_alloc_bulk(zone, order, count, flags),
+            Op::Free { idx, zero, cold } => {
+                if self.live.is_empty() {
+                    return;
+                }
+                let i = idx as usize % self.live.len();
+                let l = self.release(i, zero);
+                let mut ff = FreeFlags::NONE;
+                if zero {
+                    ff = ff | FreeFlags::ZERO;
+                }
+                if cold {
+                    ff = ff | FreeFlags::COLD;
+                }
+                // SAFETY: the model's block, given up.
+                unsafe { self.buddy.free_pages_flags(l.page.ptr, l.page.order, ff) };
+            }
+            Op::FreeBulk { zone, count, zero } => {
+                let z = ZoneId::new(zone as usize % self.nr_zones());
+                let mut pages = Vec::new();
+                let mut i = 0;
+                while i < self.live.len() && pages.len() < count as usize {
+                    if self.live[i].zone == z {
+                        let l = self.release(i, zero);
+                        pages.push(Page { zero, ..l.page });
+                    } else {
+                        i += 1;
+                    }
+                }
+                let n = pages.len();
+                // SAFETY: the model's blocks, given up.
+                let freed = unsafe { self.buddy.free_bulk(z, pages) };
+                assert_eq!(freed, n);
+            }
+            Op::OwnerOf { idx, offset } => {
+                if self.live.is_empty() {
+                    return;
+                }
+                let l = self.live[idx as usize % self.live.len()];
+                let size = self.size_of(l.page.order);
+                let a = l.page.ptr.as_ptr().wrapping_add(offset as usize % size);
+                let r = self.buddy.owner_of(a).expect("owner_of interior address");
+                assert_eq!(r.head, l.page.ptr);
+                assert_eq!(r.order, l.page.order);
+                assert_eq!(r.owner.data().load(Ordering::Relaxed), l.id);
+            }
+            Op::BadFree { kind, idx } => self.op_bad_free(kind, idx),
+            Op::AddRegion => {
+                if let Some(r) = self.pending.take() {
+                    self.add(r);
+                }
+            }
+            Op::SetMinFree { pct } => {
+                let total = self.buddy.total_managed_pages();
+                let kb = (total << self.page_shift) * (pct % 25) as usize / 100 / 1024;
+                self.buddy.set_tunables(Tunables {
+                    min_free_kbytes: Some(kb),
+                    ..self.buddy.tunables()
+                });
+            }
+        }
+        self.check();
+    }
+
+    fn op_alloc(&mut self, order: u8, bits: u8, zone: u8) {
+        let order = self.order_of(order);
+        let flags = self.flags_of(bits, zone);
+        let highest = flags
+            .max_zone()
+            .map_or(self.nr_zones() - 1, |z| z.index().min(self.nr_zones() - 1));
+        let blocks = self.canonical();
+        let can: Vec<bool> = (0..self.nr_zones())
+            .map(|z| z <= highest && self.zone_can(z, order, flags, highest, &blocks))
+            .collect();
+        let expect = (0..=highest).rev().find(|&z| can[z]);
+        let cleared_before = self.buddy.stat(Stat::BytesCleared);
+        let noclear_before = self.buddy.stat(Stat::ZeroedNoClear);
+        let r = self.buddy.alloc_pages(order, flags);
+        let only_zero = flags.contains(AllocFlags::ONLY_ZERO);
+        match r {
+            Some(page) => {
+                let z = self.take(page, order, flags, bits & 64 != 0);
+                if only_zero {
+                    assert!(
+                        can[z.index()],
+                        "ONLY_ZERO served by a zone that could not serve it"
+                    );
+                    assert_eq!(
+                        self.buddy.stat(Stat::BytesCleared),
+                        cleared_before,
+                        "ONLY_ZERO cleared"
+                    );
+                } else {
+                    assert_eq!(Some(z.index()), expect, "served by the wrong zone");
+                }
+                if flags.contains(AllocFlags::ZEROED) {
+                    self.zeroed_requests += 1;
+                    let cleared = self.buddy.stat(Stat::BytesCleared) - cleared_before;
+                    assert!(cleared as usize <= self.size_of(order));
+                    let noclear = self.buddy.stat(Stat::ZeroedNoClear) - noclear_before;
+                    assert_eq!(noclear == 1, cleared == 0);
+                }
+            }
+            None => {
+                self.failures += 1;
+                if !only_zero {
+                    assert_eq!(
+                        expect, None,
+                        "allocation failed though zone {expect:?} could serve it"
+                    );
+                }
+            }
+        }
+    }
+
+    fn op_alloc_bulk(&mut self, zone: u8, order: u8, count: u8, bits: u8) {
+        let z = ZoneId::new(zone as usize % self.nr_zones());
+        let order = self.order_of(order);
+        let flags =
+            self.flags_of(bits, 0) | AllocFlags::NONE.zone_max(ZoneId::new(self.nr_zones() - 1));
+        let count = (count % 16) as usize;
+        let mut got = Vec::new();
+        let n = self
+            .buddy
+            .alloc_bulk(z, order, flags, count, |p| got.push(p));
+        assert_eq!(n, got.len());
+        assert!(n <= count);
+        for p in got {
+            let zz = self.take(p, order, AllocFlags::NONE, bits & 64 != 0);
+            assert_eq!(zz, z, "bulk block from another zone");
+            if flags.contains(AllocFlags::ONLY_ZERO) {
+                assert!(p.zero, "ONLY_ZERO bulk block not known zero");
+            }
+        }
+        if n < count && !flags.contains(AllocFlags::ONLY_ZERO) {
+            let blocks = self.canonical();
+            let highest = self.nr_zones() - 1;
+            assert!(
+                !self.zone_can(z.index(), order, flags, highest, &blocks),
+                "bulk stopped early though the zone could serve more"
+            );
+        }
+    }
+
+    fn op_bad_free(&mut self, kind: u8, idx: u16) {
+        let page = 1usize << self.page_shift;
+        let before = self.actual();
+        let (addr, order, want): (usize, Order, fn(FreeErrorKind) -> bool) = match kind % 6 {
+            0 => (
+                self.arena as usize + Self::BLOCKS * (page << self.max_order.get()) + 64 * page,
+                Order::ZERO,
+                |k| k == FreeErrorKind::NotOwned,
+            ),
+            1 => {
+                let Some(l) = self.pick_live(idx) else { return };
+                (l.page.addr() + page / 2, Order::ZERO, |k| {
+                    k == FreeErrorKind::Misaligned
+                })
+            }
+            2 => {
+                let Some(l) = self.pick_live(idx) else { return };
+                if l.page.order == Order::ZERO {
+                    return;
+                }
+                (l.page.addr(), Order::ZERO, |k| {
+                    matches!(k, FreeErrorKind::WrongOrder { .. })
+                })
+            }
+            3 => {
+                let Some(l) = self.pick_live(idx) else { return };
+                if l.page.order == Order::ZERO {
+                    return;
+                }
+                (l.page.addr() + page, Order::ZERO, |k| {
+                    matches!(k, FreeErrorKind::NotHead { .. })
+                })
+            }
+            4 => {
+                if self.free.is_empty() {
+                    return;
+                }
+                let p = *self
+                    .free
+                    .iter()
+                    .nth(idx as usize % self.free.len())
+                    .unwrap();
+                (p << self.page_shift, Order::ZERO, |k| {
+                    matches!(k, FreeErrorKind::DoubleFree { .. })
+                })
+            }
+            _ => {
+                // A page in a span that is not managed (memmap or hole).
+                let span_pages: Vec<usize> = self
+                    .spans
+                    .iter()
+                    .flat_map(|&(a, b)| a..b)
+                    .filter(|p| !self.managed.contains(p))
+                    .collect();
+                if span_pages.is_empty() {
+                    return;
+                }
+                let p = span_pages[idx as usize % span_pages.len()];
+                (p << self.page_shift, Order::ZERO, |k| {
+                    k == FreeErrorKind::NotAllocated
+                })
+            }
+        };
+        // An address only: a rejected free never dereferences it.
+        let ptr = NonNull::new(std::ptr::without_provenance_mut(addr)).unwrap();
+        // SAFETY: a bad free is rejected (that is what is checked); the
+        // addresses never head a live block of that order.
+        let r = unsafe { self.buddy.try_free_pages(ptr, order, FreeFlags::NONE) };
+        let e = r.expect_err("bad free accepted");
+        assert!(want(e.kind), "bad free {addr:#x}: unexpected {e}");
+        assert_eq!(e.addr, addr);
+        assert_eq!(
+            self.actual(),
+            before,
+            "rejected free changed the free lists"
+        );
+        self.bad_frees += 1;
+    }
+
+    fn pick_live(&self, idx: u16) -> Option<Live> {
+        if self.live.is_empty() {
+            None
+        } else {
+            Some(self.live[idx as usize % self.live.len()])
+        }
+    }
+
+    /// Frees everything and checks that all memory merged back into the
+    /// canonical (largest possible) blocks, and that every whole,
+    /// fully-managed largest block is one free block.
+    pub fn finish(mut self) {
+        while !self.live.is_empty() {
+            let l = self.release(self.live.len() - 1, false);
+            // SAFETY: the model's block, given up.
+            unsafe { self.buddy.free_pages(l.page.ptr, l.page.order) };
+        }
+        self.check();
+        assert_eq!(self.free, self.managed, "pages lost");
+        let max = self.max_order.get();
+        let actual = self.actual();
+        let bp = 1usize << max;
+        let first = self.arena as usize >> self.page_shift;
+        for b in 0..Self::BLOCKS {
+            let p = first + b * bp;
+            let whole = (p..p + bp).all(|q| self.managed.contains(&q))
+                && self.spans.iter().any(|&(s, e)| p >= s && p + bp <= e);
+            if whole {
+                assert!(
+                    actual.contains(&(p, max)),
+                    "largest block {b} did not merge back"
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with these layouts; the buddy is not
+        // used after this (it is dropped with the harness and owns nothing).
+        unsafe {
+            dealloc(self.arena, self.arena_layout);
+            if let Some((mm, l)) = self.memmap {
+                dealloc(mm, l);
+            }
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! Vocabulary: page frame numbers, orders, zone ids, request and free flags,
+//! the configuration, tunables, watermarks and statistics.
+
+use core::fmt;
+use core::ops::{BitOr, BitOrAssign};
+use core::ptr::NonNull;
+
+/// Most zones a [`Buddy`](crate::Buddy) can have (the kernel's DMA, DMA32,
+/// NORMAL, MOVABLE).
+pub const MAX_ZONES: usize = 4;
+
+/// The largest `max_order` a [`Config`] may choose (4 KiB pages: 64 GiB
+/// blocks; 16-byte pages: 256 MiB blocks).
+pub const ORDER_LIMIT: u8 = 24;
+
+/// Free areas per zone: orders `0..=ORDER_LIMIT`.
+pub(crate) const ORDER_SLOTS: usize = ORDER_LIMIT as usize + 1;
+
+// ---------------------------------------------------------------------------
+// Pfn, Order, ZoneId
+// ---------------------------------------------------------------------------
+
+/// A page frame number: an address divided by the page size (absolute, so
+/// natural alignment of a block in pfns is alignment of its address).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct Pfn(pub usize);
+
+impl Pfn {
+    /// The buddy of the order-`order` block starting here:
+    /// `pfn ^ (1 << order)` (`__find_buddy_pfn`).
+    #[inline(always)]
+    pub const fn buddy(self, order: Order) -> Pfn {
+        Pfn(self.0 ^ (1 << order.0))
+    }
+    /// The order-`order + 1` block that contains this order-`order` block.
+    #[inline(always)]
+    pub const fn parent(self, order: Order) -> Pfn {
+        Pfn(self.0 & !(1 << order.0))
+    }
+    /// Whether an order-`order` block may start here.
+    #[inline(always)]
+    pub const fn is_aligned(self, order: Order) -> bool {
+        self.0 & (order.pages() - 1) == 0
+    }
+    /// The start of the naturally aligned order-`order` block holding this
+    /// page.
+    #[inline(always)]
+    pub const fn align_down(self, order: Order) -> Pfn {
+        Pfn(self.0 & !(order.pages() - 1))
+    }
+}
+
+impl fmt::Display for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pfn {:#x}", self.0)
+    }
+}
+
+/// A block order: a block of order `k` is `2^k` pages, naturally aligned.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct Order(u8);
+
+impl Order {
+    /// Order 0: one page.
+    pub const ZERO: Order = Order(0);
+
+    /// `order` if it is at most [`ORDER_LIMIT`].
+    #[inline(always)]
+    pub const fn new(order: u8) -> Option<Order> {
+        if order <= ORDER_LIMIT {
+            Some(Order(order))
+        } else {
+            None
+        }
+    }
+
+    /// The order as a number.
+    #[inline(always)]
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+
+    /// The order as an index (of `free_area`).
+    #[inline(always)]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Pages in a block of this order: `2^order`.
+    #[inline(always)]
+    pub const fn pages(self) -> usize {
+        1 << self.0
+    }
+
+    /// The smallest order whose block holds `pages` pages (the kernel's
+    /// `get_order`), if it is at most [`ORDER_LIMIT`].
+    #[inline]
+    pub const fn for_pages(pages: usize) -> Option<Order> {
+        if pages <= 1 {
+            return Some(Order(0));
+        }
+        let o = usize::BITS - (pages - 1).leading_zeros();
+        if o <= ORDER_LIMIT as u32 {
+            Some(Order(o as u8))
+        } else {
+            None
+        }
+    }
+
+    /// One order up or down (internal arithmetic, within the limit).
+    #[inline(always)]
+    pub(crate) const fn plus(self, n: u8) -> Order {
+        Order(self.0 + n)
+    }
+    #[inline(always)]
+    pub(crate) const fn minus(self, n: u8) -> Order {
+        Order(self.0 - n)
+    }
+}
+
+impl fmt::Display for Order {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "order {}", self.0)
+    }
+}
+
+/// A zone, by index: zone 0 is the lowest addresses (the kernel's DMA or
+/// DMA32), the last zone the highest (NORMAL).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct ZoneId(u8);
+
+impl ZoneId {
+    /// Zone `index`.
+    ///
+    /// # Panics
+    ///
+    /// If `index >= MAX_ZONES` (at compile time in a const context).
+    pub const fn new(index: usize) -> ZoneId {
+        assert!(index < MAX_ZONES, "ZoneId: index >= MAX_ZONES");
+        ZoneId(index as u8)
+    }
+    /// The index.
+    #[inline(always)]
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Request flags
+// ---------------------------------------------------------------------------
+
+/// What an allocation asks for, in the spirit of gfp flags. Combine with
+/// `|`; add a zone constraint with [`zone_max`](Self::zone_max).
+///
+/// | flag | kernel | meaning |
+/// |---|---|---|
+/// | [`ZEROED`](Self::ZEROED) | `__GFP_ZERO` | the block reads as zero: a known-zero block is taken without clearing, otherwise (only) the non-zero part is cleared, outside the zone lock |
+/// | [`ONLY_ZERO`](Self::ONLY_ZERO) | `__GFP_ONLY_ZERO` (seed 003) | only known-zero blocks; never clears, fails instead |
+/// | [`HIGH`](Self::HIGH) | `__GFP_HIGH` | may go below the min watermark by half |
+/// | [`NONBLOCK`](Self::NONBLOCK) | `ALLOC_NON_BLOCK` | a further quarter of what is left |
+/// | [`ATOMIC`](Self::ATOMIC) | `GFP_ATOMIC` | `HIGH | NONBLOCK` |
+/// | [`COLD`](Self::COLD) | `__GFP_COLD` (pre-4.15) | take the cold end (tail) of the free list |
+/// | [`COMP`](Self::COMP) | `__GFP_COMP` | stamp the tail descriptors, so [`owner_of`](crate::Buddy::owner_of) from any address is two descriptor reads |
+/// | [`zone_max`](Self::zone_max) | `gfp_zone()` | the highest zone the block may come from (e.g. a DMA32 zone for "below 4 GiB") |
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AllocFlags(u32);
+
+impl AllocFlags {
+    /// A plain request.
+    pub const NONE: AllocFlags = AllocFlags(0);
+    /// The block must read as zero (`__GFP_ZERO`).
+    pub const ZEROED: AllocFlags = AllocFlags(1 << 0);
+    /// Only a known-zero block will do: never clears, fails instead
+    /// (seed 003's `__GFP_ONLY_ZERO`). Includes [`ZEROED`](Self::ZEROED).
+    pub const ONLY_ZERO: AllocFlags = AllocFlags(1 << 1 | 1 << 0);
+    /// High priority (`__GFP_HIGH`): the min watermark is halved.
+    pub const HIGH: AllocFlags = AllocFlags(1 << 2);
+    /// Cannot block or reclaim (`ALLOC_NON_BLOCK`): the min watermark is
+    /// lowered by a further quarter.
+    pub const NONBLOCK: AllocFlags = AllocFlags(1 << 3);
+    /// `GFP_ATOMIC`: [`HIGH`](Self::HIGH) and [`NONBLOCK`](Self::NONBLOCK).
+    pub const ATOMIC: AllocFlags = AllocFlags(1 << 2 | 1 << 3);
+    /// Cold hint: take from the tail of the free list (blocks freed cold or
+    /// likely to merge), e.g. for pages about to be written by DMA.
+    pub const COLD: AllocFlags = AllocFlags(1 << 4);
+    /// Compound block (`__GFP_COMP`): stamp every tail descriptor with the
+    /// head, so [`owner_of`](crate::Buddy::owner_of) from an interior address
+    /// needs no search.
+    pub const COMP: AllocFlags = AllocFlags(1 << 5);
+
+    const ZONE_SHIFT: u32 = 8;
+    const ZONE_MASK: u32 = 0xf << Self::ZONE_SHIFT;
+    const KNOWN: u32 = 0x3f | Self::ZONE_MASK;
+
+    /// Restricts the request to `zone` and the zones below it (the highest
+    /// zone of its zonelist, `gfp_zone()`).
+    #[inline(always)]
+    pub const fn zone_max(self, zone: ZoneId) -> AllocFlags {
+        AllocFlags((self.0 & !Self::ZONE_MASK) | ((zone.0 as u32 + 1) << Self::ZONE_SHIFT))
+    }
+
+    /// The zone constraint, if any.
+    #[inline(always)]
+    pub const fn max_zone(self) -> Option<ZoneId> {
+        let z = (self.0 & Self::ZONE_MASK) >> Self::ZONE_SHIFT;
+        if z == 0 {
+            None
+        } else {
+            Some(ZoneId((z - 1) as u8))
+        }
+    }
+
+    /// Whether all of `other`'s flag bits are set.
+    #[inline(always)]
+    pub const fn contains(self, other: AllocFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Both sets of flags (the zone constraint of `other` wins if it has
+    /// one).
+    #[inline(always)]
+    pub const fn union(self, other: AllocFlags) -> AllocFlags {
+        if other.0 & Self::ZONE_MASK != 0 {
+            AllocFlags((self.0 & !Self::ZONE_MASK) | other.0)
+        } else {
+            AllocFlags(self.0 | other.0)
+        }
+    }
+
+    /// The raw bits.
+    #[inline(always)]
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Flags from raw bits (unknown bits dropped).
+    #[inline(always)]
+    pub const fn from_bits_truncate(bits: u32) -> AllocFlags {
+        AllocFlags(bits & Self::KNOWN)
+    }
+}
+
+impl BitOr for AllocFlags {
+    type Output = AllocFlags;
+    #[inline(always)]
+    fn bitor(self, rhs: AllocFlags) -> AllocFlags {
+        self.union(rhs)
+    }
+}
+
+impl BitOrAssign for AllocFlags {
+    #[inline(always)]
+    fn bitor_assign(&mut self, rhs: AllocFlags) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for AllocFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(AllocFlags, &str); 6] = [
+            (AllocFlags::ONLY_ZERO, "ONLY_ZERO"),
+            (AllocFlags::ZEROED, "ZEROED"),
+            (AllocFlags::HIGH, "HIGH"),
+            (AllocFlags::NONBLOCK, "NONBLOCK"),
+            (AllocFlags::COLD, "COLD"),
+            (AllocFlags::COMP, "COMP"),
+        ];
+        let mut first = true;
+        let mut shown = 0;
+        f.write_str("AllocFlags(")?;
+        for (flag, name) in NAMES {
+            if self.contains(flag) && shown & flag.0 != flag.0 {
+                if !first {
+                    f.write_str(" | ")?;
+                }
+                f.write_str(name)?;
+                shown |= flag.0;
+                first = false;
+            }
+        }
+        if let Some(z) = self.max_zone() {
+            if !first {
+                f.write_str(" | ")?;
+            }
+            write!(f, "zone_max({})", z.0)?;
+            first = false;
+        }
+        if first {
+            f.write_str("NONE")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// How a block comes back ([`free_pages_flags`](crate::Buddy::free_pages_flags)).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
+pub struct FreeFlags(u32);
+
+impl FreeFlags {
+    /// A plain free: contents unknown, placement by the kernel's rule.
+    pub const NONE: FreeFlags = FreeFlags(0);
+    /// The caller knows the block still reads as zero: it keeps PG_zero.
+    pub const ZERO: FreeFlags = FreeFlags(1 << 0);
+    /// Cold: put the block at the tail of its free list (`FPI_TO_TAIL`).
+    pub const COLD: FreeFlags = FreeFlags(1 << 1);
+
+    /// Whether all of `other`'s bits are set.
+    #[inline(always)]
+    pub const fn contains(self, other: FreeFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for FreeFlags {
+    type Output = FreeFlags;
+    #[inline(always)]
+    fn bitor(self, rhs: FreeFlags) -> FreeFlags {
+        FreeFlags(self.0 | rhs.0)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Page: an allocated block
+// ---------------------------------------------------------------------------
+
+/// A block handed out by (or returned to) the buddy: its first byte, order,
+/// and whether it is known to read as zero.
+///
+/// From an allocation, `zero` is true when the block reads as zero: always
+/// for a [`ZEROED`](AllocFlags::ZEROED) single allocation (cleared if it was
+/// not known zero), and for other requests when the block happened to be
+/// known zero. Bulk allocations never clear; `zero` tells. Handed back to
+/// [`free_bulk`](crate::Buddy::free_bulk), `zero` says the block still reads
+/// as zero (`free_pages_zeroed`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Page {
+    /// The block's first byte (with the provenance of the managed memory).
+    pub ptr: NonNull<u8>,
+    /// The block's order.
+    pub order: Order,
+    /// Whether the block is known to read as zero.
+    pub zero: bool,
+}
+
+// SAFETY: a `Page` is an address and two plain values; it grants nothing by
+// itself (freeing it is `unsafe` and validated), so it may move between
+// threads (a remote pcp drain frees pages another CPU allocated).
+unsafe impl Send for Page {}
+// SAFETY: as above; shared references give only reads of plain values.
+unsafe impl Sync for Page {}
+
+impl Page {
+    /// The block's address.
+    #[inline(always)]
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------
+
+/// One zone of a [`Config`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ZoneSpec {
+    /// Name shown by `/proc/buddyinfo`-style reports ("DMA32", "Normal").
+    pub name: &'static str,
+    /// First address above the zone (exclusive), a multiple of the largest
+    /// block size so buddies never straddle zones. Ignored for the last zone,
+    /// which reaches the top of the address space.
+    pub end: usize,
+}
+
+/// The kernel's watermark and reserve tunables (`/proc/sys/vm`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Tunables {
+    /// `vm.min_free_kbytes`, split over the zones by size. `None`: the
+    /// kernel's default `sqrt(managed_kbytes * 16)` clamped to
+    /// `[128, 262144]`.
+    pub min_free_kbytes: Option<usize>,
+    /// `vm.watermark_scale_factor` (in 1/10000 of a zone): the gap between
+    /// min, low and high is at least this fraction of the zone.
+    pub watermark_scale_factor: usize,
+    /// `vm.lowmem_reserve_ratio[zone]`: zone `i` keeps
+    /// `managed(i+1..=j) / ratio[i]` pages from requests that could have
+    /// used zone `j > i`. 0 disables the protection of that zone.
+    pub lowmem_reserve_ratio: [usize; MAX_ZONES],
+}
+
+impl Tunables {
+    /// The kernel's defaults (min_free_kbytes from the memory size, scale
+    /// factor 10, ratios 256 for the low zones and 32 for NORMAL).
+    pub const KERNEL: Tunables = Tunables {
+        min_free_kbytes: None,
+        watermark_scale_factor: 10,
+        lowmem_reserve_ratio: [256, 256, 32, 0],
+    };
+
+    /// No min watermark (a heap that grows on demand, e.g. [`GlobalBuddy`](crate::GlobalBuddy));
+    /// low/high still follow the scale factor, reserves still protect low zones.
+    pub const NO_MIN: Tunables = Tunables {
+        min_free_kbytes: Some(0),
+        ..Tunables::KERNEL
+    };
+}
+
+/// The allocator's shape: page size, largest order, zones and tunables.
+/// Built at compile time (`const`) for a `static` allocator.
+///
+/// ```
+/// use buddy::{Config, ZoneSpec};
+/// // 4 KiB pages, 4 MiB blocks, a DMA32 zone below 4 GiB and Normal above.
+/// const CFG: Config = Config::new(4096, 10).with_zones(&[
+///     ZoneSpec { name: "DMA32", end: 1 << 32 },
+///     ZoneSpec { name: "Normal", end: usize::MAX },
+/// ]);
+/// assert_eq!(CFG.max_block_size(), 4 << 20);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Config {
+    page_shift: u8,
+    max_order: Order,
+    nr_zones: u8,
+    zones: [ZoneSpec; MAX_ZONES],
+    tunables: Tunables,
+}
+
+impl Config {
+    /// The kernel's default shape: 4 KiB pages, `MAX_ORDER` 10 (4 MiB
+    /// blocks), one zone "Normal", kernel tunables.
+    pub const DEFAULT: Config = Config::new(4096, 10);
+
+    /// Pages of `page_size` bytes (a power of two, at least 16) and blocks up
+    /// to `max_order`, one zone "Normal", kernel tunables.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid shape (at compile time in a const context).
+    pub const fn new(page_size: usize, max_order: u8) -> Config {
+        assert!(
+            page_size.is_power_of_two() && page_size >= 16,
+            "buddy::Config: page size must be a power of two >= 16"
+        );
+        assert!(
+            max_order <= ORDER_LIMIT,
+            "buddy::Config: max_order above ORDER_LIMIT"
+        );
+        let page_shift = page_size.trailing_zeros();
+        assert!(
+            page_shift + (max_order as u32) < usize::BITS - 1,
+            "buddy::Config: largest block does not fit the address space"
+        );
+        const NONE: ZoneSpec = ZoneSpec {
+            name: "",
+            end: usize::MAX,
+        };
+        let mut zones = [NONE; MAX_ZONES];
+        zones[0] = ZoneSpec {
+            name: "Normal",
+            end: usize::MAX,
+        };
+        Config {
+            page_shift: page_shift as u8,
+            max_order: Order(max_order),
+            nr_zones: 1,
+            zones,
+            tunables: Tunables::KERNEL,
+        }
+    }
+
+    /// The same shape with these zones (lowest first).
+    ///
+    /// # Panics
+    ///
+    /// If there are none or more than [`MAX_ZONES`], or the ends of all but
+    /// the last zone are not increasing multiples of the largest block size.
+    pub const fn with_zones(mut self, zones: &[ZoneSpec]) -> Config {
+        assert!(
+            !zones.is_empty() && zones.len() <= MAX_ZONES,
+            "buddy::Config: 1..=MAX_ZONES zones"
+        );
+        let block = self.max_block_size();
+        let mut i = 0;
+        let mut prev = 0;
+        while i < zones.len() {
+            let mut z = zones[i];
+            if i + 1 == zones.len() {
+                z.end = usize::MAX;
+            } else {
+                assert!(
+                    z.end.is_multiple_of(block) && z.end > prev,
+                    "buddy::Config: zone ends must increase and be multiples of the largest block"
+                );
+                prev = z.end;
+            }
+            self.zones[i] = z;
+            i += 1;
+        }
+        self.nr_zones = zones.len() as u8;
+        self
+    }
+
+    /// The same shape with these tunables.
+    pub const fn with_tunables(mut self, tunables: Tunables) -> Config {
+        self.tunables = tunables;
+        self
+    }
+
+    /// Bytes per page.
+    #[inline(always)]
+    pub const fn page_size(&self) -> usize {
+        1 << self.page_shift
+    }
+    /// log2 of the page size.
+    #[inline(always)]
+    pub const fn page_shift(&self) -> u32 {
+        self.page_shift as u32
+    }
+    /// The largest order (`MAX_ORDER`, 6.4+ meaning).
+    #[inline(always)]
+    pub const fn max_order(&self) -> Order {
+        self.max_order
+    }
+    /// Bytes in a block of the largest order.
+    #[inline(always)]
+    pub const fn max_block_size(&self) -> usize {
+        1 << (self.page_shift + self.max_order.0)
+    }
+    /// Bytes in a block of `order`.
+    #[inline(always)]
+    pub const fn block_size(&self, order: Order) -> usize {
+        1 << (self.page_shift + order.0)
+    }
+    /// Number of zones.
+    #[inline(always)]
+    pub const fn nr_zones(&self) -> usize {
+        self.nr_zones as usize
+    }
+    /// The zones' specifications.
+    #[inline(always)]
+    pub fn zones(&self) -> &[ZoneSpec] {
+        &self.zones[..self.nr_zones as usize]
+    }
+    /// The tunables the allocator starts with.
+    #[inline(always)]
+    pub const fn tunables(&self) -> Tunables {
+        self.tunables
+    }
+
+    /// The zone an address belongs to (`page_zone`).
+    #[inline(always)]
+    pub const fn zone_of_addr(&self, addr: usize) -> ZoneId {
+        let mut i = 0;
+        while i + 1 < self.nr_zones as usize {
+            if addr < self.zones[i].end {
+                return ZoneId(i as u8);
+            }
+            i += 1;
+        }
+        ZoneId(i as u8)
+    }
+
+    /// The highest zone whose addresses all lie below `limit` (e.g. "below
+    /// 4 GiB" for a 32-bit DMA engine), if any.
+    pub const fn zone_below(&self, limit: usize) -> Option<ZoneId> {
+        let mut i = self.nr_zones as usize;
+        while i > 0 {
+            i -= 1;
+            let end = if i + 1 == self.nr_zones as usize {
+                usize::MAX
+            } else {
+                self.zones[i].end
+            };
+            if end <= limit || (end == usize::MAX && limit == usize::MAX) {
+                return Some(ZoneId(i as u8));
+            }
+        }
+        None
+    }
+
+    /// The order of the block that honours `size` and `align` (a `Layout`),
+    /// if it is at most `max_order`.
+    #[inline]
+    pub const fn order_for(&self, size: usize, align: usize) -> Option<Order> {
+        let bytes = if size > align { size } else { align };
+        let pages = match bytes.checked_add(self.page_size() - 1) {
+            Some(b) => b >> self.page_shift,
+            None => return None,
+        };
+        match Order::for_pages(pages) {
+            Some(o) if o.0 <= self.max_order.0 => Some(o),
+            _ => None,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::DEFAULT
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Watermarks and statistics
+// ---------------------------------------------------------------------------
+
+/// A zone's watermarks in pages (`_watermark[WMARK_MIN..=WMARK_HIGH]`).
+///
+/// `min` is the floor for ordinary requests (the kernel's slow path with no
+/// reclaim to wait for), [`HIGH`](AllocFlags::HIGH) and
+/// [`ATOMIC`](AllocFlags::ATOMIC) requests may go below it by the kernel's
+/// fractions; `low` is where kswapd would be woken (and what pcp derives its
+/// `high` from); `high` is the balance goal.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Watermarks {
+    /// `WMARK_MIN`.
+    pub min: usize,
+    /// `WMARK_LOW = min + max(min/4, managed * scale / 10000)`.
+    pub low: usize,
+    /// `WMARK_HIGH = low + max(min/4, managed * scale / 10000)`.
+    pub high: usize,
+}
+
+macro_rules! stats {
+    ($($(#[doc = $doc:literal])* $name:ident = $s:literal,)*) => {
+        /// Per-zone event counters, summed over zones on read
+        /// ([`Buddy::stat`](crate::Buddy::stat)).
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+        #[repr(usize)]
+        pub enum Stat {
+            $($(#[doc = $doc])* $name,)*
+        }
+        impl Stat {
+            /// Every counter, in order.
+            pub const ALL: &'static [Stat] = &[$(Stat::$name,)*];
+            /// Number of counters.
+            pub const COUNT: usize = Stat::ALL.len();
+            /// The counter's report name.
+            pub const fn name(self) -> &'static str {
+                match self { $(Stat::$name => $s,)* }
+            }
+        }
+    };
+}
+
+stats! {
+    /// Blocks handed out (single and bulk).
+    Alloc = "alloc",
+    /// Attempts on this zone that found no block or failed the watermark
+    /// (the request then fell back to a lower zone, or failed).
+    ZoneFail = "zone_fail",
+    /// Of those, attempts stopped by the watermark (with `lowmem_reserve`).
+    WatermarkFail = "watermark_fail",
+    /// Blocks returned (single and bulk).
+    Free = "free",
+    /// Blocks returned as still zero (`free_pages_zeroed`).
+    FreeZero = "free_zero",
+    /// Halvings in `expand`.
+    Split = "split",
+    /// Buddy merges in `__free_one_page`.
+    Merge = "merge",
+    /// Single requests with `ZEROED` served by this zone.
+    ZeroedRequest = "zeroed_request",
+    /// Of those, served from known-zero memory without clearing a byte.
+    ZeroedNoClear = "zeroed_no_clear",
+    /// Of those, that had to clear the block (or only its non-zero half).
+    ZeroedCleared = "zeroed_cleared",
+    /// Bytes cleared for `ZEROED` requests.
+    BytesCleared = "bytes_cleared",
+    /// `ONLY_ZERO` attempts this zone had no known-zero block for.
+    OnlyZeroFail = "only_zero_fail",
+    /// Known-zero blocks handed to requests that did not ask for zeroes (the
+    /// zero information is spent; bulk blocks report it in `Page::zero`).
+    ZeroSpent = "zero_spent",
+}

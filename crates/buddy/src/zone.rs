@@ -1,0 +1,449 @@
+//! A zone: its free areas and the buddy algorithm proper (`expand`,
+//! `__rmqueue_smallest`, `__free_one_page`, the watermark check). Everything
+//! here runs under the zone lock; `ZoneInner` is the data that lock
+//! protects.
+
+use core::ptr;
+
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
+use local_lock::sync::{CachePadded, SpinLock};
+
+use crate::desc::{
+    kind, make_state, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL, ZERO_HI, ZERO_LO,
+};
+use crate::span::Found;
+use crate::types::{AllocFlags, Config, Order, Stat, Watermarks, MAX_ZONES, ORDER_SLOTS};
+
+/// Index of the known-zero list of a free area.
+pub(crate) const ZERO_LIST: usize = 0;
+/// Index of the list of other blocks (contents unknown, or only one half
+/// known zero).
+pub(crate) const DIRTY_LIST: usize = 1;
+
+/// A doubly linked list of free block heads, linked through their
+/// descriptors (`next`/`prev`), so unlinking a block whose buddy merges is
+/// O(1).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FreeList {
+    /// First block (handed out first; hot end).
+    pub(crate) head: *mut PageDesc,
+    /// Last block (cold end: fresh memory, blocks likely to merge).
+    pub(crate) tail: *mut PageDesc,
+    /// Blocks on the list.
+    pub(crate) nr: usize,
+}
+
+impl FreeList {
+    const EMPTY: FreeList = FreeList {
+        head: ptr::null_mut(),
+        tail: ptr::null_mut(),
+        nr: 0,
+    };
+}
+
+/// `free_area[order]`: two lists instead of the kernel's migratetypes,
+/// known-zero blocks apart from the rest, so a zeroed request finds a zero
+/// block in O(1) and ordinary requests leave zero blocks alone while other
+/// blocks of the same order exist.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FreeArea {
+    /// `[ZERO_LIST]`: blocks whose every byte is known zero (PG_zero);
+    /// `[DIRTY_LIST]`: the others.
+    pub(crate) lists: [FreeList; 2],
+}
+
+/// What the zone lock protects.
+///
+/// Invariants (checked by `check_invariants`):
+///
+/// * `free == Σ_order (lists[ZERO].nr + lists[DIRTY].nr) × 2^order`
+/// * `zero_bits` bit `o` ⇔ `area[o].lists[ZERO].nr > 0`; the same for
+///   `dirty_bits` and the dirty lists
+/// * every listed block is a properly aligned buddy head of its order in
+///   this zone, and no two free buddies of equal order remain unmerged
+/// * `free <= managed`
+pub(crate) struct ZoneInner {
+    /// `free_area[0..=MAX_ORDER]`.
+    pub(crate) area: [FreeArea; ORDER_SLOTS],
+    /// Orders with a known-zero block (smallest-fit search is one
+    /// `trailing_zeros`).
+    pub(crate) zero_bits: u32,
+    /// Orders with another block.
+    pub(crate) dirty_bits: u32,
+    /// Pages on the free lists (`NR_FREE_PAGES`).
+    pub(crate) free: usize,
+    /// Pages given to the zone (`managed_pages`).
+    pub(crate) managed: usize,
+    /// Watermarks (copy of the zone's atomics for the locked path).
+    pub(crate) wmark: Watermarks,
+    /// `lowmem_reserve[j]`: pages kept from requests whose highest zone is
+    /// `j`.
+    pub(crate) lowmem_reserve: [usize; MAX_ZONES],
+    /// Event counters, indexed by [`Stat`].
+    pub(crate) stats: [u64; Stat::COUNT],
+}
+
+// SAFETY: the raw descriptor pointers in the lists are only dereferenced by
+// the holder of the zone lock that owns this `ZoneInner`.
+unsafe impl Send for ZoneInner {}
+
+/// A block taken off the free lists by [`ZoneInner::rmqueue`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    /// Its head descriptor (now `ALLOC`).
+    pub(crate) desc: *mut PageDesc,
+    /// Its first byte.
+    pub(crate) ptr: *mut u8,
+    /// Which of its halves were known zero (`ZERO_LO`/`ZERO_HI` bits;
+    /// `ZERO_FULL`: all of it).
+    pub(crate) zero: u32,
+}
+
+impl ZoneInner {
+    local_lock::const_fn! {
+        /// An empty zone.
+        pub(crate) fn new() -> ZoneInner {
+            ZoneInner {
+                area: [FreeArea { lists: [FreeList::EMPTY; 2] }; ORDER_SLOTS],
+                zero_bits: 0,
+                dirty_bits: 0,
+                free: 0,
+                managed: 0,
+                wmark: Watermarks { min: 0, low: 0, high: 0 },
+                lowmem_reserve: [0; MAX_ZONES],
+                stats: [0; Stat::COUNT],
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn count(&mut self, s: Stat, n: u64) {
+        self.stats[s as usize] += n;
+    }
+
+    // --- lists ------------------------------------------------------------
+
+    /// Links `d` at the head (or tail) of the list for `order`.
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held (`&mut self`), `d` is a valid descriptor of a
+    /// page of this zone that is on no list.
+    #[inline(always)]
+    unsafe fn add(&mut self, d: *mut PageDesc, order: Order, zero: bool, tail: bool) {
+        let li = if zero { ZERO_LIST } else { DIRTY_LIST };
+        let l = &mut self.area[order.index()].lists[li];
+        // SAFETY: caller's contract; list members are valid descriptors of
+        // this zone and the lock serialises link accesses.
+        unsafe {
+            if tail {
+                (*d).set_next(ptr::null_mut());
+                (*d).set_prev(l.tail);
+                if l.tail.is_null() {
+                    l.head = d;
+                } else {
+                    (*l.tail).set_next(d);
+                }
+                l.tail = d;
+            } else {
+                (*d).set_prev(ptr::null_mut());
+                (*d).set_next(l.head);
+                if l.head.is_null() {
+                    l.tail = d;
+                } else {
+                    (*l.head).set_prev(d);
+                }
+                l.head = d;
+            }
+        }
+        l.nr += 1;
+        if zero {
+            self.zero_bits |= 1 << order.get();
+        } else {
+            self.dirty_bits |= 1 << order.get();
+        }
+    }
+
+    /// Unlinks `d` from the list for `order` (O(1)).
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held and `d` is on that list.
+    #[inline(always)]
+    unsafe fn del(&mut self, d: *mut PageDesc, order: Order, zero: bool) {
+        let li = if zero { ZERO_LIST } else { DIRTY_LIST };
+        let l = &mut self.area[order.index()].lists[li];
+        // SAFETY: caller's contract.
+        unsafe {
+            let n = (*d).next();
+            let p = (*d).prev();
+            if p.is_null() {
+                l.head = n;
+            } else {
+                (*p).set_next(n);
+            }
+            if n.is_null() {
+                l.tail = p;
+            } else {
+                (*n).set_prev(p);
+            }
+        }
+        l.nr -= 1;
+        if l.nr == 0 {
+            if zero {
+                self.zero_bits &= !(1 << order.get());
+            } else {
+                self.dirty_bits &= !(1 << order.get());
+            }
+        }
+    }
+
+    /// Free blocks of `order`: `(known zero, others)`.
+    #[inline]
+    pub(crate) fn nr_free(&self, order: Order) -> (usize, usize) {
+        let a = &self.area[order.index()];
+        (a.lists[ZERO_LIST].nr, a.lists[DIRTY_LIST].nr)
+    }
+
+    // --- watermarks -------------------------------------------------------
+
+    /// `__zone_watermark_ok` against the min watermark: after taking
+    /// `2^order` pages, more than `min` (lowered for `HIGH`/`NONBLOCK`)
+    /// plus `lowmem_reserve[highest]` pages must remain. Whether a block of
+    /// the order exists is left to [`rmqueue`](Self::rmqueue).
+    #[inline(always)]
+    pub(crate) fn watermark_ok(&self, order: Order, flags: AllocFlags, highest: usize) -> bool {
+        let mut min = self.wmark.min as isize;
+        if flags.contains(AllocFlags::HIGH) {
+            min -= min / 2;
+        }
+        if flags.contains(AllocFlags::NONBLOCK) {
+            min -= min / 4;
+        }
+        let free = self.free as isize - (order.pages() as isize - 1);
+        free > min + self.lowmem_reserve[highest] as isize
+    }
+
+    // --- allocation -------------------------------------------------------
+
+    /// `__rmqueue_smallest` + `expand`: takes the smallest free block of at
+    /// least `order` and splits it down, the upper halves going back to the
+    /// heads of their lists (PG_zero passed to the halves that had it).
+    ///
+    /// Choice of list: a `ZEROED` request takes the smallest known-zero
+    /// block (an `ONLY_ZERO` one fails without); otherwise the smallest
+    /// block, preferring one not known zero at that order. `COLD` takes
+    /// the tail.
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held; the listed descriptors are valid (type
+    /// invariant).
+    #[inline]
+    pub(crate) unsafe fn rmqueue(
+        &mut self,
+        cfg: &Config,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Taken> {
+        let above: u32 = !0u32 << order.get();
+        let (o, li) = if flags.contains(AllocFlags::ZEROED) {
+            let z = self.zero_bits & above;
+            if z != 0 {
+                (z.trailing_zeros(), ZERO_LIST)
+            } else if flags.contains(AllocFlags::ONLY_ZERO) {
+                self.count(Stat::OnlyZeroFail, 1);
+                return None;
+            } else {
+                let d = self.dirty_bits & above;
+                if d == 0 {
+                    return None;
+                }
+                (d.trailing_zeros(), DIRTY_LIST)
+            }
+        } else {
+            let any = (self.zero_bits | self.dirty_bits) & above;
+            if any == 0 {
+                return None;
+            }
+            let o = any.trailing_zeros();
+            let li = if self.dirty_bits & (1 << o) != 0 {
+                DIRTY_LIST
+            } else {
+                ZERO_LIST
+            };
+            (o, li)
+        };
+        let high = Order::new(o as u8)?;
+        let l = &self.area[high.index()].lists[li];
+        let desc = if flags.contains(AllocFlags::COLD) {
+            l.tail
+        } else {
+            l.head
+        };
+        // SAFETY: the bit for `high` says the list is non-empty, so `desc`
+        // is a listed, valid descriptor (caller's contract).
+        unsafe { self.del(desc, high, li == ZERO_LIST) };
+        // SAFETY: as above.
+        let d = unsafe { &*desc };
+        let mut zero = d.load_state() & ZERO_FULL;
+        let p = d.aux.load(Ordering::Relaxed);
+        let mut m = high;
+        while m > order {
+            m = m.minus(1);
+            let half = m.pages();
+            // SAFETY: the block lies in one span, so its descriptors are
+            // contiguous in one memmap.
+            let hd = unsafe { desc.add(half) };
+            let hz = if zero & ZERO_HI != 0 { ZERO_FULL } else { 0 };
+            // SAFETY: `hd` heads the upper half, a page of this zone.
+            unsafe {
+                (*hd)
+                    .aux
+                    .store(p.wrapping_add(half << cfg.page_shift()), Ordering::Relaxed);
+                (*hd)
+                    .state
+                    .store(make_state(KIND_FREE, m, hz), Ordering::Relaxed);
+                self.add(hd, m, hz == ZERO_FULL, false);
+            }
+            zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
+            self.count(Stat::Split, 1);
+        }
+        if order == Order::ZERO && zero != ZERO_FULL {
+            zero = 0;
+        }
+        self.free -= order.pages();
+        d.reset_owner();
+        d.state
+            .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
+        self.count(Stat::Alloc, 1);
+        Some(Taken { desc, ptr: p, zero })
+    }
+
+    // --- free ---------------------------------------------------------------
+
+    /// `__free_one_page`: adds the order-`order` block at `pfn` (descriptor
+    /// `desc`, first byte `p`) to the free lists, merging it with its free
+    /// buddies up to `max_order` (O(max_order), each step one descriptor
+    /// check: `pfn ^ (1 << order)` free, of this order, in the span).
+    /// PG_zero of the merged block: the halves that were wholly zero
+    /// (`ZERO_LO`, `ZERO_HI`); zero only if both were.
+    ///
+    /// Placement: at the tail if `to_tail` (fresh memory, cold frees) or if
+    /// the buddy one order up is free, so a block likely to merge soon is
+    /// not handed out first (`buddy_merge_likely`); else at the head.
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held; the block lies in span `span`, in this zone,
+    /// and is on no list (allocated and validated, or fresh memory);
+    /// `desc` is its head descriptor and `p` its first byte.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn free_one(
+        &mut self,
+        cfg: &Config,
+        span: &Found,
+        mut desc: *mut PageDesc,
+        mut p: *mut u8,
+        mut pfn: usize,
+        mut order: Order,
+        mut zero: u32,
+        to_tail: bool,
+    ) {
+        self.free += order.pages();
+        let max = cfg.max_order();
+        if order == Order::ZERO && zero != ZERO_FULL {
+            zero = 0;
+        }
+        while order < max {
+            let bpfn = pfn ^ order.pages();
+            let Some(bd) = span.desc_ptr(bpfn) else { break };
+            // SAFETY: in the span's memmap.
+            let bs = unsafe { (*bd).load_state() };
+            if kind(bs) != KIND_FREE || order_of(bs) != order {
+                break;
+            }
+            let bz = bs & ZERO_FULL;
+            // SAFETY: a FREE head of this order in this zone (buddies share
+            // the zone: zone ends are multiples of the largest block) is on
+            // the list its PG_zero bits name.
+            unsafe { self.del(bd, order, bz == ZERO_FULL) };
+            let (lo, hi) = if bpfn < pfn { (bz, zero) } else { (zero, bz) };
+            zero = (if lo == ZERO_FULL { ZERO_LO } else { 0 })
+                | (if hi == ZERO_FULL { ZERO_HI } else { 0 });
+            // SAFETY: both descriptors are valid (span memmap).
+            unsafe {
+                if bpfn < pfn {
+                    (*desc).state.store(0, Ordering::Relaxed);
+                    desc = bd;
+                    p = (*bd).aux.load(Ordering::Relaxed);
+                    pfn = bpfn;
+                } else {
+                    (*bd).state.store(0, Ordering::Relaxed);
+                }
+            }
+            order = order.plus(1);
+            self.count(Stat::Merge, 1);
+        }
+        let tail = to_tail || merge_likely(cfg, span, pfn, order);
+        // SAFETY: `desc` heads the merged block.
+        unsafe {
+            (*desc).aux.store(p, Ordering::Relaxed);
+            (*desc)
+                .state
+                .store(make_state(KIND_FREE, order, zero), Ordering::Release);
+            self.add(desc, order, zero == ZERO_FULL, tail);
+        }
+    }
+}
+
+/// `buddy_merge_likely`: the buddy of this block's parent is free, so once
+/// this block's own buddy is freed the merge goes two orders up.
+#[inline]
+fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
+    if order.get() + 1 >= cfg.max_order().get() {
+        return false;
+    }
+    let parent = pfn & !order.pages();
+    let higher_buddy = parent ^ (order.pages() << 1);
+    match span.desc(higher_buddy) {
+        Some(d) => {
+            let s = d.load_state();
+            kind(s) == KIND_FREE && order_of(s) == order.plus(1)
+        }
+        None => false,
+    }
+}
+
+/// A zone: its lock and the data it protects, plus lock-free copies of the
+/// sizes pcp reads (`managed`, watermarks).
+pub(crate) struct Zone {
+    /// `zone->lock`, taken with IRQs saved (`spin_lock_irqsave`), in its
+    /// own cache line.
+    pub(crate) lock: CachePadded<SpinLock<ZoneInner>>,
+    /// Copy of `managed` (written under the resize lock).
+    pub(crate) managed: AtomicUsize,
+    /// Copies of the watermarks: min, low, high (written under the resize
+    /// lock).
+    pub(crate) wmark: [AtomicUsize; 3],
+}
+
+impl Zone {
+    local_lock::const_fn! {
+        /// An empty zone.
+        pub(crate) fn new() -> Zone {
+            #[cfg(not(loom))]
+            return Zone {
+                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                managed: AtomicUsize::new(0),
+                wmark: [const { AtomicUsize::new(0) }; 3],
+            };
+            #[cfg(loom)]
+            return Zone {
+                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                managed: AtomicUsize::new(0),
+                wmark: core::array::from_fn(|_| AtomicUsize::new(0)),
+            };
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Page lists linked through the buddy's descriptor owner words.
+//!
+//! A page on a pcp list is *allocated* from the buddy's point of view, so
+//! its head descriptor's owner words belong to the pcp: `data` = previous
+//! page, `link` = next page (0 = none), `tag` = [`list_tag`] of the list it
+//! is on. Links never live in the page itself: that would destroy the
+//! known-zero pages the zero list keeps.
+//!
+//! Invariant per list: following `link` from `head` visits `len` pages and
+//! ends at `tail`; `data` of each is its predecessor; each page's `tag` is
+//! the list's tag.
+
+use core::ptr::NonNull;
+
+use buddy::{Buddy, Owner};
+use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
+
+/// The tag of pages on pcp lists: `0x5043_0000 | zero << 4 | order`
+/// ("PC"); SLUB and other owners use other values.
+pub const PCP_TAG: u32 = 0x5043_0000;
+
+/// The tag of the list of `order` (`zero`: the zero list).
+#[inline(always)]
+pub const fn list_tag(order: u8, zero: bool) -> u32 {
+    PCP_TAG | ((zero as u32) << 4) | order as u32
+}
+
+/// Whether a tag is some pcp list's.
+#[inline(always)]
+pub const fn is_pcp_tag(tag: u32) -> bool {
+    tag & 0xffff_ff00 == PCP_TAG
+}
+
+/// A doubly linked list of pages, head = hot end, tail = cold end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageList {
+    /// First (hottest) page's address, 0 if empty.
+    pub head: usize,
+    /// Last (coldest) page's address, 0 if empty.
+    pub tail: usize,
+    /// Number of pages (blocks) on the list.
+    pub len: usize,
+}
+
+impl PageList {
+    /// An empty list.
+    pub const EMPTY: PageList = PageList {
+        head: 0,
+        tail: 0,
+        len: 0,
+    };
+}
+
+/// The owner words of a page on (or going onto) a pcp list.
+#[inline(always)]
+pub(crate) fn owner<P: Platform>(buddy: &Buddy<P>, page: usize) -> &Owner {
+    match buddy.owner_of(page as *const u8) {
+        Some(b) => b.owner,
+        None => corrupt(page),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn corrupt(page: usize) -> ! {
+    panic!("pcp: page {page:#x} on a per-CPU list is not an allocated buddy block (list corrupted)")
+}
+
+impl PageList {
+    /// Pushes at the head (hot) or the tail (cold).
+    #[inline]
+    pub(crate) fn push<P: Platform>(
+        &mut self,
+        buddy: &Buddy<P>,
+        page: usize,
+        tag: u32,
+        cold: bool,
+    ) {
+        let o = owner(buddy, page);
+        o.tag().store(tag, Relaxed);
+        if self.len == 0 {
+            o.data().store(0, Relaxed);
+            o.link().store(0, Relaxed);
+            self.head = page;
+            self.tail = page;
+        } else if cold {
+            o.data().store(self.tail, Relaxed);
+            o.link().store(0, Relaxed);
+            owner(buddy, self.tail).link().store(page, Relaxed);
+            self.tail = page;
+        } else {
+            o.data().store(0, Relaxed);
+            o.link().store(self.head, Relaxed);
+            owner(buddy, self.head).data().store(page, Relaxed);
+            self.head = page;
+        }
+        self.len += 1;
+    }
+
+    /// Pops from the head (hot) or the tail (cold); the page's owner words
+    /// are cleared (they belong to the next holder).
+    #[inline]
+    pub(crate) fn pop<P: Platform>(&mut self, buddy: &Buddy<P>, cold: bool) -> Option<NonNull<u8>> {
+        if self.len == 0 {
+            return None;
+        }
+        let page = if cold { self.tail } else { self.head };
+        let o = owner(buddy, page);
+        if self.len == 1 {
+            self.head = 0;
+            self.tail = 0;
+        } else if cold {
+            let prev = o.data().load(Relaxed);
+            owner(buddy, prev).link().store(0, Relaxed);
+            self.tail = prev;
+        } else {
+            let next = o.link().load(Relaxed);
+            owner(buddy, next).data().store(0, Relaxed);
+            self.head = next;
+        }
+        self.len -= 1;
+        o.data().store(0, Relaxed);
+        o.link().store(0, Relaxed);
+        o.tag().store(0, Relaxed);
+        NonNull::new(page as *mut u8)
+    }
+
+    /// Walks the list checking links, tags and length; calls `f` on each
+    /// page. Panics with a description on the first inconsistency.
+    #[cfg(any(test, feature = "invariants"))]
+    pub(crate) fn check<P: Platform>(&self, buddy: &Buddy<P>, tag: u32, mut f: impl FnMut(usize)) {
+        let mut prev = 0usize;
+        let mut cur = self.head;
+        let mut n = 0usize;
+        while cur != 0 {
+            let o = owner(buddy, cur);
+            assert_eq!(
+                o.tag().load(Relaxed),
+                tag,
+                "pcp: page {cur:#x} has tag {:#x}, list {tag:#x}",
+                o.tag().load(Relaxed)
+            );
+            assert_eq!(
+                o.data().load(Relaxed),
+                prev,
+                "pcp: page {cur:#x}: prev link broken"
+            );
+            f(cur);
+            n += 1;
+            assert!(
+                n <= self.len,
+                "pcp: list {tag:#x} longer than its len {} (cycle?)",
+                self.len
+            );
+            prev = cur;
+            cur = o.link().load(Relaxed);
+        }
+        assert_eq!(
+            n, self.len,
+            "pcp: list {tag:#x} len {} but {n} pages linked",
+            self.len
+        );
+        assert_eq!(self.tail, prev, "pcp: list {tag:#x} tail mismatch");
+    }
+}

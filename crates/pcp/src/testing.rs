@@ -1,0 +1,296 @@
+//! The pcp's reference harness (std + `invariants`, or this crate's tests):
+//! a buddy on heap memory, an operation set, and `run_machine`, which applies
+//! operations across simulated CPUs and interrupt contexts and checks after
+//! every one: no overlap, alignment, contents preserved, zeroed means zero,
+//! every page accounted for (buddy free + lists + live = managed), each CPU's
+//! list invariants, and at the end that everything merges back in the buddy.
+//! The proptest state machine and the cargo-fuzz target drive it.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::boxed::Box;
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::vec;
+use std::vec::Vec;
+
+use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
+use local_lock::test_platform::TestPlatform;
+
+use crate::{Pcp, Policy};
+
+/// Page size of the harness.
+pub const PAGE: usize = 4096;
+/// Simulated CPUs.
+pub const CPUS: usize = 4;
+
+/// A buddy over `mib` MiB of heap memory (4 MiB aligned).
+pub struct Mem {
+    /// The buddy.
+    pub buddy: Box<Buddy<TestPlatform>>,
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Mem {
+    /// `mib` MiB, zeroed (known zero to the buddy) or filled with 0x77.
+    pub fn new(mib: usize, zeroed: bool) -> Mem {
+        let layout = Layout::from_size_align(mib << 20, 4 << 20).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        if !zeroed {
+            // SAFETY: ours.
+            unsafe { ptr.write_bytes(0x77, layout.size()) };
+        }
+        let cfg = Config::DEFAULT.with_tunables(Tunables::NO_MIN);
+        let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
+        // SAFETY: the memory lives as long as `Mem` and is used by nothing else.
+        unsafe { buddy.add_region(ptr, layout.size(), zeroed).unwrap() };
+        Mem { buddy, ptr, layout }
+    }
+
+    /// A pcp over zone 0.
+    pub fn pcp(
+        &self,
+        platform: TestPlatform,
+        policy: Policy,
+    ) -> Pcp<&Buddy<TestPlatform>, TestPlatform, CPUS> {
+        Pcp::new(&*self.buddy, ZoneId::new(0), platform, policy)
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Order 0.
+pub const O0: Order = Order::ZERO;
+
+/// An order.
+pub fn o(n: u8) -> Order {
+    Order::new(n).unwrap()
+}
+
+/// Fills a block.
+pub fn fill(p: NonNull<u8>, order: Order, byte: u8) {
+    // SAFETY: the caller holds the block.
+    unsafe { p.as_ptr().write_bytes(byte, PAGE << order.get()) };
+}
+
+/// Whether a block reads as `byte` throughout.
+pub fn reads(p: NonNull<u8>, order: Order, byte: u8) -> bool {
+    // SAFETY: the caller holds the block.
+    let s = unsafe { std::slice::from_raw_parts(p.as_ptr(), PAGE << order.get()) };
+    s.iter().all(|&b| b == byte)
+}
+
+// ----------------------------------------------------------------------------
+// State machine against a model
+// ----------------------------------------------------------------------------
+
+/// One operation of the state machine.
+#[allow(missing_docs)]
+#[derive(Clone, Debug)]
+pub enum Op {
+    Alloc {
+        cpu: usize,
+        order: u8,
+        flags: u8,
+        irq: bool,
+    },
+    Free {
+        idx: usize,
+        zero: bool,
+        cold: bool,
+        irq: bool,
+    },
+    DrainLocal {
+        cpu: usize,
+    },
+    DrainAll,
+    Prezero {
+        cpu: usize,
+        budget: usize,
+    },
+    Bulk {
+        cpu: usize,
+        n: usize,
+    },
+}
+
+struct Live {
+    ptr: NonNull<u8>,
+    order: Order,
+    byte: u8,
+}
+
+/// Applies `ops` to a fresh pcp over an 8 MiB buddy, checking after each.
+pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
+    let m = Mem::new(8, true);
+    let plat = if locked {
+        TestPlatform::locked(CPUS)
+    } else {
+        TestPlatform::pinned(CPUS)
+    };
+    let pcp = m.pcp(plat, policy);
+    pcp.set_batch_high(Some((5, 20)));
+    let mut live: Vec<Live> = Vec::new();
+    let mut model: BTreeMap<usize, usize> = BTreeMap::new(); // start -> end
+    let mut byte = 1u8;
+    let check_new = |model: &mut BTreeMap<usize, usize>, p: NonNull<u8>, order: Order| {
+        let s = p.as_ptr() as usize;
+        let e = s + (PAGE << order.get());
+        assert_eq!(s % (PAGE << order.get()), 0, "alignment");
+        if let Some((_, &pe)) = model.range(..e).next_back() {
+            assert!(pe <= s, "overlap");
+        }
+        model.insert(s, e);
+    };
+    for op in ops {
+        match *op {
+            Op::Alloc {
+                cpu,
+                order,
+                flags,
+                irq,
+            } => {
+                let mut f = AllocFlags::NONE;
+                if flags & 1 != 0 {
+                    f |= AllocFlags::ZEROED;
+                }
+                if flags & 2 != 0 {
+                    f |= AllocFlags::COLD;
+                }
+                if flags & 4 != 0 && flags & 1 != 0 {
+                    f |= AllocFlags::ONLY_ZERO;
+                }
+                let order = o(order);
+                let r = plat.on_cpu(cpu, || {
+                    if irq {
+                        plat.interrupt(|| pcp.alloc(order, f)).unwrap()
+                    } else {
+                        pcp.alloc(order, f)
+                    }
+                });
+                if let Some(p) = r {
+                    check_new(&mut model, p.ptr, order);
+                    if f.contains(AllocFlags::ZEROED) {
+                        assert!(p.zero && reads(p.ptr, order, 0), "zeroed means zero");
+                    }
+                    if p.zero {
+                        assert!(reads(p.ptr, order, 0), "known zero means zero");
+                    }
+                    byte = byte.wrapping_add(1).max(1);
+                    fill(p.ptr, order, byte);
+                    live.push(Live {
+                        ptr: p.ptr,
+                        order,
+                        byte,
+                    });
+                } else {
+                    // Only an only-zero request may fail while the buddy still
+                    // has a block big enough.
+                    let max = m.buddy.config().max_order().get();
+                    let buddy_has =
+                        (order.get()..=max).any(|k| m.buddy.free_blocks(ZoneId::new(0), o(k)) > 0);
+                    assert!(
+                        f.contains(AllocFlags::ONLY_ZERO) || !buddy_has,
+                        "{order} failed with memory free"
+                    );
+                }
+            }
+            Op::Free {
+                idx,
+                zero,
+                cold,
+                irq,
+            } => {
+                if live.is_empty() {
+                    continue;
+                }
+                let l = live.swap_remove(idx % live.len());
+                assert!(reads(l.ptr, l.order, l.byte), "contents preserved");
+                let mut ff = FreeFlags::NONE;
+                if zero {
+                    fill(l.ptr, l.order, 0);
+                    ff = ff | FreeFlags::ZERO;
+                }
+                if cold {
+                    ff = ff | FreeFlags::COLD;
+                }
+                model.remove(&(l.ptr.as_ptr() as usize));
+                // SAFETY: live block of this order.
+                let free = || unsafe { pcp.free(l.ptr, l.order, ff) };
+                if irq {
+                    plat.interrupt(free).unwrap();
+                } else {
+                    free();
+                }
+            }
+            Op::DrainLocal { cpu } => {
+                plat.on_cpu(cpu, || pcp.drain_local());
+            }
+            Op::DrainAll => {
+                if locked {
+                    pcp.drain_all();
+                } else {
+                    for cpu in 0..CPUS {
+                        plat.on_cpu(cpu, || pcp.drain_local());
+                    }
+                }
+                assert_eq!(pcp.total_count(), 0);
+            }
+            Op::Prezero { cpu, budget } => {
+                plat.on_cpu(cpu, || pcp.prezero(budget));
+            }
+            Op::Bulk { cpu, n } => {
+                let mut arr = vec![None; n];
+                let got = plat.on_cpu(cpu, || pcp.alloc_bulk(AllocFlags::NONE, &mut arr));
+                for p in arr.into_iter().flatten() {
+                    check_new(&mut model, p, O0);
+                    byte = byte.wrapping_add(1).max(1);
+                    fill(p, O0, byte);
+                    live.push(Live {
+                        ptr: p,
+                        order: O0,
+                        byte,
+                    });
+                }
+                assert!(got <= n);
+            }
+        }
+        for cpu in 0..CPUS {
+            plat.on_cpu(cpu, || pcp.check_local());
+        }
+        // Conservation: pages are free in the buddy, on the lists, or live.
+        let live_pages: usize = live.iter().map(|l| 1usize << l.order.get()).sum();
+        assert_eq!(
+            m.buddy.total_free_pages() + pcp.total_count() + live_pages,
+            m.buddy.total_managed_pages(),
+            "every page is accounted for"
+        );
+    }
+    for l in live.drain(..) {
+        assert!(reads(l.ptr, l.order, l.byte));
+        // SAFETY: live.
+        unsafe { pcp.free(l.ptr, l.order, FreeFlags::NONE) };
+    }
+    for cpu in 0..CPUS {
+        plat.on_cpu(cpu, || pcp.drain_local());
+    }
+    assert_eq!(pcp.total_count(), 0);
+    assert_eq!(
+        m.buddy.total_free_pages(),
+        m.buddy.total_managed_pages(),
+        "everything back in the buddy"
+    );
+    // And merged back to max-order blocks.
+    let max = m.buddy.config().max_order();
+    assert_eq!(
+        m.buddy.free_blocks(ZoneId::new(0), max) << max.get(),
+        m.buddy.total_managed_pages() & !((1 << max.get()) - 1),
+    );
+}

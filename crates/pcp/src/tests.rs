@@ -1,0 +1,503 @@
+//! Unit tests and the proptest state machine of the pcp, over a real buddy
+//! on heap memory, with the deterministic test platform.
+
+use std::boxed::Box;
+use std::cell::RefCell;
+use std::ptr::NonNull;
+use std::rc::Rc;
+use std::string::{String, ToString};
+use std::vec;
+use std::vec::Vec;
+
+use buddy::{AllocFlags, FreeFlags, ZoneId};
+use local_lock::test_platform::TestPlatform;
+use local_lock::Platform;
+use proptest::prelude::*;
+
+use crate::testing::{fill, o, reads, run_machine, Mem, Op, CPUS, O0, PAGE};
+use crate::{PcpStat, Policy};
+
+const ALL_POLICIES: [Policy; 3] = [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock];
+
+#[test]
+fn refill_is_one_batch_and_hits_follow() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((16, 64)));
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let s = pcp.stats();
+    assert_eq!(s.get(PcpStat::REFILL), 1);
+    assert_eq!(s.get(PcpStat::REFILL_PAGES), 16);
+    assert_eq!(pcp.total_count(), 15);
+    let mut more = Vec::new();
+    for _ in 0..15 {
+        more.push(pcp.alloc(O0, AllocFlags::NONE).unwrap());
+    }
+    assert_eq!(
+        pcp.stats().get(PcpStat::REFILL),
+        1,
+        "15 more come from the list"
+    );
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), 16);
+    pcp.check_local();
+    for q in more.into_iter().chain([p]) {
+        // SAFETY: allocated above, order 0.
+        unsafe { pcp.free(q.ptr, O0, FreeFlags::NONE) };
+    }
+    assert_eq!(pcp.total_count(), 16);
+    pcp.check_local();
+    assert_eq!(pcp.drain_local(), 16);
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn every_order_up_to_costly_uses_the_lists() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::TaskOnly);
+    pcp.set_batch_high(Some((8, 64)));
+    for k in 0..=3 {
+        let p = pcp.alloc(o(k), AllocFlags::NONE).unwrap();
+        assert!(
+            (p.ptr.as_ptr() as usize).is_multiple_of(PAGE << k),
+            "aligned to its order"
+        );
+        fill(p.ptr, p.order, 0xab);
+        // SAFETY: ours.
+        unsafe { pcp.free(p.ptr, o(k), FreeFlags::NONE) };
+    }
+    // Order 4 bypasses the lists (no refill counted for it).
+    let refills = pcp.stats().get(PcpStat::REFILL);
+    let big = pcp.alloc(o(4), AllocFlags::NONE).unwrap();
+    assert_eq!(pcp.stats().get(PcpStat::REFILL), refills);
+    // SAFETY: ours.
+    unsafe { pcp.free(big.ptr, o(4), FreeFlags::NONE) };
+    pcp.check_local();
+    pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn hot_and_cold_ends() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((4, 1000)));
+    let a = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    let b = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    let c = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    // SAFETY: ours.
+    unsafe {
+        pcp.free(a, O0, FreeFlags::NONE); // hot
+        pcp.free(b, O0, FreeFlags::COLD); // cold: tail
+        pcp.free(c, O0, FreeFlags::NONE); // hot: head
+    }
+    // A normal allocation takes the most recently freed hot page...
+    assert_eq!(pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr, c);
+    // ...a cold allocation the tail, which is the cold-freed page.
+    assert_eq!(pcp.alloc(O0, AllocFlags::COLD).unwrap().ptr, b);
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_COLD), 1);
+    // Hot requests may use cold pages and vice versa: no reservation.
+    let x = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    assert_eq!(x, a);
+    pcp.check_local();
+}
+
+#[test]
+fn zero_list_serves_zeroed_requests_without_clearing() {
+    let m = Mem::new(8, true); // fresh memory: known zero
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((8, 1000)));
+    let p = pcp.alloc(O0, AllocFlags::ZEROED).unwrap();
+    assert!(p.zero && reads(p.ptr, O0, 0));
+    let s = pcp.stats();
+    assert_eq!(s.get(PcpStat::ALLOC_ZERO_HIT), 1);
+    assert_eq!(s.get(PcpStat::ALLOC_CLEARED), 0);
+    // A normal request with an empty normal list takes a zero page.
+    let q = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    assert!(q.zero);
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_ZERO_AS_NORMAL), 1);
+    // Dirty it and free it normally; free p still zero.
+    fill(q.ptr, O0, 0x5a);
+    // SAFETY: ours; p still reads as zero.
+    unsafe {
+        pcp.free(q.ptr, O0, FreeFlags::NONE);
+        pcp.free(p.ptr, O0, FreeFlags::ZERO);
+    }
+    assert_eq!(pcp.stats().get(PcpStat::FREE_ZERO), 1);
+    // A zeroed request gets p back from the zero list, no clearing.
+    let r = pcp.alloc(O0, AllocFlags::ZEROED).unwrap();
+    assert_eq!(r.ptr, p.ptr);
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_CLEARED), 0);
+    pcp.check_local();
+    // Drain everything: the buddy merges back.
+    // SAFETY: ours.
+    unsafe { pcp.free(r.ptr, O0, FreeFlags::ZERO) };
+    pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn zeroed_request_clears_a_dirty_page_and_only_zero_never_does() {
+    let m = Mem::new(8, false); // dirty memory: nothing known zero
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((8, 1000)));
+    assert!(
+        pcp.alloc(O0, AllocFlags::ONLY_ZERO).is_none(),
+        "no zero page anywhere"
+    );
+    assert_eq!(pcp.stats().get(PcpStat::ONLY_ZERO_FAIL), 1);
+    let p = pcp.alloc(O0, AllocFlags::ZEROED).unwrap();
+    assert!(p.zero && reads(p.ptr, O0, 0));
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_CLEARED), 1);
+    // Freed still zero, it now serves ONLY_ZERO.
+    // SAFETY: ours, reads as zero.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::ZERO) };
+    assert_eq!(pcp.alloc(O0, AllocFlags::ONLY_ZERO).unwrap().ptr, p.ptr);
+    pcp.check_local();
+}
+
+#[test]
+fn prezero_moves_cold_pages_to_the_zero_list() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((8, 1000)));
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap(); // refill: 7 dirty left
+    assert_eq!(pcp.prezero(3), 3);
+    assert_eq!(pcp.stats().get(PcpStat::PREZERO_PAGES), 3);
+    let l = pcp.local_lists();
+    assert_eq!((l.normal[0].len, l.zero[0].len), (4, 3));
+    pcp.check_local(); // zero-list pages verified to read as zero
+    for _ in 0..3 {
+        let z = pcp.alloc(O0, AllocFlags::ONLY_ZERO).unwrap();
+        assert!(reads(z.ptr, O0, 0));
+    }
+    assert!(pcp.alloc(O0, AllocFlags::ONLY_ZERO).is_none());
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+}
+
+#[test]
+fn reaching_high_frees_a_batch_and_the_drain_size_adapts() {
+    let m = Mem::new(16, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    let (batch, high) = (8, 40);
+    pcp.set_batch_high(Some((batch, high)));
+    let pages: Vec<_> = (0..200)
+        .map(|_| pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr)
+        .collect();
+    let mut batches = Vec::new();
+    let mut last = pcp.stats().get(PcpStat::FREE_BATCH_PAGES);
+    for &p in &pages {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+        let now = pcp.stats().get(PcpStat::FREE_BATCH_PAGES);
+        if now != last {
+            batches.push(now - last);
+            last = now;
+        }
+        assert!(pcp.total_count() < high);
+    }
+    // batch << free_factor, clamped to [batch, high - batch]: 8, 16, 32 -> 32, ...
+    assert_eq!(&batches[..3], &[8, 16, 32], "{batches:?}");
+    assert!(batches.iter().all(|&b| b <= (high - batch) as u64));
+    // An allocation halves the factor.
+    let before = pcp.local_lists().free_factor;
+    let x = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    assert_eq!(pcp.local_lists().free_factor, before / 2);
+    // SAFETY: ours.
+    unsafe { pcp.free(x.ptr, O0, FreeFlags::NONE) };
+    pcp.check_local();
+}
+
+#[test]
+fn drains_local_remote_and_all() {
+    let m = Mem::new(8, false);
+    // Locked strategy: remote drains lock the target slot (Linux 6.x).
+    let plat = TestPlatform::locked(CPUS);
+    let pcp = m.pcp(plat, Policy::IrqSafe);
+    pcp.set_batch_high(Some((4, 1000)));
+    let mut held = Vec::new();
+    for cpu in 0..CPUS {
+        plat.on_cpu(cpu, || {
+            held.push(pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr)
+        });
+    }
+    assert_eq!(pcp.total_count(), 3 * CPUS);
+    let l = pcp
+        .cpu_lists(2)
+        .expect("locked: any CPU's lists are reachable");
+    assert_eq!((l.count, l.normal[0].len, l.zero[0].len), (3, 3, 0));
+    // Remote background zeroing of CPU 3's cold pages.
+    plat.on_cpu(0, || assert_eq!(pcp.prezero_cpu(3, 2), Ok(2)));
+    assert_eq!(pcp.cpu_lists(3).unwrap().zero[0].len, 2);
+    plat.on_cpu(3, || pcp.check_local());
+    plat.on_cpu(0, || assert_eq!(pcp.drain_cpu(2), Ok(3)));
+    assert_eq!(pcp.cpu_count(2), 0);
+    assert_eq!(pcp.drain_all(), (3 * (CPUS - 1), 0));
+    assert_eq!(pcp.total_count(), 0);
+    for p in held {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+    }
+    plat.on_cpu(1, || pcp.drain_local());
+    // The held pages were freed on CPU 0 (this thread's CPU).
+    assert_eq!(pcp.drain_all().0, CPUS);
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn pinned_platform_refuses_remote_drains() {
+    let m = Mem::new(8, false);
+    let plat = TestPlatform::pinned(CPUS);
+    let pcp = m.pcp(plat, Policy::TaskOnly);
+    pcp.set_batch_high(Some((4, 1000)));
+    plat.on_cpu(1, || {
+        let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+        // SAFETY: ours.
+        unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    });
+    plat.on_cpu(0, || {
+        assert!(pcp.cpu_lists(1).is_none());
+        assert_eq!(pcp.prezero_cpu(1, 1), Err(crate::DrainError::NotAllowed));
+        assert_eq!(pcp.drain_cpu(1), Err(crate::DrainError::NotAllowed));
+        assert_eq!(pcp.drain_all(), (0, 1));
+    });
+    // On CPU 1 itself it works.
+    plat.on_cpu(1, || assert_eq!(pcp.drain_cpu(1), Ok(4)));
+}
+
+#[test]
+fn bulk_alloc_fills_empty_slots_under_one_hold() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((16, 1000)));
+    let keep = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    let mut arr = vec![None; 40];
+    arr[3] = Some(keep);
+    assert_eq!(pcp.alloc_bulk(AllocFlags::NONE, &mut arr), 40);
+    assert_eq!(arr[3], Some(keep), "populated slots are left alone");
+    let mut all: Vec<usize> = arr.iter().map(|p| p.unwrap().as_ptr() as usize).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 40, "no page twice");
+    assert_eq!(pcp.stats().get(PcpStat::BULK_ALLOC_PAGES), 39);
+    assert!(pcp.stats().get(PcpStat::REFILL) >= 3);
+    let ptrs: Vec<_> = arr.iter().map(|p| p.unwrap()).collect();
+    // SAFETY: all ours, order 0.
+    unsafe { pcp.free_bulk(&ptrs) };
+    pcp.check_local();
+    pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn bulk_alloc_zeroed_pages_read_as_zero() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    let mut arr = vec![None; 10];
+    assert_eq!(pcp.alloc_bulk(AllocFlags::ZEROED, &mut arr), 10);
+    assert!(arr.iter().all(|p| reads(p.unwrap(), O0, 0)));
+}
+
+fn panics(f: impl FnOnce()) -> String {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    match r {
+        Ok(()) => panic!("expected a panic"),
+        Err(e) => e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default(),
+    }
+}
+
+#[test]
+fn bad_frees_are_reported_and_change_nothing() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((8, 1000)));
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
+    let big = pcp.alloc(o(2), AllocFlags::NONE).unwrap().ptr;
+    let mut foreign = [0u8; 64];
+    let f = NonNull::new(foreign.as_mut_ptr()).unwrap();
+    // SAFETY: a deliberately bad free, rejected before any change.
+    let msg = panics(|| unsafe { pcp.free(f, O0, FreeFlags::NONE) });
+    assert!(msg.contains("not an allocated block"), "{msg}");
+    let inner = NonNull::new(big.as_ptr().wrapping_add(PAGE)).unwrap();
+    // SAFETY: a deliberately bad free, rejected before any change.
+    let msg = panics(|| unsafe { pcp.free(inner, O0, FreeFlags::NONE) });
+    assert!(msg.contains("not a block head"), "{msg}");
+    // SAFETY: a deliberately bad free, rejected before any change.
+    let msg = panics(|| unsafe { pcp.free(big, o(1), FreeFlags::NONE) });
+    assert!(
+        msg.contains("allocated as order 2") || msg.contains("allocated as"),
+        "{msg}"
+    );
+    // SAFETY: a real free.
+    unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+    let count = pcp.total_count();
+    // SAFETY: a deliberately bad free, rejected before any change.
+    let msg = panics(|| unsafe { pcp.free(p, O0, FreeFlags::NONE) });
+    assert!(
+        msg.contains("double free") && msg.contains("per-CPU list"),
+        "{msg}"
+    );
+    assert_eq!(pcp.total_count(), count, "state intact");
+    pcp.check_local();
+    // Once drained to the buddy, a second free is caught too.
+    pcp.drain_local();
+    // SAFETY: a deliberately bad free, rejected before any change.
+    let msg = panics(|| unsafe { pcp.free(p, O0, FreeFlags::NONE) });
+    assert!(msg.contains("not an allocated block"), "{msg}");
+    // SAFETY: a real free.
+    unsafe { pcp.free(big, o(2), FreeFlags::NONE) };
+    pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+/// An interrupt fires at each hook point in turn while the task allocates
+/// and frees; the handler allocates and frees too. TaskOnly sends it to the
+/// buddy, Trylock falls back only when it interrupted the holder, IrqSafe
+/// defers it until the lists are released (so it always uses them).
+#[test]
+fn policies_under_simulated_interrupts() {
+    for policy in ALL_POLICIES {
+        for strategy_locked in [false, true] {
+            // Armed handlers must be 'static: leak the (test-sized) memory.
+            let m: &'static Mem = Box::leak(Box::new(Mem::new(8, false)));
+            let plat = if strategy_locked {
+                TestPlatform::locked(CPUS)
+            } else {
+                TestPlatform::pinned(CPUS)
+            };
+            let pcp = Rc::new(m.pcp(plat, policy));
+            pcp.set_batch_high(Some((4, 12)));
+            let log: Rc<RefCell<Vec<NonNull<u8>>>> = Rc::default();
+            let mut fired_inside = 0;
+            for at in 0..8 {
+                // Empty lists: the task's first allocation refills under its
+                // hold, so hook points (the zone lock's IRQ restore) fall inside.
+                pcp.drain_local();
+                let before = pcp.stats().get(PcpStat::BUDDY_FALLBACK);
+                let (p2, l2) = (pcp.clone(), log.clone());
+                plat.arm_interrupt(at, move || {
+                    assert!(p2.platform().in_interrupt());
+                    let a = p2.alloc(O0, AllocFlags::NONE).expect("irq alloc");
+                    fill(a.ptr, O0, 0xee);
+                    let b = p2.alloc(O0, AllocFlags::NONE).expect("irq alloc");
+                    // SAFETY: ours.
+                    unsafe { p2.free(b.ptr, O0, FreeFlags::NONE) };
+                    l2.borrow_mut().push(a.ptr);
+                });
+                // Task work: empties and refills the list, hits `high`.
+                let mut mine = Vec::new();
+                for _ in 0..6 {
+                    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+                    fill(p.ptr, O0, 0x11);
+                    mine.push(p.ptr);
+                }
+                for p in mine.drain(..) {
+                    assert!(reads(p, O0, 0x11), "task page overwritten");
+                    // SAFETY: ours.
+                    unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+                }
+                plat.disarm();
+                let fallbacks = pcp.stats().get(PcpStat::BUDDY_FALLBACK) - before;
+                match policy {
+                    Policy::IrqSafe => {
+                        assert_eq!(fallbacks, 0, "irq-safe: interrupts use the lists")
+                    }
+                    Policy::TaskOnly => assert!(fallbacks == 0 || fallbacks == 2),
+                    Policy::Trylock => {
+                        if fallbacks > 0 {
+                            fired_inside += 1;
+                        }
+                    }
+                }
+                pcp.check_local();
+            }
+            if policy == Policy::Trylock {
+                assert!(
+                    fired_inside > 0,
+                    "some interrupt landed inside the held lists"
+                );
+            }
+            let l = log.borrow();
+            assert!(!l.is_empty(), "interrupts fired");
+            let mut addrs: Vec<_> = l.iter().map(|p| p.as_ptr() as usize).collect();
+            addrs.sort();
+            addrs.dedup();
+            assert_eq!(addrs.len(), l.len(), "no page handed out twice");
+            for &p in l.iter() {
+                assert!(reads(p, O0, 0xee));
+                // SAFETY: allocated by the handler, held by the log.
+                unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+            }
+            drop(l);
+            for cpu in 0..CPUS {
+                plat.on_cpu(cpu, || pcp.drain_local());
+            }
+            assert_eq!(
+                m.buddy.total_free_pages(),
+                m.buddy.total_managed_pages(),
+                "{policy:?}"
+            );
+            plat.disarm();
+            drop(pcp);
+        }
+    }
+}
+
+#[test]
+fn default_sizes_follow_the_zone() {
+    let m = Mem::new(64, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let (batch, high) = pcp.batch_high();
+    let managed = m.buddy.managed_pages(ZoneId::new(0));
+    assert_eq!(batch, crate::sizing::zone_batchsize(managed, PAGE));
+    assert!(high >= 4 * batch);
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    let mut pcp = pcp;
+    pcp.check_all();
+}
+
+#[test]
+fn report_prints_counts_and_stats() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::Trylock);
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let s = std::format!("{}", pcp.report());
+    assert!(
+        s.contains("policy Trylock") && s.contains("ALLOC_HIT") && s.contains("cpu   0"),
+        "{s}"
+    );
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+}
+
+// ----------------------------------------------------------------------------
+// State machine against a model (the harness is in `crate::testing`)
+// ----------------------------------------------------------------------------
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
+        6 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
+        1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => Just(Op::DrainAll),
+        1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
+        1 => (0..CPUS, 1usize..12).prop_map(|(cpu, n)| Op::Bulk { cpu, n }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 48 }, ..ProptestConfig::default() })]
+
+    #[test]
+    fn state_machine(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
+                     locked in any::<bool>(),
+                     ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 20 } else { 120 })) {
+        run_machine(policy, locked, &ops);
+    }
+}

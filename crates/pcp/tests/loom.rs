@@ -1,0 +1,214 @@
+//! Loom models of the pcp protocols: per-CPU lists against remote drains
+//! and the zone lock, and interrupt-context requests against a task that
+//! holds (or is about to take) its CPU's lists, under each policy.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p pcp
+//! --release --test loom`. Preemption bound: 2 (default when unset).
+//!
+//! Memory: a buddy of 16-byte pages, MAX_ORDER 2 (one 4-page block), memmap
+//! placed with `add_span` (loom atomics in descriptors are built in place).
+//! Interrupts are loom threads that mask their CPU (see `LoomPlatform`):
+//! with the pinned strategy only IRQ-masking protection can be modelled,
+//! so `Trylock` (which relies on a real interrupt freezing its task) is
+//! modelled with the locked strategy, where its trylock is a real CAS.
+#![cfg(loom)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
+use local_lock::loom_platform::LoomPlatform;
+use local_lock::Strategy;
+use loom::sync::Arc;
+use loom::thread;
+use pcp::{PageSource, Pcp, Policy};
+
+fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    let bound = b.preemption_bound;
+    let t = std::time::Instant::now();
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    println!(
+        "loom {name}: {} executions (preemption bound {:?}) in {:.2?}",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        bound,
+        t.elapsed()
+    );
+}
+
+const PAGE: usize = 16;
+const PAGES: usize = 4;
+const ARENA: Layout = match Layout::from_size_align(PAGE * PAGES, PAGE * PAGES) {
+    Ok(l) => l,
+    Err(_) => panic!(),
+};
+
+/// A buddy over one 4-page block.
+struct Heap {
+    b: Buddy<LoomPlatform>,
+    arena: *mut u8,
+    mm: *mut u8,
+    mm_layout: Layout,
+}
+
+// SAFETY: the raw pointers name memory the heap owns; the buddy guards it.
+unsafe impl Send for Heap {}
+// SAFETY: as above.
+unsafe impl Sync for Heap {}
+
+impl Heap {
+    fn new(p: &LoomPlatform) -> Heap {
+        let cfg = Config::new(PAGE, 2).with_tunables(Tunables::NO_MIN);
+        let b = Buddy::new(p.clone(), cfg);
+        // SAFETY: non-zero size.
+        let arena = unsafe { alloc_zeroed(ARENA) };
+        let mm_layout = Layout::from_size_align(b.memmap_bytes(PAGE * PAGES), 64).unwrap();
+        // SAFETY: non-zero size.
+        let mm = unsafe { alloc_zeroed(mm_layout) };
+        // SAFETY: both live as long as the heap.
+        unsafe {
+            b.add_span(arena, PAGE * PAGES, mm, false).unwrap();
+            b.add_region(arena, PAGE * PAGES, true).unwrap();
+        }
+        Heap {
+            b,
+            arena,
+            mm,
+            mm_layout,
+        }
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`.
+        unsafe {
+            dealloc(self.arena, ARENA);
+            dealloc(self.mm, self.mm_layout);
+        }
+    }
+}
+
+impl PageSource for Heap {
+    type P = LoomPlatform;
+    fn buddy(&self) -> &Buddy<LoomPlatform> {
+        &self.b
+    }
+}
+
+type LoomPcp = Pcp<Heap, LoomPlatform, 3>;
+
+fn setup(cpus: usize, strategy: Strategy, policy: Policy) -> (LoomPlatform, Arc<LoomPcp>) {
+    let p = LoomPlatform::new(cpus, strategy);
+    // One platform for both layers: the IRQ masks must be shared.
+    let heap = Heap::new(&p);
+    let pcp = Pcp::new_tuned(heap, ZoneId::new(0), p.clone(), policy, Some((1, 2)));
+    (p, Arc::new(pcp))
+}
+
+/// Allocates a page, writes a pattern, checks it and frees it.
+fn use_page(pcp: &LoomPcp, v: u8) {
+    let Some(page) = pcp.alloc(Order::ZERO, AllocFlags::NONE) else {
+        return; // the other CPUs' lists may hold every page
+    };
+    // SAFETY: the page is ours.
+    unsafe { page.ptr.as_ptr().write_bytes(v, PAGE) };
+    // SAFETY: ours.
+    let s = unsafe { std::slice::from_raw_parts(page.ptr.as_ptr(), PAGE) };
+    assert!(s.iter().all(|&b| b == v), "page handed out twice");
+    // SAFETY: ours, order 0.
+    unsafe { pcp.free(page.ptr, Order::ZERO, FreeFlags::NONE) };
+}
+
+fn all_back(p: &LoomPlatform, pcp: &LoomPcp, cpus: usize) {
+    for cpu in 0..cpus {
+        p.set_cpu(cpu);
+        pcp.drain_local();
+    }
+    assert_eq!(pcp.total_count(), 0);
+    let b = pcp.buddy();
+    assert_eq!(b.total_free_pages(), PAGES, "every page back in the buddy");
+    b.check_invariants();
+}
+
+/// Two CPUs allocate and free while a third drains both remotely (locked
+/// strategy: Linux 6.x drains under the target's pcp lock).
+#[test]
+fn two_cpus_and_a_remote_drain() {
+    model("two_cpus_and_a_remote_drain", || {
+        let (p, pcp) = setup(3, Strategy::Locked, Policy::IrqSafe);
+        let workers: Vec<_> = (0..2)
+            .map(|cpu| {
+                let (p, pcp) = (p.clone(), pcp.clone());
+                thread::spawn(move || {
+                    p.set_cpu(cpu);
+                    use_page(&pcp, 0x10 + cpu as u8);
+                })
+            })
+            .collect();
+        {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || {
+                p.set_cpu(2);
+                let _ = pcp.drain_cpu(0);
+                let _ = pcp.drain_cpu(1);
+            })
+            .join()
+            .unwrap();
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        all_back(&p, &pcp, 3);
+    });
+}
+
+/// An interrupt on CPU 0 allocates and frees while CPU 0's task does the
+/// same, under `policy` and `strategy`.
+fn interrupt_vs_task(name: &str, strategy: Strategy, policy: Policy) {
+    model(name, move || {
+        let (p, pcp) = setup(1, strategy, policy);
+        let irq = {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || p.interrupt(0, || use_page(&pcp, 0xee)))
+        };
+        p.set_cpu(0);
+        use_page(&pcp, 0x11);
+        irq.join().unwrap();
+        all_back(&p, &pcp, 1);
+    });
+}
+
+#[test]
+fn interrupt_vs_task_irqsafe() {
+    interrupt_vs_task(
+        "interrupt_vs_task_irqsafe",
+        Strategy::Pinned,
+        Policy::IrqSafe,
+    );
+}
+
+#[test]
+fn interrupt_vs_task_taskonly() {
+    interrupt_vs_task(
+        "interrupt_vs_task_taskonly",
+        Strategy::Pinned,
+        Policy::TaskOnly,
+    );
+}
+
+#[test]
+fn interrupt_vs_task_trylock() {
+    interrupt_vs_task(
+        "interrupt_vs_task_trylock",
+        Strategy::Locked,
+        Policy::Trylock,
+    );
+}
