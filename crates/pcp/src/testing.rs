@@ -20,6 +20,8 @@ use crate::{Pcp, Policy};
 
 /// Page size of the harness.
 pub const PAGE: usize = 4096;
+/// Largest order of the harness's buddy (4 MiB blocks; 64 KiB under miri).
+pub const MAX_ORDER: u8 = if cfg!(miri) { 4 } else { 10 };
 /// Simulated CPUs.
 pub const CPUS: usize = 4;
 
@@ -34,7 +36,10 @@ pub struct Mem {
 impl Mem {
     /// `mib` MiB, zeroed (known zero to the buddy) or filled with 0x77.
     pub fn new(mib: usize, zeroed: bool) -> Mem {
-        let layout = Layout::from_size_align(mib << 20, 4 << 20).unwrap();
+        // Under miri every byte costs: 1 MiB with 64 KiB blocks.
+        let bytes = if cfg!(miri) { 1 << 20 } else { mib << 20 };
+        let block = PAGE << MAX_ORDER;
+        let layout = Layout::from_size_align(bytes, block).unwrap();
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null());
@@ -42,7 +47,7 @@ impl Mem {
             // SAFETY: ours.
             unsafe { ptr.write_bytes(0x77, layout.size()) };
         }
-        let cfg = Config::DEFAULT.with_tunables(Tunables::NO_MIN);
+        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
         let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
         // SAFETY: the memory lives as long as `Mem` and is used by nothing else.
         unsafe { buddy.add_region(ptr, layout.size(), zeroed).unwrap() };
