@@ -28,7 +28,6 @@
 //! takes known-zero blocks without clearing them.
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::fmt::Write as _;
 use core::ptr::{self, NonNull};
 
 use local_lock::std_platform::StdCpu;
@@ -149,36 +148,12 @@ unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
     }
 }
 
-/// A fixed-size stack buffer for the abort message (no allocation).
-struct StackBuf {
-    buf: [u8; 256],
-    len: usize,
-}
-
-impl core::fmt::Write for StackBuf {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let n = s.len().min(self.buf.len() - self.len);
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
-
 /// A bad `dealloc`: report on stderr without allocating, then abort (a
 /// global allocator must not unwind).
 #[cold]
 #[inline(never)]
 fn abort_bad_free(e: FreeError) -> ! {
-    let mut b = StackBuf {
-        buf: [0; 256],
-        len: 0,
-    };
-    let _ = writeln!(b, "{e}");
-    // SAFETY: writing our own buffer to stderr; abort has no preconditions.
-    unsafe {
-        libc::write(2, b.buf.as_ptr().cast(), b.len);
-        libc::abort()
-    }
+    local_lock::std_platform::die(format_args!("{e}"))
 }
 
 impl GlobalBuddy {

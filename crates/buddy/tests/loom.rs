@@ -17,33 +17,10 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 use buddy::{AllocFlags, Buddy, Config, Order, Page, Tunables, ZoneId};
-use local_lock::loom_platform::LoomPlatform;
+use local_lock::loom_platform::{model, LoomPlatform};
 use local_lock::Strategy;
 use loom::sync::Arc;
 use loom::thread;
-
-/// Runs a model with the preemption bound from `LOOM_MAX_PREEMPTIONS`
-/// (default 2) and prints how many executions loom explored.
-fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let r = runs.clone();
-    let bound = b.preemption_bound;
-    let t = std::time::Instant::now();
-    b.check(move || {
-        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    println!(
-        "loom {name}: {} executions (preemption bound {:?}) in {:.2?}",
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        bound,
-        t.elapsed()
-    );
-}
 
 const PAGE: usize = 16;
 const PAGES: usize = 4;

@@ -126,3 +126,28 @@ unsafe impl Platform for LoomPlatform {
         self.strategy
     }
 }
+
+/// Runs a loom model with the preemption bound from `LOOM_MAX_PREEMPTIONS`
+/// (2 when unset) and prints how many executions loom explored and how
+/// long it took, so every crate's `tests/loom.rs` reports the same way.
+pub fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let bound = b.preemption_bound;
+    let t = std::time::Instant::now();
+    b.check(move || {
+        r.fetch_add(1, Relaxed);
+        f()
+    });
+    std::println!(
+        "loom {name}: {} executions (preemption bound {:?}) in {:.2?}",
+        runs.load(Relaxed),
+        bound,
+        t.elapsed()
+    );
+}

@@ -22,6 +22,35 @@ use crate::platform::{IrqFlags, Pin, Platform, Strategy};
 use crate::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use crate::sync::Backoff;
 
+/// Writes `args` and a newline to stderr **without allocating** (a stack
+/// buffer of 256 bytes, longer messages are cut), then aborts: how a global
+/// allocator reports a fatal misuse such as a bad free (it must neither
+/// unwind nor allocate).
+#[cold]
+#[inline(never)]
+pub fn die(args: core::fmt::Arguments<'_>) -> ! {
+    struct Buf {
+        b: [u8; 256],
+        n: usize,
+    }
+    impl core::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let k = s.len().min(self.b.len() - self.n);
+            self.b[self.n..self.n + k].copy_from_slice(&s.as_bytes()[..k]);
+            self.n += k;
+            Ok(())
+        }
+    }
+    let mut buf = Buf { b: [0; 256], n: 0 };
+    let _ = core::fmt::Write::write_fmt(&mut buf, args);
+    let _ = core::fmt::Write::write_str(&mut buf, "\n");
+    // SAFETY: writing our own buffer to fd 2; abort has no preconditions.
+    unsafe {
+        libc::write(2, buf.b.as_ptr().cast(), buf.n);
+        libc::abort()
+    }
+}
+
 /// Real CPUs from `sched_getcpu()`; the locked strategy.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StdCpu;

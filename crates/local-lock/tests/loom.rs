@@ -11,39 +11,18 @@
 #![cfg(loom)]
 
 use local_lock::handover::SlotTable;
-use local_lock::loom_platform::LoomPlatform;
+use local_lock::loom_platform::{model, LoomPlatform};
 use local_lock::sync::UnsafeCell;
 use local_lock::{LocalLock, Platform, Strategy};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
 
-/// Runs a model with the preemption bound from `LOOM_MAX_PREEMPTIONS`
-/// (default 2) and prints how many executions loom explored.
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let r = runs.clone();
-    let bound = b.preemption_bound;
-    b.check(move || {
-        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    std::println!(
-        "loom: {} executions explored (preemption bound {:?})",
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        bound
-    );
-}
-
 /// A CPU's own accesses vs a remote drain (locked strategy, Linux 6.x pcp):
 /// nothing is lost or counted twice, accesses never overlap.
 #[test]
 fn own_access_vs_remote_drain() {
-    model(|| {
+    model("own_access_vs_remote_drain", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let l = Arc::new(LocalLock::<usize, _, 2>::new_with(p.clone(), |_| 0));
         let drained = Arc::new(AtomicUsize::new(0));
@@ -79,7 +58,7 @@ fn own_access_vs_remote_drain() {
 /// kernel without RT): masking IRQs is the only protection, and it suffices.
 #[test]
 fn interrupt_vs_irqsave_pinned() {
-    model(|| {
+    model("interrupt_vs_irqsave_pinned", || {
         let p = LoomPlatform::new(1, Strategy::Pinned);
         let l = Arc::new(LocalLock::<usize, _, 1>::new_with(p.clone(), |_| 0));
         let irq = {
@@ -108,7 +87,7 @@ fn interrupt_vs_irqsave_pinned() {
 /// overlaps the task's section.
 #[test]
 fn trylock_fails_when_reentered() {
-    model(|| {
+    model("trylock_fails_when_reentered", || {
         let p = LoomPlatform::new(1, Strategy::Locked);
         let l = Arc::new(LocalLock::<usize, _, 1>::new_with(p.clone(), |_| 0));
         let inside = Arc::new(AtomicBool::new(false));
@@ -145,7 +124,7 @@ fn trylock_fails_when_reentered() {
 /// atomics: the Release/Acquire of the ownership word orders it.
 #[test]
 fn per_thread_slot_handover() {
-    model(|| {
+    model("per_thread_slot_handover", || {
         let table = Arc::new(SlotTable::<1>::new());
         let data = Arc::new(UnsafeCell::new(0usize));
         let drained = Arc::new(AtomicUsize::new(0));
@@ -202,7 +181,7 @@ fn per_thread_slot_handover() {
 /// The platform reports loom CPUs and interrupt context faithfully.
 #[test]
 fn loom_platform_reports_context() {
-    model(|| {
+    model("loom_platform_reports_context", || {
         let p = LoomPlatform::new(2, Strategy::Pinned);
         p.set_cpu(1);
         assert_eq!(p.current_cpu(), 1);

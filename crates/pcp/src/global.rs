@@ -2,7 +2,6 @@
 //! `#[global_allocator]`.
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::fmt::Write;
 use core::ptr::{self, NonNull};
 
 use buddy::{AllocFlags, Buddy, FreeFlags, GlobalBuddy, Order, ZoneId};
@@ -163,27 +162,9 @@ unsafe impl GlobalAlloc for GlobalPcp {
     }
 }
 
-/// Writes the problem to stderr without allocating, then aborts.
+/// Reports a bad free without allocating, then aborts.
 #[cold]
 #[inline(never)]
 fn abort_bad_free(e: BadFree) -> ! {
-    struct Buf {
-        b: [u8; 256],
-        n: usize,
-    }
-    impl Write for Buf {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let k = s.len().min(self.b.len() - self.n);
-            self.b[self.n..self.n + k].copy_from_slice(&s.as_bytes()[..k]);
-            self.n += k;
-            Ok(())
-        }
-    }
-    let mut buf = Buf { b: [0; 256], n: 0 };
-    let _ = writeln!(buf, "{e}");
-    // SAFETY: writing a valid buffer to fd 2; abort has no preconditions.
-    unsafe {
-        libc::write(2, buf.b.as_ptr().cast(), buf.n);
-        libc::abort()
-    }
+    local_lock::std_platform::die(format_args!("{e}"))
 }

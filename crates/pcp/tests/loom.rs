@@ -16,32 +16,11 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
 use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
-use local_lock::loom_platform::LoomPlatform;
+use local_lock::loom_platform::{model, LoomPlatform};
 use local_lock::Strategy;
 use loom::sync::Arc;
 use loom::thread;
 use pcp::{PageSource, Pcp, Policy};
-
-fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let r = runs.clone();
-    let bound = b.preemption_bound;
-    let t = std::time::Instant::now();
-    b.check(move || {
-        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    println!(
-        "loom {name}: {} executions (preemption bound {:?}) in {:.2?}",
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        bound,
-        t.elapsed()
-    );
-}
 
 const PAGE: usize = 16;
 const PAGES: usize = 4;
