@@ -6,6 +6,7 @@ use core::ptr::{self, NonNull};
 
 use buddy::{AllocFlags, Buddy, FreeFlags, GlobalBuddy, Order, ZoneId};
 use local_lock::std_platform::{PerThread, StdCpu};
+use local_lock::Platform;
 
 use crate::pcp::{BadFree, PageSource, Pcp, Policy};
 
@@ -167,4 +168,28 @@ unsafe impl GlobalAlloc for GlobalPcp {
 #[inline(never)]
 fn abort_bad_free(e: BadFree) -> ! {
     local_lock::std_platform::die(format_args!("{e}"))
+}
+
+/// Starts the optional background-zeroing helper of seed 003 for a pcp on
+/// real CPUs (the locked strategy, so the helper may reach every CPU's
+/// lists): every `interval` it moves up to `budget` cold pages per CPU to
+/// the zero list by clearing them, until `stop` becomes true. (Per-thread
+/// platforms cannot lend their lists to another thread; there each thread
+/// calls [`Pcp::prezero`] from its own idle points.)
+pub fn spawn_prezero_thread<S: PageSource + Send + 'static, const N: usize>(
+    pcp: &'static Pcp<S, StdCpu, N>,
+    budget: usize,
+    interval: std::time::Duration,
+    stop: &'static core::sync::atomic::AtomicBool,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut total = 0;
+        while !stop.load(core::sync::atomic::Ordering::Acquire) {
+            for cpu in 0..N.min(pcp.platform().nr_cpus()) {
+                total += pcp.prezero_cpu(cpu, budget).unwrap_or(0);
+            }
+            std::thread::sleep(interval);
+        }
+        total
+    })
 }

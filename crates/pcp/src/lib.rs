@@ -76,7 +76,7 @@ pub mod stats;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
 #[cfg(all(feature = "std", not(loom)))]
-pub use crate::global::{GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
+pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
 pub use crate::pcp::{BadFree, CpuPages, DrainError, PageSource, Pcp, Policy};
 pub use crate::stats::{PcpStat, PcpStats};
 
