@@ -22,7 +22,9 @@
 
 use crate::measure::{Ctx, Report};
 
+pub mod pages;
 pub mod primitives;
+pub mod zeroed;
 
 /// One reproducible table.
 pub trait Table: Sync {
@@ -38,7 +40,13 @@ pub trait Table: Sync {
 }
 
 /// Every table, in the order the runner runs them.
-pub static TABLES: &[&dyn Table] = &[&primitives::Primitives];
+pub static TABLES: &[&dyn Table] = &[
+    &primitives::Primitives,
+    &pages::Pages,
+    &pages::Pages2t,
+    &pages::Orders,
+    &zeroed::Zeroed,
+];
 
 /// The table called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Table> {

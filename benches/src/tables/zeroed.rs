@@ -1,0 +1,299 @@
+//! `zeroed`: known-zero pages (PG_zero, seed 003: Andrea Arcangeli's
+//! "PG_zero" thread). A zeroed request served from pages that were freed
+//! still zero skips the clearing; the same request served from pages freed
+//! dirty clears 4 KiB each time.
+//!
+//! Per N (allocate N zeroed order-0 pages, then free them; per page):
+//!
+//! * pcp (trylock, kernel platform) whose pages are freed with
+//!   `FreeFlags::ZERO` (they go to the zero list and come back without
+//!   clearing) vs the same pcp setup whose pages are written and freed dirty
+//!   (each zeroed allocation clears its page); each over its own 1 GiB
+//!   buddy, added known-zero and dirty respectively, so neither borrows the
+//!   other's zero pages;
+//! * the buddy directly: `free_pages_zeroed` vs `free_pages` after a write;
+//! * peers' `alloc_zeroed` at Layout 4096/4096 (pages written, then freed):
+//!   glibc through `System` (`posix_memalign` + `memset`: Rust's `System`
+//!   uses `calloc` only for alignments up to 16), mimalloc, jemalloc.
+//!
+//! After each row the pcp counters `ALLOC_ZERO_HIT` / `ALLOC_CLEARED` (and
+//! the buddy's `zeroed_no_clear` / `zeroed_cleared`) show which path served
+//! the requests during that N's measurement.
+
+use std::alloc::System;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use buddy::Stat;
+use pcp::{PcpStat, Policy};
+
+use super::pages::{
+    fastest, median_of, per_page, phase_note, with_phases, Arena, BuddyPages, Clock, Global,
+    PageAlloc, PcpPages, Phases, ARENA_BYTES,
+};
+use super::Table;
+use crate::measure::{fmt_num, Case, Ctx, Report, Row};
+use crate::user_kernel::UserKernel;
+
+/// How a row's pages go back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Return {
+    /// Untouched, freed as still zero (`free_zero`).
+    StillZero,
+    /// One byte written (untimed), freed normally.
+    Dirty,
+}
+
+/// One round: allocate `slots.len()` zeroed order-0 pages (timed), dirty
+/// them if asked (untimed), free them (timed); returns the two phases' time
+/// stamp differences.
+#[inline(always)]
+fn zeroed_round<A: PageAlloc>(
+    a: &A,
+    ret: Return,
+    slots: &mut [*mut u8],
+    clock: &Clock,
+) -> (u64, u64) {
+    let t0 = clock.now();
+    for s in slots.iter_mut() {
+        *s = a.alloc_zeroed(0).as_ptr();
+    }
+    let t1 = clock.now();
+    if ret == Return::Dirty {
+        for &p in slots.iter() {
+            // SAFETY: `p` is a page we hold (allocated just above).
+            unsafe { p.add(64).write_volatile(0xa5) };
+        }
+    }
+    let t2 = clock.now();
+    for &p in slots.iter() {
+        // SAFETY: allocated above with order 0, freed once; with
+        // `StillZero` it was never written, so it reads as zero.
+        unsafe {
+            let p = NonNull::new_unchecked(p);
+            match ret {
+                Return::StillZero => a.free_zero(p, 0),
+                Return::Dirty => a.free(p, 0),
+            }
+        }
+    }
+    let t3 = clock.now();
+    (t1.wrapping_sub(t0), t3.wrapping_sub(t2))
+}
+
+/// A case running `iters` rounds of [`zeroed_round`] on N pages, recording
+/// its phases per page; the runner's figure is per round ([`per_page`]
+/// turns it into per page).
+pub fn zeroed_case<A: PageAlloc>(
+    name: impl Into<String>,
+    a: &Arc<A>,
+    n: usize,
+    ret: Return,
+    clock: Clock,
+    phases: Option<Arc<Phases>>,
+) -> Case {
+    let a = a.clone();
+    Case::custom(name, move |_, iters| {
+        let mut slots = vec![core::ptr::null_mut::<u8>(); n];
+        let (mut ta, mut tf) = (0u64, 0u64);
+        for _ in 0..iters {
+            let (x, y) = zeroed_round(&*a, ret, &mut slots, &clock);
+            ta += x;
+            tf += y;
+        }
+        if let Some(ph) = &phases {
+            let per = n as f64 * iters as f64;
+            ph.push(clock.elapsed(ta, per), clock.elapsed(tf, per));
+        }
+        clock.elapsed(ta + tf, 1.0)
+    })
+}
+
+/// N values of the table.
+fn counts(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![1, 64]
+    } else {
+        vec![1, 64, 4096]
+    }
+}
+
+fn pcp_counts(p: &PcpPages<UserKernel>) -> (u64, u64) {
+    let s = p.pcp.stats();
+    (
+        s.get(PcpStat::ALLOC_ZERO_HIT),
+        s.get(PcpStat::ALLOC_CLEARED),
+    )
+}
+
+fn buddy_counts(a: &Arena) -> (u64, u64) {
+    let b = a.buddy();
+    (b.stat(Stat::ZeroedNoClear), b.stat(Stat::ZeroedCleared))
+}
+
+fn share(hit: u64, other: u64) -> String {
+    let t = hit + other;
+    if t == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * hit as f64 / t as f64)
+    }
+}
+
+const PCP_ZERO: &str = "pcp: zero list (freed still zero)";
+const PCP_DIRTY: &str = "pcp: freed dirty (cleared on alloc)";
+const BUDDY_ZERO: &str = "buddy: known zero (free_pages_zeroed)";
+const BUDDY_DIRTY: &str = "buddy: freed dirty (cleared on alloc)";
+const PEERS: [&str; 3] = [
+    "glibc (System: posix_memalign + memset)",
+    "mimalloc alloc_zeroed",
+    "jemalloc alloc_zeroed",
+];
+
+/// The `zeroed` table (see the module docs).
+pub struct Zeroed;
+
+impl Table for Zeroed {
+    fn name(&self) -> &'static str {
+        "zeroed"
+    }
+
+    fn about(&self) -> &'static str {
+        "seed 003: zeroed 4 KiB pages freed still zero (pcp zero list, buddy PG_zero: no clearing) vs freed dirty (cleared), peers' alloc_zeroed"
+    }
+
+    fn run(&self, cx: &Ctx<'_>) -> Report {
+        let clock = Clock::new(cx.machine.tsc_ghz);
+        let zero_arena = Arena::new(ARENA_BYTES, true);
+        let dirty_arena = Arena::new(ARENA_BYTES, false);
+        let pcp_z = Arc::new(super::pages::kernel_pcp(&zero_arena, Policy::Trylock));
+        let pcp_d = Arc::new(super::pages::kernel_pcp(&dirty_arena, Policy::Trylock));
+        let buddy_z = Arc::new(BuddyPages(zero_arena.clone()));
+        let buddy_d = Arc::new(BuddyPages(dirty_arena.clone()));
+        let glibc = Arc::new(Global(System));
+        let mi = Arc::new(Global(mimalloc::MiMalloc));
+        let je = Arc::new(Global(tikv_jemallocator::Jemalloc));
+
+        let mut rows = Vec::new();
+        let mut summary = vec![
+            "summary (ns per page, alloc_zeroed + free):".to_string(),
+            "       N   pcp zero  pcp dirty  saving          buddy zero  buddy dirty  saving          best peer".to_string(),
+        ];
+        for n in counts(cx.cfg.quick) {
+            let section =
+                format!("N = {n}: alloc {n} zeroed order-0 pages, then free them (per page)");
+            let cases = vec![
+                with_phases(|ph| {
+                    zeroed_case(PCP_ZERO, &pcp_z, n, Return::StillZero, clock, Some(ph))
+                }),
+                with_phases(|ph| zeroed_case(PCP_DIRTY, &pcp_d, n, Return::Dirty, clock, Some(ph))),
+                with_phases(|ph| {
+                    zeroed_case(BUDDY_ZERO, &buddy_z, n, Return::StillZero, clock, Some(ph))
+                }),
+                with_phases(|ph| {
+                    zeroed_case(BUDDY_DIRTY, &buddy_d, n, Return::Dirty, clock, Some(ph))
+                }),
+                with_phases(|ph| zeroed_case(PEERS[0], &glibc, n, Return::Dirty, clock, Some(ph))),
+                with_phases(|ph| zeroed_case(PEERS[1], &mi, n, Return::Dirty, clock, Some(ph))),
+                with_phases(|ph| zeroed_case(PEERS[2], &je, n, Return::Dirty, clock, Some(ph))),
+            ];
+            let (cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
+                .into_iter()
+                .map(|(c, ph)| (c.section(section.clone()), ph))
+                .unzip();
+            let before = (
+                pcp_counts(&pcp_z),
+                pcp_counts(&pcp_d),
+                buddy_counts(&zero_arena),
+                buddy_counts(&dirty_arena),
+            );
+            let stats = cx.measure(&cs);
+            let after = (
+                pcp_counts(&pcp_z),
+                pcp_counts(&pcp_d),
+                buddy_counts(&zero_arena),
+                buddy_counts(&dirty_arena),
+            );
+            let delta = |a: (u64, u64), b: (u64, u64)| (a.0 - b.0, a.1 - b.1);
+            let mut these: Vec<Row> = Vec::new();
+            for ((mut case, mut st), ph) in cs.into_iter().zip(stats).zip(phs) {
+                per_page(&mut st, n);
+                let mut note = phase_note(&ph, st.rounds).unwrap_or_default();
+                let counters = match case.name.as_str() {
+                    PCP_ZERO => Some((
+                        "pcp ALLOC_ZERO_HIT",
+                        "ALLOC_CLEARED",
+                        delta(after.0, before.0),
+                    )),
+                    PCP_DIRTY => Some((
+                        "pcp ALLOC_ZERO_HIT",
+                        "ALLOC_CLEARED",
+                        delta(after.1, before.1),
+                    )),
+                    BUDDY_ZERO => Some((
+                        "buddy zeroed_no_clear",
+                        "zeroed_cleared",
+                        delta(after.2, before.2),
+                    )),
+                    BUDDY_DIRTY => Some((
+                        "buddy zeroed_no_clear",
+                        "zeroed_cleared",
+                        delta(after.3, before.3),
+                    )),
+                    _ => None,
+                };
+                if let Some((hit, miss, (h, m))) = counters {
+                    note.push_str(&format!(
+                        "; {hit} {h} / {miss} {m} (no clear {})",
+                        share(h, m)
+                    ));
+                }
+                case.note = note;
+                these.push(Row { case, stats: st });
+            }
+            if let (Some(pz), Some(pd), Some(bz), Some(bd), Some(peer)) = (
+                median_of(&these, PCP_ZERO),
+                median_of(&these, PCP_DIRTY),
+                median_of(&these, BUDDY_ZERO),
+                median_of(&these, BUDDY_DIRTY),
+                fastest(&these, &PEERS),
+            ) {
+                summary.push(format!(
+                    "  {n:>6}  {:>9}  {:>9}  {:>6} ({:>4.0}%)  {:>10}  {:>11}  {:>6} ({:>4.0}%)  {} ({})",
+                    fmt_num(pz),
+                    fmt_num(pd),
+                    fmt_num(pd - pz),
+                    100.0 * (pd - pz) / pd,
+                    fmt_num(bz),
+                    fmt_num(bd),
+                    fmt_num(bd - bz),
+                    100.0 * (bd - bz) / bd,
+                    fmt_num(peer.1),
+                    peer.0
+                ));
+            }
+            rows.extend(these);
+        }
+        let mut notes = vec![
+            "ns/op and cycles/op: alloc_zeroed + free per page (the dirtying write between them is untimed); the note splits \
+             the phases and gives the counters of the path taken during that N's measurement."
+                .to_string(),
+            "pcp rows: Pcp::new on Kernel<UserHooks> with Policy::Trylock, over a 1 GiB buddy added known zero (zero-list row) or \
+             dirty (dirty row); buddy rows: the same two buddies directly (Buddy::alloc_pages(ZEROED))."
+                .to_string(),
+            "peers write their pages too and cannot know them zero: Rust's System.alloc_zeroed with 4 KiB alignment is \
+             posix_memalign + memset (calloc only for alignments up to 16); glibc also trims and re-faults its heap top at N >= 64 \
+             (see the pages table)."
+                .to_string(),
+        ];
+        notes.extend(summary);
+        Report {
+            table: "zeroed",
+            title:
+                "Zeroed pages: freed still zero (PG_zero, no clearing) vs freed dirty (seed 003)"
+                    .into(),
+            notes,
+            rows,
+        }
+    }
+}
