@@ -155,7 +155,7 @@ impl SpanTable {
 
     /// The span covering `addr`, if any (O(number of spans), first span
     /// first).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, addr: usize, page_shift: u32) -> Option<Found> {
         let n = self.len();
         for idx in 0..n {

@@ -2,12 +2,17 @@
 //!
 //! A page on a pcp list is *allocated* from the buddy's point of view, so
 //! its head descriptor's owner words belong to the pcp: `data` = previous
-//! page, `link` = next page (0 = none), `tag` = [`list_tag`] of the list it
+//! node, `link` = next node (0 = none), `tag` = [`list_tag`] of the list it
 //! is on. Links never live in the page itself: that would destroy the
 //! known-zero pages the zero list keeps.
 //!
-//! Invariant per list: following `link` from `head` visits `len` pages and
-//! ends at `tail`; `data` of each is its predecessor; each page's `tag` is
+//! A node is the address of the page's descriptor ([`Owner`]), not of the
+//! page: walking and unlinking then need no address-to-descriptor lookup
+//! (the memmap lives as long as the buddy), and the page itself is
+//! `Owner::block()`. Only a page entering the lists is looked up once.
+//!
+//! Invariant per list: following `link` from `head` visits `len` nodes and
+//! ends at `tail`; `data` of each is its predecessor; each node's `tag` is
 //! the list's tag.
 
 use core::ptr::NonNull;
@@ -35,9 +40,9 @@ pub const fn is_pcp_tag(tag: u32) -> bool {
 /// A doubly linked list of pages, head = hot end, tail = cold end.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PageList {
-    /// First (hottest) page's address, 0 if empty.
+    /// First (hottest) node: the address of its page's descriptor, 0 if empty.
     pub head: usize,
-    /// Last (coldest) page's address, 0 if empty.
+    /// Last (coldest) node, 0 if empty.
     pub tail: usize,
     /// Number of pages (blocks) on the list.
     pub len: usize,
@@ -52,13 +57,25 @@ impl PageList {
     };
 }
 
-/// The owner words of a page on (or going onto) a pcp list.
+/// The owner words of a page entering a pcp list (one lookup).
 #[inline(always)]
 pub(crate) fn owner<P: Platform>(buddy: &Buddy<P>, page: usize) -> &Owner {
     match buddy.owner_of(page as *const u8) {
         Some(b) => b.owner,
         None => corrupt(page),
     }
+}
+
+/// The descriptor a node names.
+///
+/// # Safety
+///
+/// `node` was stored by this module: the address of an `Owner` in the
+/// buddy's memmap, which outlives the lists (the lists borrow the buddy).
+#[inline(always)]
+unsafe fn node<'a>(node: usize) -> &'a Owner {
+    // SAFETY: caller's contract.
+    unsafe { &*(node as *const Owner) }
 }
 
 #[cold]
@@ -68,32 +85,29 @@ fn corrupt(page: usize) -> ! {
 }
 
 impl PageList {
-    /// Pushes at the head (hot) or the tail (cold).
+    /// Pushes the page whose descriptor is `o` at the head (hot) or the
+    /// tail (cold).
     #[inline]
-    pub(crate) fn push<P: Platform>(
-        &mut self,
-        buddy: &Buddy<P>,
-        page: usize,
-        tag: u32,
-        cold: bool,
-    ) {
-        let o = owner(buddy, page);
+    pub(crate) fn push(&mut self, o: &Owner, tag: u32, cold: bool) {
+        let n = o as *const Owner as usize;
         o.tag().store(tag, Relaxed);
         if self.len == 0 {
             o.data().store(0, Relaxed);
             o.link().store(0, Relaxed);
-            self.head = page;
-            self.tail = page;
+            self.head = n;
+            self.tail = n;
         } else if cold {
             o.data().store(self.tail, Relaxed);
             o.link().store(0, Relaxed);
-            owner(buddy, self.tail).link().store(page, Relaxed);
-            self.tail = page;
+            // SAFETY: `tail` is a node of this list.
+            unsafe { node(self.tail) }.link().store(n, Relaxed);
+            self.tail = n;
         } else {
             o.data().store(0, Relaxed);
             o.link().store(self.head, Relaxed);
-            owner(buddy, self.head).data().store(page, Relaxed);
-            self.head = page;
+            // SAFETY: `head` is a node of this list.
+            unsafe { node(self.head) }.data().store(n, Relaxed);
+            self.head = n;
         }
         self.len += 1;
     }
@@ -101,52 +115,65 @@ impl PageList {
     /// Pops from the head (hot) or the tail (cold); the page's owner words
     /// are cleared (they belong to the next holder).
     #[inline]
-    pub(crate) fn pop<P: Platform>(&mut self, buddy: &Buddy<P>, cold: bool) -> Option<NonNull<u8>> {
+    pub(crate) fn pop(&mut self, cold: bool) -> Option<NonNull<u8>> {
         if self.len == 0 {
             return None;
         }
-        let page = if cold { self.tail } else { self.head };
-        let o = owner(buddy, page);
+        let n = if cold { self.tail } else { self.head };
+        // SAFETY: nodes of this list name live descriptors.
+        let o = unsafe { node(n) };
         if self.len == 1 {
             self.head = 0;
             self.tail = 0;
         } else if cold {
             let prev = o.data().load(Relaxed);
-            owner(buddy, prev).link().store(0, Relaxed);
+            // SAFETY: a node of this list.
+            unsafe { node(prev) }.link().store(0, Relaxed);
             self.tail = prev;
         } else {
             let next = o.link().load(Relaxed);
-            owner(buddy, next).data().store(0, Relaxed);
+            // SAFETY: a node of this list.
+            unsafe { node(next) }.data().store(0, Relaxed);
             self.head = next;
         }
         self.len -= 1;
         o.data().store(0, Relaxed);
         o.link().store(0, Relaxed);
         o.tag().store(0, Relaxed);
-        NonNull::new(page as *mut u8)
+        match o.block() {
+            Some(p) => Some(p),
+            None => corrupt(n),
+        }
     }
 
-    /// Walks the list checking links, tags and length; calls `f` on each
-    /// page. Panics with a description on the first inconsistency.
+    /// Walks the list checking links, tags and length, and that each node
+    /// is the descriptor the buddy has for its page; calls `f` on each page.
+    /// Panics with a description on the first inconsistency.
     #[cfg(any(test, feature = "invariants"))]
     pub(crate) fn check<P: Platform>(&self, buddy: &Buddy<P>, tag: u32, mut f: impl FnMut(usize)) {
         let mut prev = 0usize;
         let mut cur = self.head;
         let mut n = 0usize;
         while cur != 0 {
-            let o = owner(buddy, cur);
+            // SAFETY: nodes name live descriptors (checked against the buddy below).
+            let o = unsafe { node(cur) };
+            let page = o.block().map_or(0, |p| p.as_ptr() as usize);
+            assert!(
+                core::ptr::eq(owner(buddy, page), o),
+                "pcp: node {cur:#x} is not the descriptor of its page {page:#x}"
+            );
             assert_eq!(
                 o.tag().load(Relaxed),
                 tag,
-                "pcp: page {cur:#x} has tag {:#x}, list {tag:#x}",
+                "pcp: page {page:#x} has tag {:#x}, list {tag:#x}",
                 o.tag().load(Relaxed)
             );
             assert_eq!(
                 o.data().load(Relaxed),
                 prev,
-                "pcp: page {cur:#x}: prev link broken"
+                "pcp: page {page:#x}: prev link broken"
             );
-            f(cur);
+            f(page);
             n += 1;
             assert!(
                 n <= self.len,

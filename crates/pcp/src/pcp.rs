@@ -11,12 +11,13 @@ use local_lock::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use local_lock::sync::CachePadded;
 use local_lock::{ConstInit, LocalGuard, LocalLock, Platform, DEFAULT_SLOTS};
 
-use crate::list::{is_pcp_tag, list_tag, PageList};
+use crate::list::{is_pcp_tag, list_tag, owner, PageList};
 use crate::sizing::{
     nr_pcp_free, refill_blocks, zone_batchsize, zone_highsize, MAX_FREE_FACTOR, NR_PCP_ORDERS,
     PAGE_ALLOC_COSTLY_ORDER,
 };
 use crate::stats::{PcpStat, PcpStats};
+use buddy::Owner;
 
 /// Where the pcp gets its pages: a buddy allocator, and optionally a way
 /// to add memory to it when it runs dry (the std heap maps more).
@@ -417,22 +418,21 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: AllocFlags,
     ) -> Option<(NonNull<u8>, bool)> {
-        let b = self.buddy();
         let o = order.index();
         let cold = flags.contains(AllocFlags::COLD);
         if flags.contains(AllocFlags::ZEROED) {
-            if let Some(p) = g.zero[o].pop(b, cold) {
+            if let Some(p) = g.zero[o].pop(cold) {
                 self.stat(cpu, PcpStat::ALLOC_ZERO_HIT, 1);
                 return Some((p, true));
             }
             if flags.contains(AllocFlags::ONLY_ZERO) {
                 return None;
             }
-            let p = g.normal[o].pop(b, cold)?;
+            let p = g.normal[o].pop(cold)?;
             self.stat(cpu, PcpStat::ALLOC_CLEARED, 1);
             return Some((p, false));
         }
-        if let Some(p) = g.normal[o].pop(b, cold) {
+        if let Some(p) = g.normal[o].pop(cold) {
             self.stat(
                 cpu,
                 if cold {
@@ -444,7 +444,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             );
             return Some((p, false));
         }
-        let p = g.zero[o].pop(b, cold)?;
+        let p = g.zero[o].pop(cold)?;
         self.stat(cpu, PcpStat::ALLOC_ZERO_AS_NORMAL, 1);
         Some((p, true))
     }
@@ -467,9 +467,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             let pages = &mut **g;
             b.alloc_bulk(self.zone, order, bflags, want, |p| {
                 if p.zero {
-                    pages.zero[o].push(b, p.addr(), zero_tag, true);
+                    pages.zero[o].push(owner(b, p.addr()), zero_tag, true);
                 } else {
-                    pages.normal[o].push(b, p.addr(), normal_tag, true);
+                    pages.normal[o].push(owner(b, p.addr()), normal_tag, true);
                 }
             })
         };
@@ -490,21 +490,24 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// yet). Panics with the address and the problem; changes nothing.
     #[inline(always)]
     #[track_caller]
-    fn check_free(&self, ptr: NonNull<u8>, order: Order) {
-        if let Err(e) = self.validate_free(ptr, order) {
-            bad_free(e)
+    fn check_free(&self, ptr: NonNull<u8>, order: Order) -> &Owner {
+        match self.validate_free(ptr, order) {
+            Ok(o) => o,
+            Err(e) => bad_free(e),
         }
     }
 
+    /// The one address-to-descriptor lookup of a free; returns the block's
+    /// owner words, which the lists then link through.
     #[inline(always)]
-    fn validate_free(&self, ptr: NonNull<u8>, order: Order) -> Result<(), BadFree> {
+    fn validate_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
         match self.buddy().owner_of(ptr.as_ptr()) {
             Some(b)
                 if b.head == ptr
                     && b.order == order
                     && !is_pcp_tag(b.owner.tag().load(Relaxed)) =>
             {
-                Ok(())
+                Ok(b.owner)
             }
             other => Err(BadFree {
                 ptr,
@@ -528,9 +531,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), BadFree> {
-        self.validate_free(ptr, order)?;
-        // SAFETY: forwarded; validated above, so `free` will not panic on it.
-        unsafe { self.free_unchecked(ptr, order, flags) };
+        let o = self.validate_free(ptr, order)?;
+        // SAFETY: forwarded; validated above.
+        unsafe { self.free_unchecked(ptr, order, flags, o) };
         Ok(())
     }
 
@@ -554,9 +557,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline]
     #[track_caller]
     pub unsafe fn free(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
-        self.check_free(ptr, order);
+        let o = self.check_free(ptr, order);
         // SAFETY: forwarded contract; validated above.
-        unsafe { self.free_unchecked(ptr, order, flags) }
+        unsafe { self.free_unchecked(ptr, order, flags, o) }
     }
 
     /// The free path after validation.
@@ -565,9 +568,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     ///
     /// As [`free`](Self::free), and `validate_free` accepted the block.
     #[inline(always)]
-    unsafe fn free_unchecked(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+    unsafe fn free_unchecked(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags, o: &Owner) {
         let b = self.buddy();
-        if order.get() > PAGE_ALLOC_COSTLY_ORDER || b.zone_of(ptr.as_ptr()) != Some(self.zone) {
+        // The block is managed (validated): its zone is arithmetic on its address.
+        if order.get() > PAGE_ALLOC_COSTLY_ORDER
+            || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
+        {
             // SAFETY: forwarded contract.
             return unsafe { b.free_pages_flags(ptr, order, flags) };
         }
@@ -576,7 +582,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // SAFETY: forwarded contract.
             return unsafe { b.free_pages_flags(ptr, order, flags) };
         };
-        self.free_locked(&mut g, ptr, order, flags);
+        self.free_locked(&mut g, ptr, order, flags, o);
     }
 
     #[inline(always)]
@@ -586,21 +592,23 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         ptr: NonNull<u8>,
         order: Order,
         flags: FreeFlags,
+        own: &Owner,
     ) {
-        let b = self.buddy();
         let cpu = g.cpu();
         let o = order.index();
         let zero = flags.contains(FreeFlags::ZERO);
         let cold = flags.contains(FreeFlags::COLD);
         #[cfg(any(test, feature = "invariants"))]
         if zero {
-            verify_zero(ptr, b.config().block_size(order));
+            verify_zero(ptr, self.buddy().config().block_size(order));
         }
+        #[cfg(not(any(test, feature = "invariants")))]
+        let _ = ptr;
         if zero {
-            g.zero[o].push(b, ptr.as_ptr() as usize, list_tag(order.get(), true), cold);
+            g.zero[o].push(own, list_tag(order.get(), true), cold);
             self.stat(cpu, PcpStat::FREE_ZERO, 1);
         } else {
-            g.normal[o].push(b, ptr.as_ptr() as usize, list_tag(order.get(), false), cold);
+            g.normal[o].push(own, list_tag(order.get(), false), cold);
         }
         self.stat(cpu, PcpStat::FREE_HIT, 1);
         let c = g.count + order.pages();
@@ -639,7 +647,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                     } else {
                         &mut lists.normal[o]
                     };
-                    let popped = list.pop(b, true);
+                    let popped = list.pop(true);
                     let this = o;
                     o = (o + 1) % NR_PCP_ORDERS;
                     if let Some(ptr) = popped {
@@ -798,13 +806,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             return;
         };
         for &p in pages {
-            self.check_free(p, order);
-            if self.buddy().zone_of(p.as_ptr()) != Some(self.zone) {
+            let o = self.check_free(p, order);
+            if self.buddy().config().zone_of_addr(p.as_ptr() as usize) != self.zone {
                 // SAFETY: forwarded contract.
                 unsafe { self.buddy().free_pages(p, order) };
                 continue;
             }
-            self.free_locked(&mut g, p, order, FreeFlags::NONE);
+            self.free_locked(&mut g, p, order, FreeFlags::NONE, o);
         }
     }
 
@@ -837,7 +845,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             let Some(mut g) = lock() else { break };
             let b = self.buddy();
             let Some((o, p)) =
-                (0..NR_PCP_ORDERS).find_map(|o| g.normal[o].pop(b, true).map(|p| (o, p)))
+                (0..NR_PCP_ORDERS).find_map(|o| g.normal[o].pop(true).map(|p| (o, p)))
             else {
                 break;
             };
@@ -854,7 +862,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 unsafe { b.free_pages_zeroed(p, Order::new(o as u8).unwrap_or(Order::ZERO)) };
                 break;
             };
-            g.zero[o].push(b, p.as_ptr() as usize, list_tag(o as u8, true), false);
+            g.zero[o].push(
+                owner(b, p.as_ptr() as usize),
+                list_tag(o as u8, true),
+                false,
+            );
             let c = g.count + (1 << o);
             self.set_count(&mut g, c);
             let cpu = g.cpu();
