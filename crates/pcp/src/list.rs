@@ -74,8 +74,8 @@ pub(crate) fn owner<P: Platform>(buddy: &Buddy<P>, page: usize) -> &Owner {
 /// buddy's memmap, which outlives the lists (the lists borrow the buddy).
 #[inline(always)]
 unsafe fn node<'a>(node: usize) -> &'a Owner {
-    // SAFETY: caller's contract.
-    unsafe { &*(node as *const Owner) }
+    // SAFETY: caller's contract; the address was exposed by `push`.
+    unsafe { &*core::ptr::with_exposed_provenance::<Owner>(node) }
 }
 
 #[cold]
@@ -89,7 +89,9 @@ impl PageList {
     /// tail (cold).
     #[inline]
     pub(crate) fn push(&mut self, o: &Owner, tag: u32, cold: bool) {
-        let n = o as *const Owner as usize;
+        // Nodes are stored in atomic words: expose the descriptor's
+        // provenance so `node` can take it back.
+        let n = (o as *const Owner).expose_provenance();
         o.tag().store(tag, Relaxed);
         if self.len == 0 {
             o.data().store(0, Relaxed);

@@ -373,7 +373,7 @@ fn policies_under_simulated_interrupts() {
             pcp.set_batch_high(Some((4, 12)));
             let log: Rc<RefCell<Vec<NonNull<u8>>>> = Rc::default();
             let mut fired_inside = 0;
-            for at in 0..8 {
+            for at in 0..if cfg!(miri) { 2 } else { 8 } {
                 // Empty lists: the task's first allocation refills under its
                 // hold, so hook points (the zone lock's IRQ restore) fall inside.
                 pcp.drain_local();
@@ -492,12 +492,12 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 2 } else { 48 }, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 1 } else { 48 }, ..ProptestConfig::default() })]
 
     #[test]
     fn state_machine(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
                      locked in any::<bool>(),
-                     ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 20 } else { 120 })) {
+                     ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 8 } else { 120 })) {
         run_machine(policy, locked, &ops);
     }
 }
