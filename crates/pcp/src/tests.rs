@@ -362,8 +362,11 @@ fn bad_frees_are_reported_and_change_nothing() {
 fn policies_under_simulated_interrupts() {
     for policy in ALL_POLICIES {
         for strategy_locked in [false, true] {
-            // Armed handlers must be 'static: leak the (test-sized) memory.
-            let m: &'static Mem = Box::leak(Box::new(Mem::new(8, false)));
+            // Armed handlers must be 'static: the memory is a raw box,
+            // reclaimed below once the pcp and every handler are gone.
+            let m_raw: *mut Mem = Box::into_raw(Box::new(Mem::new(8, false)));
+            // SAFETY: live until the `Box::from_raw` at the end of this iteration.
+            let m: &'static Mem = unsafe { &*m_raw };
             let plat = if strategy_locked {
                 TestPlatform::locked(CPUS)
             } else {
@@ -443,6 +446,9 @@ fn policies_under_simulated_interrupts() {
             );
             plat.disarm();
             drop(pcp);
+            // SAFETY: no handler is armed and the pcp (the last borrower) is
+            // dropped: nothing refers to the memory any more.
+            unsafe { drop(Box::from_raw(m_raw)) };
         }
     }
 }
