@@ -1,2 +1,350 @@
-//! placeholder during bootstrap
+//! The Linux percpu area allocator (`mm/percpu.c` after the 2017 bitmap
+//! rewrite, with the 2019 scan hints), as a `no_std` crate.
+//!
+//! # Chunks and units
+//!
+//! ```text
+//!  c0                                  c1
+//!  +--------+--------+--------+-----+  +--------+--------+--------+-----+
+//!  |   u0   |   u1   |   u2   | ... |  |   u0   |   u1   |   u2   | ... |
+//!  +--------+--------+--------+-----+  +--------+--------+--------+-----+
+//!  |<-unit->|                          ^ base (unit 0, aligned to
+//!      |                                 next_power_of_two(unit_size))
+//!      +-- an area of 16 B at offset 0x340 of c0 occupies [0x340, 0x350)
+//!          of c0:u0, c0:u1, c0:u2, ... : one copy per CPU
+//! ```
+//!
+//! A chunk holds one *unit* per possible CPU, all of `unit_size` bytes (a
+//! multiple of the page = block size, at least 32 KiB). Units are laid out
+//! in groups (`Config::units_per_group`, each group's span rounded up to
+//! `atom_size`), so `unit_offset(cpu) = group * group_stride + index *
+//! unit_size`. An allocation returns an offset valid in every unit; its
+//! handle [`PcpuPtr`] is unit 0's address `base + off`, and CPU `cpu`'s copy
+//! is `per_cpu_ptr(p, cpu) = base + unit_offset(cpu) + off`.
+//!
+//! * The **first chunk** (optional, from [`Config::first_chunk`]) is
+//!   `static | reserved | dynamic`, fully populated and immutable. Its
+//!   reserved region is a separate chunk (`pcpu_reserved_chunk`) that
+//!   serves only reserved requests and is on no slot list; its dynamic
+//!   region (`pcpu_first_chunk`) serves normal requests. Both hide the bytes
+//!   outside their region as pre-allocated (`start_offset`/`end_offset`).
+//! * **Dynamic chunks** are created on demand from the [`PageSource`],
+//!   unpopulated, and destroyed by [`PcpuAllocator::balance`] when free.
+//!
+//! # Bits, bytes and blocks
+//!
+//! All hints are in bits unless stated:
+//!
+//! ```text
+//! 1 bit     = MIN_ALLOC_SIZE = 4 bytes        bit_off   = byte_off / 4
+//! 1 block   = 1 page = PAGE_SIZE = 4096 bytes = BLOCK_BITS = 1024 bits
+//! block     = bit_off / 1024                  block_off = bit_off % 1024
+//! map_bits  = nr_pages * 1024                 slot(size)= max(fls(size) - 5 + 2, 1)
+//! ```
+//!
+//! # Per-chunk metadata
+//!
+//! * `alloc_map`: 1 bit per 4 bytes, 1 = allocated.
+//! * `bound_map`: `map_bits + 1` bits. An allocation `[s, e)` sets bit `s`
+//!   and bit `e` and clears the bits in between; free finds `e` as the next
+//!   set bit after `s` and does not clear anything. So a bit that is
+//!   allocated *and* a boundary is exactly the start of a live allocation,
+//!   which is how bad frees are detected.
+//! * One `pcpu_block_md` per page (`contig_hint` + start, `scan_hint` +
+//!   start, `left_free`, `right_free`, `first_free`) and one for the chunk.
+//!   Block hints are exact; the chunk contig hint may be too small (by less
+//!   than a block per side of a run), never too large. See [`chunk`] for the
+//!   equations and the update rules.
+//! * `populated` (1 bit per page) and `nr_empty_pop_pages`.
+//!
+//! **Allocation** (`pcpu_alloc`): size rounded to 4, 4 B..=32 KiB, alignment
+//! a power of two up to a page. Slots are searched from the request's slot
+//! up to the free slot; a chunk whose contig hint (alignment padding
+//! included) cannot fit is skipped, and one that fails in a slot below 3 is
+//! demoted to slot 0. Within a chunk the metadata blocks are walked to a
+//! fitting region (starting after the scan hint when it is too small), the
+//! bitmap is searched over at most the request plus one block, block hints
+//! are rescanned only where broken, and the chunk hint only if the
+//! allocation overlaps it. Non-atomic requests populate the pages under the
+//! area; every request zeroes the area in every unit.
+//!
+//! **Free** (`free_percpu`): the size comes from the boundary map; block
+//! hints are updated from the neighbouring hints or a bit search inside the
+//! first and last block; the chunk hint is rescanned only if the freed
+//! extent is a whole block or crosses blocks, otherwise merged locally.
+//!
+//! **Slots** `0..nr_slots`: `1..=slot(unit_size)` by largest free run,
+//! 0 for (nearly) full or demoted chunks, then `sidelined` (isolated and
+//! depopulated), `free` (wholly free chunks), `to_depopulate` (isolated,
+//! awaiting [`balance`](PcpuAllocator::balance)).
+//!
+//! # Locking
+//!
+//! Lock order (outermost first):
+//!
+//! 1. **`slow`** = the kernel's `pcpu_alloc_mutex` (a spin-then-yield lock
+//!    here; it may be held across page-source calls). Protects chunk
+//!    creation and destruction, population and depopulation, the lookup
+//!    table's growth, and serialises non-atomic allocations and the
+//!    balance work. Never taken in interrupt context (requests made there
+//!    are atomic) and never while holding `pcpu_lock`.
+//! 2. **IRQs saved** (`Platform::irq_save`), then
+//! 3. **`data`** = `pcpu_lock` (a spin lock, `spin_lock_irqsave`).
+//!    Protects everything else: the slot lists, every chunk's state, bitmaps
+//!    and hints, the lookup table's contents, the global counters. Held only
+//!    for bitmap and list work, never across a page-source call, so atomic
+//!    requests and frees (which take only this lock) are safe from
+//!    interrupt context on kernel platforms.
+//!
+//! The typed layer's [`LocalLock`](local_lock::LocalLock) (this-CPU access
+//! of a [`PerCpu`]) is independent: allocator locks are taken only when a
+//! `PerCpu` is created or dropped, never while one of its guards is held.
+//! On std there are no interrupts, so `irq_save` is free; on a kernel
+//! platform with the pinned strategy, per-CPU guards disable preemption and
+//! (with `_irqsave`) interrupts.
+//!
+//! The page source must not allocate from the allocator it serves; it is
+//! called with `slow` held and `data` released.
+//!
+//! # Layers
+//!
+//! * [`PcpuAllocator`]: the untyped allocator (`alloc_percpu`,
+//!   `free_percpu`, `per_cpu_ptr`, the balance work, statistics, the
+//!   invariant checker under `cfg(test)` or feature `invariants`).
+//! * [`PerCpu<T>`]: one `T` per CPU, initialised and dropped per CPU, with
+//!   `get(cpu)`, this-CPU access through a local lock, and iteration;
+//!   [`PerCpuCounter`] sums per-CPU deltas on read.
+//! * `GlobalBitmap` (feature `std`): a `#[global_allocator]` byte heap over
+//!   one unit's bitmaps and hints, with large requests sent to `mmap`.
+//!
+//! # Divergences from the kernel
+//!
+//! The brute-force checker found four corners where the kernel's hint rules
+//! (6.x `mm/percpu.c`) leave a hint too small or misplaced; each is fixed
+//! minimally and has a test:
+//!
+//! 1. The free path's local merge into the chunk hint passes the
+//!    block-relative end of the freed extent (a negative-size region for
+//!    every block but the first, so the merge is a no-op there); the
+//!    chunk-relative end is used (`local_merge_outside_block_zero`).
+//! 2. `pcpu_block_update` made a run smaller than the contig hint the scan
+//!    hint when the scan hint was unknown (0) or lay before it; the refresh
+//!    that later promotes the scan hint and scans only after it then missed
+//!    a larger earlier run (block contig hint too small). Here the scan hint
+//!    only moves to a larger run starting at or before it
+//!    (`scan_hint_promotion_stays_exact`).
+//! 3. A new contig run starting exactly at the scan hint kept the scan hint
+//!    (`<` instead of `<=`), leaving it inside the contig hint; and pieces of
+//!    one run cut at block edges (chunk level) could overlap the contig
+//!    hint. The scan hint is kept disjoint from the contig hint.
+//! 4. `pcpu_block_refresh_hint` zeroes `right_free` and re-derives it only
+//!    from regions scanned after a promoted scan hint; when the promoted run
+//!    is the one at the block's end, `right_free` stayed 0. It is recounted.
+//!
+//! Implementation choices that do not change any hint:
+//!
+//! * The metadata walks skip runs of wholly free and wholly full blocks
+//!   through two summary bitmaps, and `pcpu_find_zero_area` visits only
+//!   aligned clear bits a word at a time (it returns what the kernel's loop
+//!   returns; tested against it).
+//! * A bitmap of non-empty slots lets a request skip empty slots.
+//! * Address -> chunk lookup uses a hash of the chunk-aligned address
+//!   instead of `struct page`.
+//! * The slow lock spins and yields instead of sleeping.
+
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(any(feature = "std", test, loom))]
+extern crate std;
+
+pub(crate) use local_lock::sync;
+
+/// The platform layer this crate is built on (re-exported so users name
+/// one dependency).
+pub use local_lock;
+
+mod bitmap;
+mod block;
+#[cfg(any(test, feature = "invariants"))]
+mod check;
+pub mod chunk;
+mod chunk_map;
+#[cfg(all(feature = "std", not(loom)))]
+mod global;
+mod pcpu;
+mod percpu;
+mod source;
+#[cfg(test)]
+mod tests;
+
+#[cfg(all(feature = "std", not(loom)))]
+pub use global::GlobalBitmap;
+pub use pcpu::{AllocFlags, Config, PcpuAllocator, Stats, MAX_UNITS};
+pub use percpu::{PerCpu, PerCpuCounter, ThisCpu};
+#[cfg(feature = "std")]
+pub use source::MmapSource;
+pub use source::PageSource;
+#[cfg(any(feature = "std", test))]
+pub use source::{HeapSource, DEPOPULATE_POISON};
+
+use core::ptr::NonNull;
+
+/// Page size (= metadata block size).
+pub const PAGE_SIZE: usize = 4096;
+/// `PCPU_MIN_ALLOC_SIZE`: bytes per bitmap bit, the smallest allocation and
+/// alignment.
+pub const MIN_ALLOC_SIZE: usize = 4;
+/// `PCPU_BITMAP_BLOCK_BITS`: bits per metadata block (one page).
+pub const BLOCK_BITS: usize = PAGE_SIZE / MIN_ALLOC_SIZE;
+/// `PCPU_MIN_UNIT_SIZE`: the smallest unit, 32 KiB.
+pub const MIN_UNIT_SIZE: usize = 32 << 10;
+/// The largest request (the kernel's limit is the minimum unit size).
+pub const MAX_ALLOC_SIZE: usize = MIN_UNIT_SIZE;
+/// The largest unit this crate accepts (1 GiB).
+pub const MAX_UNIT_SIZE: usize = 1 << 30;
+/// `PCPU_SLOT_BASE_SHIFT`.
+pub const SLOT_BASE_SHIFT: usize = 5;
+/// `PCPU_SLOT_FAIL_THRESHOLD`: chunks failing in slots below this are
+/// demoted to slot 0.
+pub const SLOT_FAIL_THRESHOLD: usize = 3;
+/// `PCPU_EMPTY_POP_PAGES_LOW`: below this many empty populated pages an
+/// allocation schedules the balance work.
+pub const EMPTY_POP_PAGES_LOW: isize = 2;
+/// `PCPU_EMPTY_POP_PAGES_HIGH`: the balance work populates up to this many.
+pub const EMPTY_POP_PAGES_HIGH: isize = 4;
+
+/// A percpu area: unit 0's address of it (`void __percpu *`). Valid in
+/// every unit through [`PcpuAllocator::per_cpu_ptr`]. Only the allocator
+/// makes them; using one after freeing it is detected only as far as the
+/// maps can tell (the area may have been handed out again).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PcpuPtr(NonNull<u8>);
+
+// SAFETY: a handle; dereferencing what it designates is unsafe anyway.
+unsafe impl Send for PcpuPtr {}
+// SAFETY: as above.
+unsafe impl Sync for PcpuPtr {}
+
+impl PcpuPtr {
+    /// Unit 0's copy of the area.
+    #[inline(always)]
+    pub fn as_ptr(self) -> NonNull<u8> {
+        self.0
+    }
+
+    /// The address of unit 0's copy.
+    #[inline(always)]
+    pub fn addr(self) -> usize {
+        self.0.as_ptr() as usize
+    }
+
+    /// A handle from a raw pointer (e.g. one kept as an integer by a
+    /// kernel). Freeing a pointer that is not a live allocation is
+    /// detected and refused (`try_free`) or reported (`free`).
+    #[inline(always)]
+    pub fn from_raw(p: NonNull<u8>) -> Self {
+        PcpuPtr(p)
+    }
+}
+
+impl core::fmt::Debug for PcpuPtr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "PcpuPtr({:p})", self.0)
+    }
+}
+
+/// Why a request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcpuError {
+    /// A request for 0 bytes.
+    ZeroSize,
+    /// More than [`MAX_ALLOC_SIZE`] bytes.
+    TooLarge {
+        /// The requested size.
+        size: usize,
+    },
+    /// An alignment that is not a power of two or exceeds a page.
+    BadAlign {
+        /// The requested alignment.
+        align: usize,
+    },
+    /// No space: an atomic request found no populated fit, or the page
+    /// source could not provide a chunk or its pages.
+    NoMemory,
+    /// The reserved chunk has no fit.
+    ReservedExhausted,
+    /// The configuration is invalid (what is wrong).
+    BadConfig(&'static str),
+}
+
+impl core::fmt::Display for PcpuError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PcpuError::ZeroSize => write!(f, "percpu: zero-sized request"),
+            PcpuError::TooLarge { size } => {
+                write!(
+                    f,
+                    "percpu: request of {size} bytes exceeds {MAX_ALLOC_SIZE}"
+                )
+            }
+            PcpuError::BadAlign { align } => {
+                write!(
+                    f,
+                    "percpu: alignment {align} is not a power of two <= {PAGE_SIZE}"
+                )
+            }
+            PcpuError::NoMemory => write!(f, "percpu: out of memory"),
+            PcpuError::ReservedExhausted => write!(f, "percpu: reserved chunk exhausted"),
+            PcpuError::BadConfig(what) => write!(f, "percpu: bad configuration: {what}"),
+        }
+    }
+}
+
+/// What is wrong with a pointer handed to free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeErrorKind {
+    /// Not inside any chunk of this allocator.
+    NotPercpu,
+    /// Inside the first chunk's static region, which is never freed.
+    Static,
+    /// Not a multiple of 4 bytes into its chunk.
+    Misaligned,
+    /// In a chunk but outside the region it serves.
+    OutOfRange,
+    /// Not allocated: already freed, or never handed out.
+    NotAllocated,
+    /// Inside a live allocation but not at its start.
+    Interior,
+}
+
+/// A refused free: the address and the reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FreeError {
+    /// The address passed in.
+    pub addr: usize,
+    /// What is wrong with it.
+    pub kind: FreeErrorKind,
+}
+
+impl core::fmt::Display for FreeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let what = match self.kind {
+            FreeErrorKind::NotPercpu => {
+                "is not in any percpu chunk of this allocator (foreign pointer)"
+            }
+            FreeErrorKind::Static => "is in the static percpu region, which cannot be freed",
+            FreeErrorKind::Misaligned => {
+                "is not 4-byte aligned within its chunk (not an allocation start)"
+            }
+            FreeErrorKind::OutOfRange => "is outside the region its chunk serves",
+            FreeErrorKind::NotAllocated => {
+                "is not allocated (double free, or never allocated): its alloc_map bit is clear"
+            }
+            FreeErrorKind::Interior => {
+                "points inside a live allocation, not at its start: no boundary bit there"
+            }
+        };
+        write!(f, "{:#x} {what}", self.addr)
+    }
+}

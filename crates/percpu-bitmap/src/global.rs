@@ -1,0 +1,170 @@
+//! `GlobalBitmap`: the bitmap allocator as a `#[global_allocator]`.
+//!
+//! A byte heap over the bitmaps and hints of one unit per chunk: chunks of
+//! [`GlobalBitmap::UNIT_SIZE`] bytes from `mmap`, 4-byte granularity, frees
+//! find the size in the boundary map (the `Layout` is not trusted for small
+//! blocks), new chunks as the heap grows, fully free chunks beyond one
+//! returned to the OS by the balance work (run inline by the free that asks
+//! for it). Requests above [`MAX_ALLOC_SIZE`](crate::MAX_ALLOC_SIZE) or
+//! aligned beyond a page go to the page allocator (`mmap` directly).
+//! Exhaustion returns null. No path calls the global allocator.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{null_mut, NonNull};
+
+use local_lock::std_platform::StdCpu;
+
+use crate::{MmapSource, PageSource, PcpuAllocator, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE};
+
+/// The bitmap allocator as a global allocator (see the module docs).
+///
+/// ```no_run
+/// #[global_allocator]
+/// static GLOBAL: percpu_bitmap::GlobalBitmap = percpu_bitmap::GlobalBitmap::new();
+/// ```
+pub struct GlobalBitmap {
+    heap: PcpuAllocator<StdCpu, MmapSource>,
+    large: MmapSource,
+}
+
+impl Default for GlobalBitmap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GlobalBitmap {
+    /// Bytes per chunk (one unit).
+    pub const UNIT_SIZE: usize = 1 << 20;
+
+    /// An empty heap; chunks are mapped on first use.
+    pub const fn new() -> Self {
+        GlobalBitmap {
+            heap: PcpuAllocator::new_dynamic(StdCpu::new(), MmapSource::new(), Self::UNIT_SIZE, 1),
+            large: MmapSource::new(),
+        }
+    }
+
+    /// The underlying percpu allocator (statistics, balance, checking).
+    pub fn allocator(&self) -> &PcpuAllocator<StdCpu, MmapSource> {
+        &self.heap
+    }
+
+    #[inline(always)]
+    fn is_large(layout: &Layout) -> bool {
+        layout.size() > MAX_ALLOC_SIZE || layout.align() > PAGE_SIZE
+    }
+
+    #[cold]
+    fn alloc_large(&self, layout: Layout) -> *mut u8 {
+        let pages = layout.size().max(1).div_ceil(PAGE_SIZE);
+        self.large
+            .alloc_pages(pages, layout.align().max(PAGE_SIZE))
+            .map_or(null_mut(), |p| p.as_ptr())
+    }
+}
+
+/// Reports a bad free without allocating, then aborts (an allocator must
+/// not unwind).
+#[cold]
+#[inline(never)]
+fn bad_free(e: crate::FreeError) -> ! {
+    struct Buf {
+        b: [u8; 256],
+        n: usize,
+    }
+    impl core::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let k = s.len().min(self.b.len() - self.n);
+            self.b[self.n..self.n + k].copy_from_slice(&s.as_bytes()[..k]);
+            self.n += k;
+            Ok(())
+        }
+    }
+    let mut buf = Buf { b: [0; 256], n: 0 };
+    let _ = core::fmt::write(&mut buf, format_args!("GlobalBitmap: bad dealloc: {e}\n"));
+    // SAFETY: writing our own buffer to stderr.
+    unsafe { libc::write(2, buf.b.as_ptr().cast(), buf.n) };
+    std::process::abort()
+}
+
+// SAFETY: small blocks are areas of the one-unit percpu allocator: distinct
+// live areas never overlap, each is at least `size` bytes and aligned as
+// asked, and stays valid until freed; large blocks are private mappings of
+// at least `size` bytes with the requested alignment. Nothing here unwinds
+// (bad frees abort) or calls the global allocator.
+unsafe impl GlobalAlloc for GlobalBitmap {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if Self::is_large(&layout) {
+            return self.alloc_large(layout);
+        }
+        self.heap
+            .alloc_heap(layout.size().max(1), layout.align())
+            .map_or(null_mut(), |p| p.as_ptr())
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if Self::is_large(&layout) {
+            // Fresh anonymous mappings are zero.
+            return self.alloc_large(layout);
+        }
+        match self.heap.alloc_heap(layout.size().max(1), layout.align()) {
+            Some(p) => {
+                // SAFETY: the block is at least `size` bytes and ours.
+                unsafe { core::ptr::write_bytes(p.as_ptr(), 0, layout.size()) };
+                p.as_ptr()
+            }
+            None => null_mut(),
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let Some(p) = NonNull::new(ptr) else { return };
+        if Self::is_large(&layout) {
+            let pages = layout.size().max(1).div_ceil(PAGE_SIZE);
+            // SAFETY: the caller returns a block from `alloc_large` with
+            // its layout, hence these parameters.
+            unsafe {
+                self.large
+                    .free_pages(p, pages, layout.align().max(PAGE_SIZE))
+            };
+            return;
+        }
+        match self.heap.free_raw(p) {
+            Ok((_, need_balance)) => {
+                if need_balance {
+                    self.heap.balance();
+                }
+            }
+            Err(e) => bad_free(e),
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Same number of 4-byte bits: the block already fits.
+        if !Self::is_large(&layout)
+            && new_size <= MAX_ALLOC_SIZE
+            && new_size.max(1).next_multiple_of(MIN_ALLOC_SIZE)
+                == layout.size().max(1).next_multiple_of(MIN_ALLOC_SIZE)
+        {
+            return ptr;
+        }
+        // SAFETY: the caller's contract for realloc: `layout.align()` with
+        // `new_size` is a valid layout.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: forwarded GlobalAlloc contract.
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}
