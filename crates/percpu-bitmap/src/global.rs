@@ -69,23 +69,7 @@ impl GlobalBitmap {
 #[cold]
 #[inline(never)]
 fn bad_free(e: crate::FreeError) -> ! {
-    struct Buf {
-        b: [u8; 256],
-        n: usize,
-    }
-    impl core::fmt::Write for Buf {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let k = s.len().min(self.b.len() - self.n);
-            self.b[self.n..self.n + k].copy_from_slice(&s.as_bytes()[..k]);
-            self.n += k;
-            Ok(())
-        }
-    }
-    let mut buf = Buf { b: [0; 256], n: 0 };
-    let _ = core::fmt::write(&mut buf, format_args!("GlobalBitmap: bad dealloc: {e}\n"));
-    // SAFETY: writing our own buffer to stderr.
-    unsafe { libc::write(2, buf.b.as_ptr().cast(), buf.n) };
-    std::process::abort()
+    local_lock::std_platform::die(format_args!("GlobalBitmap: bad dealloc: {e}"))
 }
 
 // SAFETY: small blocks are areas of the one-unit percpu allocator: distinct
