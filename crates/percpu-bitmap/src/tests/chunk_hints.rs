@@ -181,7 +181,7 @@ fn random_ops_match_brute_force() {
 /// `PCPU_SOAK_SEEDS=N cargo test --release -p percpu-bitmap soak -- --ignored`
 /// (4000 seeds, about 12 million checked operations, pass).
 #[test]
-#[ignore]
+#[ignore = "soak: thousands of seeds against the brute-force hint checker; run with --ignored (PCPU_SOAK_SEEDS=N)"]
 fn soak_many_seeds() {
     let n: u64 = std::env::var("PCPU_SOAK_SEEDS")
         .ok()
