@@ -13,7 +13,8 @@
 //! 32 state  AtomicU32      buddy │ kind | order | zero bits (see below)
 //! 36 tag    AtomicU32      owner ┘
 //! 40 next   *mut PageDesc  buddy: free-list links, zone lock only
-//! 48 prev   *mut PageDesc
+//! 48 prev   AtomicUsize    buddy while free (free-list link); owner while
+//!                          allocated (SLUB: partial-list prev link)
 //! 56 aux    AtomicPtr<u8>  buddy: head: the block's pointer; stamped tail: its head's
 //! ```
 //!
@@ -89,8 +90,10 @@ pub(crate) struct PageDesc {
     pub(crate) tag: AtomicU32,
     /// Buddy: next block on the free list (zone lock).
     next: UnsafeCell<*mut PageDesc>,
-    /// Buddy: previous block on the free list (zone lock).
-    prev: UnsafeCell<*mut PageDesc>,
+    /// Buddy, while the block is free: previous block on the free list
+    /// (zone lock), as an exposed address. Owner, while the block is
+    /// allocated: a third owner word ([`Owner::prev`]).
+    prev: AtomicUsize,
     /// Buddy: for a head, the block's pointer; for a stamped tail, its
     /// head's pointer.
     pub(crate) aux: AtomicPtr<u8>,
@@ -117,7 +120,7 @@ impl PageDesc {
             state: AtomicU32::new(0),
             tag: AtomicU32::new(0),
             next: UnsafeCell::new(ptr::null_mut()),
-            prev: UnsafeCell::new(ptr::null_mut()),
+            prev: AtomicUsize::new(0),
             aux: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -164,8 +167,7 @@ impl PageDesc {
     /// As for [`next`](Self::next).
     #[inline(always)]
     pub(crate) unsafe fn prev(&self) -> *mut PageDesc {
-        // SAFETY: the zone lock serialises all link accesses.
-        self.prev.with(|p| unsafe { *p })
+        ptr::with_exposed_provenance_mut(self.prev.load(Ordering::Relaxed))
     }
     /// Sets the next link.
     ///
@@ -184,8 +186,7 @@ impl PageDesc {
     /// As for [`next`](Self::next).
     #[inline(always)]
     pub(crate) unsafe fn set_prev(&self, n: *mut PageDesc) {
-        // SAFETY: the zone lock serialises all link accesses.
-        self.prev.with_mut(|p| unsafe { *p = n })
+        self.prev.store(n.expose_provenance(), Ordering::Relaxed)
     }
 
     /// Clears the owner words for a new holder.
@@ -194,6 +195,7 @@ impl PageDesc {
         self.pair.store(DWord::new(0, 0), Ordering::Relaxed);
         self.data.store(0, Ordering::Relaxed);
         self.link.store(0, Ordering::Relaxed);
+        self.prev.store(0, Ordering::Relaxed);
         self.tag.store(0, Ordering::Relaxed);
     }
 
@@ -222,11 +224,11 @@ impl PageDesc {
 ///
 /// Uses in this crate family:
 ///
-/// | user | `pair` (16-byte aligned) | `data` | `link` | `tag` |
-/// |---|---|---|---|---|
-/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | list id |
-/// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list link | "slab" |
-/// | SLUB large kmalloc | — | size | — | "large" |
+/// | user | `pair` (16-byte aligned) | `data` | `link` | `prev` | `tag` |
+/// |---|---|---|---|---|---|
+/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id |
+/// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list next link | partial-list prev link | "slab" |
+/// | SLUB large kmalloc | — | size | — | — | "large" |
 ///
 /// Everything is atomic, so sharing `&Owner` is always memory safe; the rule
 /// above is about meaning, not soundness.
@@ -249,6 +251,12 @@ impl Owner {
     #[inline(always)]
     pub fn link(&self) -> &AtomicUsize {
         &self.0.link
+    }
+    /// A third word (SLUB: the partial-list prev link). The buddy uses it
+    /// as a free-list link while the block is free.
+    #[inline(always)]
+    pub fn prev(&self) -> &AtomicUsize {
+        &self.0.prev
     }
     /// A small tag for the block's kind (0 as handed out), so e.g. `kfree`
     /// can tell a slab from a large allocation.
@@ -288,6 +296,7 @@ impl core::fmt::Debug for Owner {
             .field("pair", &self.pair().load(Ordering::Relaxed))
             .field("data", &self.data().load(Ordering::Relaxed))
             .field("link", &self.link().load(Ordering::Relaxed))
+            .field("prev", &self.prev().load(Ordering::Relaxed))
             .field("tag", &self.tag().load(Ordering::Relaxed))
             .finish()
     }

@@ -1,2 +1,117 @@
-//! placeholder during bootstrap
+//! SLUB: object caches (`kmem_cache`) and kmalloc, faithful to mm/slub.c
+//! after the 2021 `local_lock` conversion (seed 001), over any page
+//! allocator ([`SlabSource`]: the pcp lists over the buddy by default).
+//!
+//! # Structure
+//!
+//! * [`KmemCache`]: object size, alignment, slab order from
+//!   `calculate_order` (waste 1/16, 1/8, 1/4; `min_objects = 4 *
+//!   (fls(nr_cpus) + 1)`; `slub_max_order` 3, falling back to the minimum
+//!   order when the page allocator cannot supply the preferred one),
+//!   `min_partial`, the CPU partial limit. The free pointer lives inside a
+//!   free object, in its middle.
+//! * Per CPU (`kmem_cache_cpu`): the CPU slab, its lockless `freelist`, the
+//!   transaction id `tid` (starts at the CPU number, advances by
+//!   [`KmemCache::TID_STEP`], a power of two >= the slots, so `tid %
+//!   TID_STEP` names the CPU), the CPU partial slabs, statistics.
+//! * Per slab (the buddy's owner words, see [`slab`](crate::slab)):
+//!   `freelist` and `counters` (`inuse`, `objects`, `frozen`) changed
+//!   together by one double-word compare-exchange; the cache; list links.
+//! * Per node (one node): `list_lock` and the partial list.
+//!
+//! # Fast paths
+//!
+//! Chosen per cache at first use:
+//!
+//! * **Lockless** (a platform with interrupts, the pinned strategy and a
+//!   lock-free double-word compare-exchange: a `!PREEMPT_RT` kernel):
+//!   allocation reads `(freelist, tid)` (one load: a stale object never
+//!   pairs with a newer tid), then the CPU slab, then compare-exchanges
+//!   `(object, tid) -> (next, next tid)` on the CPU it runs on; a mismatch
+//!   (migration, an interrupt that allocated or freed, a slow path) retries.
+//!   A free of an object of the CPU slab links it and compare-exchanges the
+//!   same way. No lock is taken and nothing is disabled around the path;
+//!   the compare-exchange itself is `this_cpu_cmpxchg_double` ("preemption
+//!   off, still this CPU?, compare-exchange", as the generic per-CPU ops
+//!   implement it).
+//! * **Locked** (`PREEMPT_RT`'s locked strategy, where a fast path could
+//!   interleave with a slow path on the same CPU slot; a CPU without a
+//!   lock-free double-word CAS; the per-thread std platform; or
+//!   [`SlabFlags::LOCKED_FASTPATH`]): the same steps under the local lock.
+//!   With [`PerThread`](local_lock::std_platform::PerThread) the slot is the
+//!   thread's own and taking the pinned lock costs no atomic instruction,
+//!   which is why [`GlobalSlub`] uses it.
+//!
+//! # Lock order (as 5.15)
+//!
+//! 1. `node->list_lock` (spin lock, interrupts saved)
+//! 2. `cpu_slab->lock` (the local lock, `local_lock_irqsave`)
+//!
+//! The slow path never takes the list lock while holding the local lock: it
+//! drops the local lock to search the node list or to ask the page allocator
+//! for a slab, then re-takes it and re-validates (another context may have
+//! installed a CPU slab meanwhile: that one is flushed, `CPUSLAB_FLUSH`).
+//! `put_cpu_partial` takes the local lock while the list lock may be held
+//! (1 then 2). Slab state changes by compare-exchange need no lock.
+//!
+//! # The frozen-slab rule
+//!
+//! A *frozen* slab belongs to one CPU (its CPU slab, or a slab on its CPU
+//! partial list). Other CPUs may push frees onto its freelist with the
+//! slab compare-exchange ([`FREE_FROZEN`](SlubStat::FREE_FROZEN)), but only
+//! the owner takes objects from it, and only the owner unfreezes it
+//! (deactivation, draining its partial list). An unfrozen slab is on the
+//! node partial list (it has free objects, or is empty and kept for
+//! `min_partial`) or on no list (full). A remote free that makes a full
+//! slab partial freezes it onto the freeing CPU's partial list
+//! ([`CPU_PARTIAL_FREE`](SlubStat::CPU_PARTIAL_FREE)); one that empties an
+//! unfrozen slab takes the list lock and frees it if the node already has
+//! `min_partial` slabs. [`KmemCache::validate`] checks the rule.
+//!
+//! # Interrupt context
+//!
+//! On the lockless mode, allocation and free work in interrupt handlers:
+//! fast paths retry when interrupted, slow paths run with interrupts
+//! disabled. On the locked strategy (PREEMPT_RT) interrupt handlers are
+//! threads in the kernel; a platform that runs a handler on top of a holder
+//! of the same slot would deadlock (reported as a panic by the local lock).
+//!
+//! # Bad input
+//!
+//! A free of a pointer outside this page allocator, inside an object, of
+//! another cache, or freed twice in a row (the kernel's naive check: the
+//! object is already the freelist head) is refused with
+//! [`FreeError`] (`try_free`) or a panic naming the problem (`free`,
+//! `kfree`), before any state changes.
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+mod cache;
+pub mod layout;
+pub mod slab;
+mod source;
+pub mod stats;
+
+#[cfg(not(loom))]
+mod kmalloc;
+
+#[cfg(all(feature = "std", not(loom)))]
+mod global;
+
+pub use crate::cache::{CacheBusy, FreeError, KmemCache, SlabInfo};
+#[cfg(all(feature = "std", not(loom)))]
+pub use crate::global::{GlobalPages, GlobalSlub};
+#[cfg(not(loom))]
+pub use crate::kmalloc::{
+    kmalloc_class, kmalloc_index, Kmalloc, Report, KMALLOC_MAX_CACHE_SIZE, KMALLOC_NAMES,
+    KMALLOC_SIZES, ZERO_SIZE_PTR,
+};
+pub use crate::layout::{CacheError, CacheLayout, Geometry, OrderObjects, SlabFlags};
+pub use crate::source::SlabSource;
+pub use crate::stats::{SlubStat, SlubStats};
+
+#[cfg(all(test, not(loom)))]
+mod tests;

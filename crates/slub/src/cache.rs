@@ -1,0 +1,1576 @@
+//! `struct kmem_cache` and its allocation and free paths.
+
+use core::fmt;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
+
+use buddy::AllocFlags;
+use buddy::Order;
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
+use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
+use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
+
+use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
+use crate::slab::{Counters, PartialList, Slab, SlabState, ON_PARTIAL, TAG_KIND, TAG_SLAB};
+use crate::source::SlabSource;
+use crate::stats::{SlubStat, SlubStats, StatCells};
+
+/// The lock-free part of a CPU's state: `(freelist, tid)` for the lockless
+/// fast path, the CPU slab, statistics. (The rest of `kmem_cache_cpu` is
+/// [`CpuLocked`], behind the local lock.)
+#[repr(C)]
+pub(crate) struct CpuFast {
+    /// Lockless mode: `(freelist, tid)`, changed by the fast paths'
+    /// compare-exchange and by the slow path under the local lock.
+    fl_tid: AtomicDWord,
+    /// The CPU slab's descriptor address (0: none). Written under the local
+    /// lock only; read by the lockless fast paths.
+    slab: AtomicUsize,
+    /// Slabs on this CPU's partial list (a racy mirror for reports).
+    partial_slabs: CoreAtomicUsize,
+    stats: StatCells,
+}
+
+impl CpuFast {
+    #[cfg(not(loom))]
+    const fn new() -> Self {
+        CpuFast {
+            fl_tid: AtomicDWord::new(DWord::new(0, 0)),
+            slab: AtomicUsize::new(0),
+            partial_slabs: CoreAtomicUsize::new(0),
+            stats: StatCells::new(),
+        }
+    }
+    #[cfg(loom)]
+    fn new() -> Self {
+        CpuFast {
+            fl_tid: AtomicDWord::new(DWord::new(0, 0)),
+            slab: AtomicUsize::new(0),
+            partial_slabs: CoreAtomicUsize::new(0),
+            stats: StatCells::new(),
+        }
+    }
+}
+
+/// The part of `kmem_cache_cpu` behind the local lock.
+#[derive(Debug)]
+pub(crate) struct CpuLocked {
+    /// Locked mode: the CPU freelist.
+    freelist: usize,
+    /// Locked mode: the transaction id.
+    tid: usize,
+    /// First slab of the CPU partial chain (linked through `link`).
+    partial: usize,
+    /// Slabs on the chain.
+    partial_slabs: usize,
+}
+
+impl ConstInit for CpuLocked {
+    const INIT: Self = CpuLocked {
+        freelist: 0,
+        tid: 0,
+        partial: 0,
+        partial_slabs: 0,
+    };
+}
+
+type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
+
+/// Why a free was refused (the state is left untouched).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// No allocated block of the page allocator contains the address.
+    NotAllocated(usize),
+    /// The block is not a slab (a page allocation or a large kmalloc).
+    NotSlab(usize),
+    /// The slab belongs to another cache (its name).
+    WrongCache(usize, &'static str),
+    /// Not the start of an object: the address and its offset in the slab.
+    NotObjectStart(usize, usize),
+    /// The object is at the head of the freelist it would be pushed onto:
+    /// freed twice (the kernel's naive check).
+    DoubleFree(usize),
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            FreeError::NotAllocated(a) => {
+                write!(
+                    f,
+                    "{a:#x} is not in any allocated block of this cache's page allocator"
+                )
+            }
+            FreeError::NotSlab(a) => write!(f, "{a:#x} is not in a slab"),
+            FreeError::WrongCache(a, other) => {
+                write!(f, "{a:#x} is an object of another cache ({other})")
+            }
+            FreeError::NotObjectStart(a, off) => {
+                write!(
+                    f,
+                    "{a:#x} is not the start of an object (offset {off} in its slab)"
+                )
+            }
+            FreeError::DoubleFree(a) => write!(f, "double free of {a:#x}"),
+        }
+    }
+}
+
+/// A cache still held objects when it was destroyed (they and their slabs
+/// are left alone, as `kmem_cache_destroy` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheBusy {
+    /// The cache's name.
+    pub name: &'static str,
+    /// Slabs still allocated.
+    pub slabs: usize,
+    /// Objects still allocated.
+    pub objects: usize,
+}
+
+impl fmt::Display for CacheBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kmem_cache_destroy {}: slab cache still has objects ({} in {} slabs)",
+            self.name, self.objects, self.slabs
+        )
+    }
+}
+
+/// A slabinfo line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabInfo {
+    /// Cache name.
+    pub name: &'static str,
+    /// Objects allocated (objects of CPU slabs count as allocated, as in
+    /// `/proc/slabinfo`).
+    pub active_objs: usize,
+    /// Objects in all slabs.
+    pub num_objs: usize,
+    /// Stride of an object (`size`).
+    pub objsize: usize,
+    /// Objects per slab at the preferred order.
+    pub objperslab: usize,
+    /// Pages per slab at the preferred order.
+    pub pagesperslab: usize,
+    /// Slabs.
+    pub num_slabs: usize,
+    /// Slabs on the node partial list.
+    pub partial_slabs: usize,
+    /// Slabs on CPU partial lists.
+    pub cpu_partial_slabs: usize,
+    /// Slabs installed as CPU slabs.
+    pub cpu_slabs: usize,
+}
+
+impl SlabInfo {
+    /// The `/proc/slabinfo` header.
+    pub const HEADER: &'static str = "# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : slabdata <active_slabs> <num_slabs> : partial <node> <cpu> <cpu_slabs>";
+}
+
+impl fmt::Display for SlabInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<17} {:>13} {:>10} {:>9} {:>12} {:>14} : slabdata {:>6} {:>6} : partial {:>4} {:>4} {:>4}",
+            self.name,
+            self.active_objs,
+            self.num_objs,
+            self.objsize,
+            self.objperslab,
+            self.pagesperslab,
+            self.num_slabs,
+            self.num_slabs,
+            self.partial_slabs,
+            self.cpu_partial_slabs,
+            self.cpu_slabs
+        )
+    }
+}
+
+/// The node's `list_lock` with interrupts saved (`spin_lock_irqsave`).
+struct NodeGuard<'a, P: Platform> {
+    g: core::mem::ManuallyDrop<SpinLockGuard<'a, PartialList>>,
+    platform: &'a P,
+    flags: IrqFlags,
+}
+
+impl<P: Platform> core::ops::Deref for NodeGuard<'_, P> {
+    type Target = PartialList;
+    fn deref(&self) -> &PartialList {
+        &self.g
+    }
+}
+impl<P: Platform> core::ops::DerefMut for NodeGuard<'_, P> {
+    fn deref_mut(&mut self) -> &mut PartialList {
+        &mut self.g
+    }
+}
+impl<P: Platform> Drop for NodeGuard<'_, P> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here; then the saved IRQ state comes back.
+        unsafe {
+            core::mem::ManuallyDrop::drop(&mut self.g);
+            self.platform.irq_restore(self.flags);
+        }
+    }
+}
+
+const MODE_UNKNOWN: u8 = 0;
+const MODE_LOCKLESS: u8 = 1;
+const MODE_LOCKED: u8 = 2;
+
+/// A SLUB object cache (`struct kmem_cache`) over the page allocator `S`,
+/// with per-CPU state for `N` slots of platform `P`.
+///
+/// See the crate documentation for the fast-path modes, the lock order and
+/// the frozen-slab rule.
+///
+/// Slabs record the cache's id (drawn at first use), not its address, so a
+/// cache may be moved like any Rust value.
+pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
+    name: &'static str,
+    /// Unique id, drawn at first use (0 before).
+    id: CoreAtomicUsize,
+    /// kmalloc class + 1, or 0.
+    kidx: u8,
+    lay: CacheLayout,
+    flags: SlabFlags,
+    geometry: Geometry,
+    source: S,
+    mode: AtomicU8,
+    cpu: LocalLock<CpuLocked, P, N>,
+    fast: [CachePadded<CpuFast>; N],
+    pub(crate) node: SpinLock<PartialList>,
+    /// Racy mirror of the node's `nr_partial`.
+    nr_partial: CoreAtomicUsize,
+    nr_slabs: CoreAtomicUsize,
+    total_objects: CoreAtomicUsize,
+    /// Stats of contexts whose CPU is beyond `N` (locked platforms).
+    spill_stats: StatCells,
+}
+
+// SAFETY: all shared state is atomic or behind the local lock / list lock.
+unsafe impl<S: SlabSource, P: Platform, const N: usize> Sync for KmemCache<S, P, N> {}
+// SAFETY: as above; the cache owns its slabs.
+unsafe impl<S: SlabSource + Send, P: Platform + Send, const N: usize> Send for KmemCache<S, P, N> {}
+
+/// Builds the struct (shared by the const and the loom constructors).
+macro_rules! build_cache {
+    ($name:expr, $lay:expr, $flags:expr, $g:expr, $source:expr, $cpu:expr, $fast:expr) => {
+        KmemCache {
+            name: $name,
+            id: CoreAtomicUsize::new(0),
+            kidx: 0,
+            lay: $lay,
+            flags: $flags,
+            geometry: $g,
+            source: $source,
+            mode: AtomicU8::new(MODE_UNKNOWN),
+            cpu: $cpu,
+            fast: $fast,
+            node: SpinLock::new(PartialList::new()),
+            nr_partial: CoreAtomicUsize::new(0),
+            nr_slabs: CoreAtomicUsize::new(0),
+            total_objects: CoreAtomicUsize::new(0),
+            spill_stats: StatCells::new(),
+        }
+    };
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// `tid` step: a power of two >= the slots, so `tid % TID_STEP` names
+    /// the CPU.
+    pub const TID_STEP: usize = N.next_power_of_two();
+
+    /// A cache (`kmem_cache_create`), usable in a `static`: objects of
+    /// `size` bytes aligned to `align`, slabs sized for `geometry`.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid size or alignment (at compile time in a `static`).
+    #[cfg(not(loom))]
+    pub const fn new(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        geometry: Geometry,
+        source: S,
+        platform: P,
+    ) -> Self {
+        let lay = match calculate_layout(size, align, flags, &geometry) {
+            Ok(l) => l,
+            Err(CacheError::ZeroSize) => panic!("KmemCache::new: object size 0"),
+            Err(CacheError::BadAlign(_)) => {
+                panic!("KmemCache::new: alignment not a power of two up to the page size")
+            }
+            Err(CacheError::TooLarge(_)) => panic!("KmemCache::new: object too large for a slab"),
+            Err(CacheError::BadPageSize(_)) => panic!("KmemCache::new: bad page size"),
+        };
+        build_cache!(
+            name,
+            lay,
+            flags,
+            geometry,
+            source,
+            LocalLock::new(platform),
+            [const { CachePadded::new(CpuFast::new()) }; N]
+        )
+    }
+
+    /// A cache sized from the source's page size and the platform's CPU
+    /// count; an invalid size or alignment is an error.
+    pub fn create(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        source: S,
+        platform: P,
+    ) -> Result<Self, CacheError> {
+        let g = Geometry {
+            page_size: source.page_size(),
+            nr_cpus: platform.nr_cpus().min(N),
+            max_order: 3,
+            page_max_order: source.max_order().get(),
+        };
+        let lay = calculate_layout(size, align, flags, &g)?;
+        Ok(build_cache!(
+            name,
+            lay,
+            flags,
+            g,
+            source,
+            LocalLock::new_with(platform, |_| CpuLocked::INIT),
+            core::array::from_fn(|_| CachePadded::new(CpuFast::new()))
+        ))
+    }
+
+    /// Marks the cache as kmalloc class `i` (its slabs' tags say so, and
+    /// `kfree` finds the cache from them).
+    pub(crate) const fn with_kmalloc_index(mut self, i: usize) -> Self {
+        self.kidx = i as u8 + 1;
+        self
+    }
+
+    /// The slab tag of this cache.
+    #[inline(always)]
+    fn slab_tag(&self) -> u32 {
+        TAG_SLAB | ((self.kidx as u32) << 8)
+    }
+
+    /// The cache's id (0 until first use).
+    #[inline(always)]
+    pub(crate) fn id(&self) -> usize {
+        self.id.load(CoreOrdering::Relaxed)
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+    /// The computed layout.
+    pub fn layout(&self) -> &CacheLayout {
+        &self.lay
+    }
+    /// The size the user asked for.
+    pub fn object_size(&self) -> usize {
+        self.lay.object_size
+    }
+    /// Alignment every object of this cache has: the configured alignment,
+    /// and any larger power of two the stride guarantees (slabs are aligned
+    /// to their size), up to the page size.
+    pub fn object_align(&self) -> usize {
+        let stride_align = self.lay.size & self.lay.size.wrapping_neg();
+        stride_align
+            .max(self.lay.align)
+            .min(self.geometry.page_size)
+    }
+    /// The page allocator.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        self.cpu.platform()
+    }
+    /// Whether the fast paths are the lockless (freelist, tid)
+    /// compare-exchange (`true`) or run under the local lock.
+    pub fn lockless(&self) -> bool {
+        self.mode() == MODE_LOCKLESS
+    }
+
+    #[inline(always)]
+    fn mode(&self) -> u8 {
+        let m = self.mode.load(CoreOrdering::Relaxed);
+        if m != MODE_UNKNOWN {
+            m
+        } else {
+            self.init_mode()
+        }
+    }
+
+    #[cold]
+    fn init_mode(&self) -> u8 {
+        let p = self.cpu.platform();
+        let lockless = P::HAS_IRQS
+            && local_lock::sync::dwcas_is_lock_free()
+            && p.default_strategy() == Strategy::Pinned
+            && !self.flags.contains(SlabFlags::LOCKED_FASTPATH);
+        if lockless {
+            assert!(
+                p.nr_cpus() <= N,
+                "KmemCache {}: the platform has {} CPUs but the cache {N} slots",
+                self.name,
+                p.nr_cpus()
+            );
+        }
+        assert_eq!(
+            self.source.page_size(),
+            self.geometry.page_size,
+            "KmemCache {}: built for {} B pages but the page allocator has {} B pages",
+            self.name,
+            self.geometry.page_size,
+            self.source.page_size()
+        );
+        static NEXT_ID: CoreAtomicUsize = CoreAtomicUsize::new(1);
+        if self.id.load(CoreOrdering::Relaxed) == 0 {
+            let _ = self.id.compare_exchange(
+                0,
+                NEXT_ID.fetch_add(1, CoreOrdering::Relaxed),
+                CoreOrdering::Relaxed,
+                CoreOrdering::Relaxed,
+            );
+        }
+        let m = if lockless { MODE_LOCKLESS } else { MODE_LOCKED };
+        self.mode.store(m, CoreOrdering::Relaxed);
+        m
+    }
+
+    #[inline(always)]
+    fn next_tid(tid: usize, cpu: usize) -> usize {
+        if tid == 0 {
+            (cpu % Self::TID_STEP) + Self::TID_STEP
+        } else {
+            tid.wrapping_add(Self::TID_STEP)
+        }
+    }
+
+    #[inline(always)]
+    fn fast_of(&self, cpu: usize) -> &CpuFast {
+        &self.fast[cpu % N]
+    }
+
+    #[inline(always)]
+    fn stat_cpu(&self, cpu: usize, s: SlubStat) {
+        self.fast_of(cpu).stats.inc(s)
+    }
+
+    /// Counts on the CPU the caller runs on (a hint; counters are racy).
+    #[inline(always)]
+    fn stat_here(&self, s: SlubStat) {
+        let cpu = self.cpu.platform().current_cpu();
+        if cpu < N {
+            self.fast[cpu].stats.inc(s)
+        } else {
+            self.spill_stats.inc(s)
+        }
+    }
+
+    // ------------------------------------------------------ free pointers
+
+    /// The free pointer of the free object at `obj` (`get_freepointer`).
+    /// Read atomically: the lockless fast path may read an object another
+    /// context has just allocated (the value is then discarded by the
+    /// failing compare-exchange, as `get_freepointer_safe` does).
+    #[inline(always)]
+    fn get_fp(&self, obj: usize) -> usize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        // SAFETY: objects are word aligned inside slab memory, which stays
+        // mapped; the read is atomic.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.load(CoreOrdering::Relaxed)
+    }
+
+    /// Sets the free pointer of an object the caller holds.
+    #[inline(always)]
+    fn set_fp(&self, obj: usize, next: usize) {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        // SAFETY: as in `get_fp`; the caller holds the object.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.store(next, CoreOrdering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn obj_ptr(obj: usize) -> NonNull<u8> {
+        // SAFETY: objects are never at address 0.
+        unsafe { NonNull::new_unchecked(core::ptr::with_exposed_provenance_mut(obj)) }
+    }
+
+    // ---------------------------------------------------------- allocation
+
+    /// Allocates an object (`kmem_cache_alloc`); `None` when the page
+    /// allocator has no slab to give.
+    #[inline]
+    pub fn alloc(&self) -> Option<NonNull<u8>> {
+        if self.mode() == MODE_LOCKLESS {
+            self.alloc_lockless()
+        } else {
+            self.alloc_locked()
+        }
+    }
+
+    /// The lockless fast path: read `(freelist, tid)` (tid and freelist in
+    /// one load, so a stale object never pairs with a newer tid), then the
+    /// slab; compare-exchange `(object, tid) -> (next, next tid)` on the
+    /// CPU we run on. `this_cpu_cmpxchg_double` is one instruction on x86;
+    /// here it is "pin (preemption off), same CPU?, compare-exchange,
+    /// unpin", as the generic per-CPU ops do: nothing else is disabled.
+    #[inline]
+    fn alloc_lockless(&self) -> Option<NonNull<u8>> {
+        let p = self.cpu.platform();
+        loop {
+            let cpu = p.current_cpu();
+            let c = &self.fast[cpu];
+            let d = c.fl_tid.load(Ordering::Acquire);
+            let slab = c.slab.load(Ordering::Relaxed);
+            if d.lo == 0 || slab == 0 {
+                let g = self.cpu.lock_irqsave();
+                return self.slab_alloc_slow(g);
+            }
+            let next = self.get_fp(d.lo);
+            let pin = p.pin();
+            let ok = pin.cpu == cpu
+                && c.fl_tid
+                    .compare_exchange(
+                        d,
+                        DWord::new(next, Self::next_tid(d.hi, cpu)),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok();
+            // SAFETY: matches the pin above.
+            unsafe { p.unpin(pin) };
+            if ok {
+                c.stats.inc(SlubStat::ALLOC_FASTPATH);
+                return Some(Self::obj_ptr(d.lo));
+            }
+            c.stats.inc(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL);
+        }
+    }
+
+    /// The fast path under the local lock (PREEMPT_RT, no lock-free
+    /// double-word CAS, or the per-thread std platform, where taking the
+    /// pinned lock costs no atomic instruction).
+    #[inline]
+    fn alloc_locked(&self) -> Option<NonNull<u8>> {
+        let mut g = self.cpu.lock_irqsave();
+        let fl = g.freelist;
+        if fl != 0 {
+            let cpu = g.cpu();
+            g.freelist = self.get_fp(fl);
+            g.tid = Self::next_tid(g.tid, cpu);
+            self.stat_cpu(cpu, SlubStat::ALLOC_FASTPATH);
+            return Some(Self::obj_ptr(fl));
+        }
+        self.slab_alloc_slow(g)
+    }
+
+    /// The CPU freelist (either mode), under the local lock.
+    #[inline(always)]
+    fn c_freelist(&self, g: &Guard<'_, P, N>) -> usize {
+        if self.mode() == MODE_LOCKLESS {
+            self.fast_of(g.cpu()).fl_tid.load(Ordering::Acquire).lo
+        } else {
+            g.freelist
+        }
+    }
+
+    /// Sets the CPU freelist and advances the tid, under the local lock of
+    /// the CPU we run on (no fast path of this CPU can run meanwhile).
+    #[inline(always)]
+    fn c_set_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) {
+        let cpu = g.cpu();
+        if self.mode() == MODE_LOCKLESS {
+            let c = self.fast_of(cpu);
+            let d = c.fl_tid.load(Ordering::Relaxed);
+            c.fl_tid
+                .store(DWord::new(fl, Self::next_tid(d.hi, cpu)), Ordering::Release);
+        } else {
+            g.freelist = fl;
+            g.tid = Self::next_tid(g.tid, cpu);
+        }
+    }
+
+    /// Detaches the CPU freelist, advancing the tid. Safe against the
+    /// CPU's own lockless fast paths running concurrently (a remote flush):
+    /// a compare-exchange loop.
+    fn c_take_freelist(&self, g: &mut Guard<'_, P, N>) -> usize {
+        let cpu = g.cpu();
+        if self.mode() == MODE_LOCKLESS {
+            let c = self.fast_of(cpu);
+            let mut d = c.fl_tid.load(Ordering::Acquire);
+            loop {
+                match c.fl_tid.compare_exchange(
+                    d,
+                    DWord::new(0, Self::next_tid(d.hi, cpu)),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return d.lo,
+                    Err(now) => d = now,
+                }
+            }
+        } else {
+            let fl = g.freelist;
+            g.freelist = 0;
+            g.tid = Self::next_tid(g.tid, cpu);
+            fl
+        }
+    }
+
+    /// `load_freelist`: the CPU freelist becomes the rest of `fl`; returns
+    /// its first object.
+    #[inline(always)]
+    fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
+        let next = self.get_fp(fl);
+        self.c_set_freelist(g, next);
+        Self::obj_ptr(fl)
+    }
+
+    /// `___slab_alloc`: refill from the CPU slab's freelist, the CPU partial
+    /// slabs, the node partial list, or a new slab.
+    #[inline(never)]
+    fn slab_alloc_slow<'a>(&'a self, mut g: Guard<'a, P, N>) -> Option<NonNull<u8>> {
+        self.stat_cpu(g.cpu(), SlubStat::ALLOC_SLOWPATH);
+        loop {
+            let cpu = g.cpu();
+            let c = self.fast_of(cpu);
+            let slab = c.slab.load(Ordering::Relaxed);
+            if slab != 0 {
+                let fl = self.c_freelist(&g);
+                if fl != 0 {
+                    return Some(self.load_freelist(&mut g, fl));
+                }
+                // SAFETY: the CPU slab is held (frozen) by this CPU.
+                let s = unsafe { Slab::from_addr(slab) };
+                let fl = self.get_freelist(s);
+                if fl != 0 {
+                    self.stat_cpu(cpu, SlubStat::ALLOC_REFILL);
+                    return Some(self.load_freelist(&mut g, fl));
+                }
+                // Full: it leaves the CPU (unfrozen, on no list).
+                c.slab.store(0, Ordering::Release);
+                self.c_set_freelist(&mut g, 0);
+                self.stat_cpu(cpu, SlubStat::DEACTIVATE_BYPASS);
+            }
+            // new_slab: the CPU partial list first.
+            if g.partial != 0 {
+                // SAFETY: chain members are held (frozen) slabs.
+                let s = unsafe { Slab::from_addr(g.partial) };
+                g.partial = s.next();
+                g.partial_slabs -= 1;
+                c.partial_slabs
+                    .store(g.partial_slabs, CoreOrdering::Relaxed);
+                s.set_next(0);
+                c.slab.store(s.addr(), Ordering::Release);
+                self.stat_cpu(cpu, SlubStat::CPU_PARTIAL_ALLOC);
+                continue;
+            }
+            // new_objects: outside the local lock (list_lock ranks above
+            // it; the page allocator may take long).
+            drop(g);
+            let (slab, fl) = match self.get_partial() {
+                Some(x) => x,
+                None => self.new_slab()?,
+            };
+            g = self.cpu.lock_irqsave();
+            // retry_load_slab: another context may have installed a slab.
+            loop {
+                let c = self.fast_of(g.cpu());
+                let old = c.slab.load(Ordering::Relaxed);
+                if old == 0 {
+                    break;
+                }
+                c.slab.store(0, Ordering::Release);
+                let ofl = self.c_take_freelist(&mut g);
+                drop(g);
+                // SAFETY: we detached it from the CPU; it is frozen for us.
+                self.deactivate_slab(unsafe { Slab::from_addr(old) }, ofl);
+                self.stat_here(SlubStat::CPUSLAB_FLUSH);
+                g = self.cpu.lock_irqsave();
+            }
+            self.fast_of(g.cpu())
+                .slab
+                .store(slab.addr(), Ordering::Release);
+            return Some(self.load_freelist(&mut g, fl));
+        }
+    }
+
+    /// `get_freelist`: takes the CPU slab's whole freelist; the slab stays
+    /// frozen if there was one, else it is full and unfrozen.
+    fn get_freelist(&self, s: Slab<'_>) -> usize {
+        let mut old = s.state();
+        loop {
+            let mut new = old;
+            new.counters.inuse = old.counters.objects;
+            new.counters.frozen = old.freelist != 0;
+            new.freelist = 0;
+            match s.cas(old, new) {
+                Ok(()) => return old.freelist,
+                Err(now) => {
+                    self.stat_here(SlubStat::CMPXCHG_DOUBLE_FAIL);
+                    old = now
+                }
+            }
+        }
+    }
+
+    /// `spin_lock_irqsave(&n->list_lock)`.
+    fn lock_node(&self) -> NodeGuard<'_, P> {
+        let platform = self.cpu.platform();
+        let flags = platform.irq_save();
+        NodeGuard {
+            g: core::mem::ManuallyDrop::new(self.node.lock()),
+            platform,
+            flags,
+        }
+    }
+
+    /// `get_partial_node`: takes the first usable slab of the node partial
+    /// list (frozen, its freelist taken) and moves more to the CPU partial
+    /// list until it holds half its limit.
+    fn get_partial(&self) -> Option<(Slab<'static>, usize)> {
+        if self.nr_partial.load(CoreOrdering::Relaxed) == 0 {
+            return None;
+        }
+        let mut n = self.lock_node();
+        let mut object: Option<(Slab<'static>, usize)> = None;
+        let mut partial_slabs = 0;
+        let mut cur = n.head;
+        while cur != 0 {
+            // SAFETY: list members are held slabs.
+            let s = unsafe { Slab::from_addr(cur) };
+            cur = s.next();
+            let t = self.acquire_slab(&mut n, s, object.is_none());
+            if t == 0 {
+                break;
+            }
+            if object.is_none() {
+                object = Some((s, t));
+                self.stat_here(SlubStat::ALLOC_FROM_PARTIAL);
+            } else {
+                self.put_cpu_partial(s, false);
+                self.stat_here(SlubStat::CPU_PARTIAL_NODE);
+                partial_slabs += 1;
+            }
+            if self.lay.cpu_partial == 0 || partial_slabs > self.lay.cpu_partial_slabs / 2 {
+                break;
+            }
+        }
+        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        object
+    }
+
+    /// `acquire_slab`: freezes a node partial slab and takes it off the
+    /// list; for the CPU slab (`take`) also takes its freelist.
+    fn acquire_slab(&self, n: &mut NodeGuard<'_, P>, s: Slab<'_>, take: bool) -> usize {
+        let mut old = s.state();
+        loop {
+            debug_assert!(!old.counters.frozen);
+            let mut new = old;
+            if take {
+                new.counters.inuse = old.counters.objects;
+                new.freelist = 0;
+            }
+            new.counters.frozen = true;
+            match s.cas(old, new) {
+                Ok(()) => break,
+                Err(now) => {
+                    self.stat_here(SlubStat::CMPXCHG_DOUBLE_FAIL);
+                    old = now
+                }
+            }
+        }
+        n.remove(s);
+        old.freelist
+    }
+
+    /// `allocate_slab`: at the preferred order, else at the minimum order
+    /// (`ORDER_FALLBACK`); the objects are linked in address order and the
+    /// slab is returned frozen with its freelist taken.
+    fn new_slab(&self) -> Option<(Slab<'static>, usize)> {
+        let oo = self.lay.oo;
+        let mut page = self
+            .source
+            .alloc_block(Order::new(oo.order)?, AllocFlags::NONE);
+        let mut objects = oo.objects as usize;
+        if page.is_none() && self.lay.min.order != oo.order {
+            page = self
+                .source
+                .alloc_block(Order::new(self.lay.min.order)?, AllocFlags::NONE);
+            objects = self.lay.min.objects as usize;
+            if page.is_some() {
+                self.stat_here(SlubStat::ORDER_FALLBACK);
+            }
+        }
+        let page = page?;
+        let block = self.source.block_of(page.ptr.as_ptr())?;
+        // SAFETY: descriptors live as long as the page allocator, which
+        // outlives every slab of this cache.
+        let s: Slab<'static> = Slab(unsafe { &*(block.owner as *const buddy::Owner) });
+        s.0.data().store(self.id(), Ordering::Relaxed);
+        s.set_next(0);
+        s.set_prev(0);
+        s.set_tag(self.slab_tag());
+        let base = page.ptr.as_ptr();
+        let size = self.lay.size;
+        for i in 0..objects {
+            // SAFETY: inside the block.
+            let o = unsafe { base.add(i * size) }.expose_provenance();
+            let next = if i + 1 < objects {
+                // SAFETY: inside the block.
+                unsafe { base.add((i + 1) * size) }.expose_provenance()
+            } else {
+                0
+            };
+            self.set_fp(o, next);
+        }
+        s.store_state(SlabState {
+            freelist: 0,
+            counters: Counters {
+                inuse: objects as u16,
+                objects: objects as u16,
+                frozen: true,
+            },
+        });
+        self.nr_slabs.fetch_add(1, CoreOrdering::Relaxed);
+        self.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
+        self.stat_here(SlubStat::ALLOC_SLAB);
+        Some((s, base.expose_provenance()))
+    }
+
+    /// Returns an empty, unlisted, unfrozen slab to the page allocator.
+    fn discard_slab(&self, s: Slab<'_>) {
+        let st = s.state();
+        debug_assert_eq!(st.counters.inuse, 0);
+        let order = s.0.order().expect("a slab is an allocated block");
+        let base = s.base();
+        s.set_tag(0);
+        s.0.data().store(0, Ordering::Relaxed);
+        self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
+        self.total_objects
+            .fetch_sub(st.counters.objects as usize, CoreOrdering::Relaxed);
+        // SAFETY: we held the block since new_slab and nothing uses it.
+        unsafe { self.source.free_block(NonNull::new_unchecked(base), order) };
+    }
+
+    // ---------------------------------------------------------------- free
+
+    /// Finds and validates the slab of an object of this cache.
+    #[inline]
+    fn slab_of(&self, ptr: NonNull<u8>) -> Result<(Slab<'_>, usize), FreeError> {
+        let a = ptr.as_ptr().addr();
+        let b = self
+            .source
+            .block_of(ptr.as_ptr())
+            .ok_or(FreeError::NotAllocated(a))?;
+        self.check_object(Slab(b.owner), b.head, ptr)
+    }
+
+    /// Validates `ptr` as an object of slab `s` (headed at `head`) of this
+    /// cache.
+    #[inline]
+    pub(crate) fn check_object<'s>(
+        &self,
+        s: Slab<'s>,
+        head: NonNull<u8>,
+        ptr: NonNull<u8>,
+    ) -> Result<(Slab<'s>, usize), FreeError> {
+        let a = ptr.as_ptr().addr();
+        if s.tag() & TAG_KIND != TAG_SLAB {
+            return Err(FreeError::NotSlab(a));
+        }
+        if s.cache_id() != self.id() {
+            return Err(FreeError::WrongCache(a, "another cache"));
+        }
+        let off = a - head.as_ptr().addr();
+        let objects = s.state().counters.objects as usize;
+        if !off.is_multiple_of(self.lay.size) || off / self.lay.size >= objects {
+            return Err(FreeError::NotObjectStart(a, off));
+        }
+        Ok((s, ptr.as_ptr().expose_provenance()))
+    }
+
+    /// Frees an object (`kmem_cache_free`).
+    ///
+    /// # Panics
+    ///
+    /// If `ptr` is not an object of this cache (foreign, inside an object,
+    /// of another cache) or is freed twice in a row (the kernel's naive
+    /// check), naming the problem; nothing is changed.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` was allocated from this cache and is not used afterwards.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn free(&self, ptr: NonNull<u8>) {
+        // SAFETY: forwarded.
+        if let Err(e) = unsafe { self.try_free(ptr) } {
+            panic!("kmem_cache_free({}): {e}", self.name)
+        }
+    }
+
+    /// [`free`](Self::free) that reports bad input instead of panicking.
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free), for a pointer that passes the checks.
+    #[inline]
+    pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let (s, obj) = self.slab_of(ptr)?;
+        // SAFETY: forwarded; validated.
+        unsafe { self.free_validated(s, obj) }
+    }
+
+    /// The free after validation (`do_slab_free` of one object).
+    ///
+    /// # Safety
+    ///
+    /// `obj` is an allocated object of slab `s` of this cache.
+    #[inline]
+    pub(crate) unsafe fn free_validated(&self, s: Slab<'_>, obj: usize) -> Result<(), FreeError> {
+        if self.mode() == MODE_LOCKLESS {
+            let p = self.cpu.platform();
+            loop {
+                let cpu = p.current_cpu();
+                let c = &self.fast[cpu];
+                let d = c.fl_tid.load(Ordering::Acquire);
+                if c.slab.load(Ordering::Relaxed) != s.addr() {
+                    return self.slab_free_slow(s, obj, obj, 1);
+                }
+                if d.lo == obj {
+                    return Err(FreeError::DoubleFree(obj));
+                }
+                self.set_fp(obj, d.lo);
+                let pin = p.pin();
+                let ok = pin.cpu == cpu
+                    && c.fl_tid
+                        .compare_exchange(
+                            d,
+                            DWord::new(obj, Self::next_tid(d.hi, cpu)),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok();
+                // SAFETY: matches the pin above.
+                unsafe { p.unpin(pin) };
+                if ok {
+                    c.stats.inc(SlubStat::FREE_FASTPATH);
+                    return Ok(());
+                }
+                c.stats.inc(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL);
+            }
+        } else {
+            let mut g = self.cpu.lock_irqsave();
+            let cpu = g.cpu();
+            if self.fast_of(cpu).slab.load(Ordering::Relaxed) == s.addr() {
+                if g.freelist == obj {
+                    return Err(FreeError::DoubleFree(obj));
+                }
+                self.set_fp(obj, g.freelist);
+                g.freelist = obj;
+                g.tid = Self::next_tid(g.tid, cpu);
+                self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
+                return Ok(());
+            }
+            drop(g);
+            self.slab_free_slow(s, obj, obj, 1)
+        }
+    }
+
+    /// `__slab_free`: pushes the chain `head..tail` (`cnt` objects of slab
+    /// `s`) onto the slab's freelist by compare-exchange, taking the list
+    /// lock only when the slab changes lists.
+    pub(crate) fn slab_free_slow(
+        &self,
+        s: Slab<'_>,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+    ) -> Result<(), FreeError> {
+        self.stat_here(SlubStat::FREE_SLOWPATH);
+        let has_cpu_partial = self.lay.cpu_partial != 0;
+        let mut n: Option<NodeGuard<'_, P>> = None;
+        let mut old = s.state();
+        let (was_frozen, new) = loop {
+            if n.is_some() {
+                n = None;
+                old = s.state();
+            }
+            let prior = old.freelist;
+            if prior == tail {
+                return Err(FreeError::DoubleFree(tail));
+            }
+            self.set_fp(tail, prior);
+            let mut new = old;
+            new.freelist = head;
+            new.counters.inuse = old.counters.inuse.wrapping_sub(cnt as u16);
+            let was_frozen = old.counters.frozen;
+            if (new.counters.inuse == 0 || prior == 0) && !was_frozen {
+                if has_cpu_partial && prior == 0 {
+                    // A full slab: freeze it onto this CPU's partial list.
+                    new.counters.frozen = true;
+                } else {
+                    n = Some(self.lock_node());
+                }
+            }
+            match s.cas(old, new) {
+                Ok(()) => break (was_frozen, new),
+                Err(now) => {
+                    self.stat_here(SlubStat::CMPXCHG_DOUBLE_FAIL);
+                    old = now;
+                }
+            }
+        };
+        let Some(mut n) = n else {
+            if new.counters.frozen && !was_frozen {
+                self.put_cpu_partial(s, true);
+                self.stat_here(SlubStat::CPU_PARTIAL_FREE);
+            }
+            if was_frozen {
+                self.stat_here(SlubStat::FREE_FROZEN);
+            }
+            return Ok(());
+        };
+        let prior = old.freelist;
+        if new.counters.inuse == 0 && n.nr_partial >= self.lay.min_partial {
+            // slab_empty
+            if prior != 0 {
+                n.remove(s);
+                self.stat_here(SlubStat::FREE_REMOVE_PARTIAL);
+            }
+            self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+            drop(n);
+            self.stat_here(SlubStat::FREE_SLAB);
+            self.discard_slab(s);
+            return Ok(());
+        }
+        // Full -> partial (only without CPU partial lists).
+        if !has_cpu_partial && prior == 0 {
+            n.add(s, true);
+            self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+            self.stat_here(SlubStat::FREE_ADD_PARTIAL);
+        }
+        Ok(())
+    }
+
+    /// `put_cpu_partial`: pushes a frozen slab onto this CPU's partial
+    /// list; with `drain`, a full list is first moved to the node list.
+    fn put_cpu_partial(&self, s: Slab<'_>, drain: bool) {
+        let mut g = self.cpu.lock_irqsave();
+        let cpu = g.cpu();
+        let mut to_unfreeze = 0;
+        let mut slabs = 0;
+        if g.partial != 0 {
+            if drain && g.partial_slabs >= self.lay.cpu_partial_slabs {
+                to_unfreeze = g.partial;
+                g.partial = 0;
+                g.partial_slabs = 0;
+                self.stat_cpu(cpu, SlubStat::CPU_PARTIAL_DRAIN);
+            } else {
+                slabs = g.partial_slabs;
+            }
+        }
+        s.set_next(g.partial);
+        g.partial = s.addr();
+        g.partial_slabs = slabs + 1;
+        self.fast_of(cpu)
+            .partial_slabs
+            .store(g.partial_slabs, CoreOrdering::Relaxed);
+        drop(g);
+        if to_unfreeze != 0 {
+            self.unfreeze_partials(to_unfreeze);
+        }
+    }
+
+    /// `__unfreeze_partials`: moves a detached CPU partial chain to the node
+    /// list; empty slabs beyond `min_partial` go back to the page allocator.
+    fn unfreeze_partials(&self, mut chain: usize) {
+        let mut discard = 0;
+        let mut n = self.lock_node();
+        while chain != 0 {
+            // SAFETY: chain members are slabs frozen for this CPU.
+            let s = unsafe { Slab::from_addr(chain) };
+            chain = s.next();
+            let mut old = s.state();
+            let new = loop {
+                let mut new = old;
+                new.counters.frozen = false;
+                match s.cas(old, new) {
+                    Ok(()) => break new,
+                    Err(now) => {
+                        self.stat_here(SlubStat::CMPXCHG_DOUBLE_FAIL);
+                        old = now
+                    }
+                }
+            };
+            if new.counters.inuse == 0 && n.nr_partial >= self.lay.min_partial {
+                s.set_next(discard);
+                discard = s.addr();
+            } else {
+                n.add(s, true);
+                self.stat_here(SlubStat::FREE_ADD_PARTIAL);
+            }
+        }
+        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        drop(n);
+        while discard != 0 {
+            // SAFETY: collected above, unlisted and empty.
+            let s = unsafe { Slab::from_addr(discard) };
+            discard = s.next();
+            self.stat_here(SlubStat::DEACTIVATE_EMPTY);
+            self.discard_slab(s);
+            self.stat_here(SlubStat::FREE_SLAB);
+        }
+    }
+
+    /// `deactivate_slab`: gives a CPU slab back, splicing the CPU freelist
+    /// `fl` into the slab's; the slab goes to the node partial list (head,
+    /// or tail if it received remote frees), stays full on no list, or is
+    /// freed when empty beyond `min_partial`.
+    fn deactivate_slab(&self, s: Slab<'_>, fl: usize) {
+        let mut tail_pos = false;
+        if s.state().freelist != 0 {
+            self.stat_here(SlubStat::DEACTIVATE_REMOTE_FREES);
+            tail_pos = true;
+        }
+        // Stage one: count the CPU freelist and find its tail.
+        let mut free_delta = 0usize;
+        let mut tail = 0;
+        let mut p = fl;
+        while p != 0 {
+            free_delta += 1;
+            tail = p;
+            p = self.get_fp(p);
+        }
+        // Stage two: unfreeze with the spliced freelist.
+        #[derive(PartialEq)]
+        enum M {
+            Free,
+            Partial,
+            Full,
+        }
+        let mut n: Option<NodeGuard<'_, P>> = None;
+        let mut old = s.state();
+        let mode = loop {
+            let mut new = old;
+            if fl != 0 {
+                self.set_fp(tail, old.freelist);
+                new.freelist = fl;
+            }
+            new.counters.inuse = old.counters.inuse - free_delta as u16;
+            new.counters.frozen = false;
+            let mode = if new.counters.inuse == 0
+                && self.nr_partial.load(CoreOrdering::Relaxed) >= self.lay.min_partial
+            {
+                M::Free
+            } else if new.freelist != 0 {
+                M::Partial
+            } else {
+                M::Full
+            };
+            if mode == M::Partial {
+                if n.is_none() {
+                    n = Some(self.lock_node());
+                }
+            } else {
+                n = None;
+            }
+            match s.cas(old, new) {
+                Ok(()) => break mode,
+                Err(now) => {
+                    self.stat_here(SlubStat::CMPXCHG_DOUBLE_FAIL);
+                    old = now
+                }
+            }
+        };
+        match mode {
+            M::Partial => {
+                let mut n = n.expect("list lock held for a partial slab");
+                n.add(s, tail_pos);
+                self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+                drop(n);
+                self.stat_here(if tail_pos {
+                    SlubStat::DEACTIVATE_TO_TAIL
+                } else {
+                    SlubStat::DEACTIVATE_TO_HEAD
+                });
+            }
+            M::Free => {
+                self.stat_here(SlubStat::DEACTIVATE_EMPTY);
+                self.discard_slab(s);
+                self.stat_here(SlubStat::FREE_SLAB);
+            }
+            M::Full => self.stat_here(SlubStat::DEACTIVATE_FULL),
+        }
+    }
+
+    // --------------------------------------------------- flush and shrink
+
+    /// Detaches a CPU's slab and partial chain under its lock, then gives
+    /// them back outside it.
+    fn flush_guard(&self, mut g: Guard<'_, P, N>) {
+        let c = self.fast_of(g.cpu());
+        let slab = c.slab.load(Ordering::Relaxed);
+        let mut fl = 0;
+        if slab != 0 {
+            // Slab first, then the freelist with a tid bump: a fast free
+            // that still saw the old slab fails its compare-exchange.
+            c.slab.store(0, Ordering::Release);
+            fl = self.c_take_freelist(&mut g);
+        }
+        let partial = g.partial;
+        g.partial = 0;
+        g.partial_slabs = 0;
+        c.partial_slabs.store(0, CoreOrdering::Relaxed);
+        drop(g);
+        if slab != 0 {
+            // SAFETY: detached from the CPU above; frozen for us.
+            self.deactivate_slab(unsafe { Slab::from_addr(slab) }, fl);
+            self.stat_here(SlubStat::CPUSLAB_FLUSH);
+        }
+        if partial != 0 {
+            self.unfreeze_partials(partial);
+        }
+    }
+
+    /// Flushes the calling CPU's slab and partial slabs (`flush_cpu_slab`).
+    pub fn flush_local(&self) {
+        self.flush_guard(self.cpu.lock_irqsave());
+    }
+
+    /// Flushes one CPU, where the platform lets us reach it (see
+    /// [`LocalLock::lock_remote`]); `false` if it could not.
+    pub fn flush_cpu(&self, cpu: usize) -> bool {
+        match self.cpu.lock_remote(cpu) {
+            Some(g) => {
+                self.flush_guard(g);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Flushes the calling CPU and every CPU the platform lets us reach
+    /// (`flush_all`); returns how many slots could not be reached (pinned
+    /// kernel CPUs must flush themselves, e.g. from an IPI; live per-thread
+    /// slots are flushed by their threads, at the latest on exit).
+    pub fn flush_all(&self) -> usize {
+        self.flush_local();
+        let mut missed = 0;
+        for cpu in 0..N {
+            if !self.flush_cpu(cpu) {
+                missed += 1;
+            }
+        }
+        missed
+    }
+
+    /// Flushes every slot through exclusive access (no other context can
+    /// use the cache).
+    fn flush_exclusive(&mut self) {
+        let mut work: [(usize, usize, usize); N] = [(0, 0, 0); N];
+        let lockless = self.mode() == MODE_LOCKLESS;
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            let c = &self.fast[i];
+            let slab = c.slab.load(Ordering::Relaxed);
+            c.slab.store(0, Ordering::Relaxed);
+            let fl = if lockless {
+                let d = c.fl_tid.load(Ordering::Relaxed);
+                c.fl_tid
+                    .store(DWord::new(0, Self::next_tid(d.hi, i)), Ordering::Relaxed);
+                d.lo
+            } else {
+                core::mem::take(&mut l.freelist)
+            };
+            work[i] = (slab, fl, core::mem::take(&mut l.partial));
+            l.partial_slabs = 0;
+            c.partial_slabs.store(0, CoreOrdering::Relaxed);
+        }
+        for (slab, fl, partial) in work {
+            if slab != 0 {
+                // SAFETY: detached above.
+                self.deactivate_slab(unsafe { Slab::from_addr(slab) }, fl);
+            }
+            if partial != 0 {
+                self.unfreeze_partials(partial);
+            }
+        }
+    }
+
+    /// `__kmem_cache_shrink`: flushes every reachable CPU, frees the empty
+    /// node partial slabs and sorts the rest fullest first (so allocations
+    /// fill them and the emptier ones may drain). Returns the slabs freed.
+    pub fn shrink(&self) -> usize {
+        self.flush_all();
+        self.shrink_node()
+    }
+
+    fn shrink_node(&self) -> usize {
+        const PROMOTE: usize = 32;
+        let mut buckets = [0usize; PROMOTE];
+        let mut discard = 0;
+        let mut n = self.lock_node();
+        let mut cur = n.head;
+        while cur != 0 {
+            // SAFETY: list members are held slabs.
+            let s = unsafe { Slab::from_addr(cur) };
+            cur = s.next();
+            let c = s.state().counters;
+            let free = (c.objects - c.inuse) as usize;
+            if c.inuse == 0 {
+                n.remove(s);
+                s.set_next(discard);
+                discard = s.addr();
+            } else if free <= PROMOTE {
+                n.remove(s);
+                s.set_next(buckets[free - 1]);
+                buckets[free - 1] = s.addr();
+            }
+        }
+        // The fullest (fewest free) end up first; order within a bucket kept.
+        for b in buckets.iter().rev() {
+            let mut cur = *b;
+            while cur != 0 {
+                // SAFETY: collected above.
+                let s = unsafe { Slab::from_addr(cur) };
+                cur = s.next();
+                n.add(s, false);
+            }
+        }
+        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        drop(n);
+        let mut freed = 0;
+        while discard != 0 {
+            // SAFETY: collected above: unlisted, empty.
+            let s = unsafe { Slab::from_addr(discard) };
+            discard = s.next();
+            self.discard_slab(s);
+            freed += 1;
+        }
+        freed
+    }
+
+    /// `kmem_cache_destroy`: flushes every CPU, frees every empty slab and
+    /// reports objects still allocated (whose slabs are then left alone).
+    pub fn destroy(&mut self) -> Result<(), CacheBusy> {
+        self.flush_exclusive();
+        self.shrink_node();
+        let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
+        if slabs == 0 {
+            Ok(())
+        } else {
+            let info = self.slabinfo();
+            Err(CacheBusy {
+                name: self.name,
+                slabs,
+                objects: info.active_objs,
+            })
+        }
+    }
+
+    // ------------------------------------------------------------ reports
+
+    /// Statistics summed over the CPUs.
+    pub fn stats(&self) -> SlubStats {
+        let mut s = self.spill_stats.snapshot();
+        for c in &self.fast {
+            s.add(&c.stats.snapshot());
+        }
+        s
+    }
+
+    /// One CPU's statistics.
+    pub fn cpu_stats(&self, cpu: usize) -> SlubStats {
+        self.fast_of(cpu).stats.snapshot()
+    }
+
+    /// Slabs allocated from the page allocator and not yet freed.
+    pub fn nr_slabs(&self) -> usize {
+        self.nr_slabs.load(CoreOrdering::Relaxed)
+    }
+
+    /// The slabinfo line (a racy snapshot while the cache is in use).
+    pub fn slabinfo(&self) -> SlabInfo {
+        let (partial_slabs, partial_free) = {
+            let n = self.lock_node();
+            let mut free = 0;
+            let mut cur = n.head;
+            while cur != 0 {
+                // SAFETY: list members are held slabs.
+                let s = unsafe { Slab::from_addr(cur) };
+                let c = s.state().counters;
+                free += (c.objects - c.inuse) as usize;
+                cur = s.next();
+            }
+            (n.nr_partial, free)
+        };
+        let num_objs = self.total_objects.load(CoreOrdering::Relaxed);
+        let cpu_partial_slabs = self
+            .fast
+            .iter()
+            .map(|c| c.partial_slabs.load(CoreOrdering::Relaxed))
+            .sum();
+        let cpu_slabs = self
+            .fast
+            .iter()
+            .filter(|c| c.slab.load(Ordering::Relaxed) != 0)
+            .count();
+        SlabInfo {
+            name: self.name,
+            active_objs: num_objs.saturating_sub(partial_free),
+            num_objs,
+            objsize: self.lay.size,
+            objperslab: self.lay.oo.objects as usize,
+            pagesperslab: 1 << self.lay.oo.order,
+            num_slabs: self.nr_slabs.load(CoreOrdering::Relaxed),
+            partial_slabs,
+            cpu_partial_slabs,
+            cpu_slabs,
+        }
+    }
+
+    /// Checks the cache's invariants on a quiescent cache and panics with a
+    /// description of the first violation:
+    ///
+    /// * node partial list: links consistent both ways, `nr_partial`
+    ///   matches, every member tagged, unfrozen, of this cache, with
+    ///   `inuse < objects` (or empty), its freelist inside the slab, on
+    ///   object boundaries, without cycles, `objects - inuse` long;
+    /// * the frozen rule: every CPU slab and CPU partial slab is frozen and
+    ///   named by exactly one CPU, and no node partial slab is frozen;
+    /// * CPU freelists lie inside their CPU slab.
+    pub fn validate(&mut self) {
+        let me = self.id();
+        let tag = self.slab_tag();
+        let (name, size, offset) = (self.name, self.lay.size, self.lay.offset);
+        let n = self.node.get_mut();
+        let mut count = 0;
+        let mut prev = 0;
+        let mut cur = n.head;
+        while cur != 0 {
+            // SAFETY: list members are held slabs.
+            let s = unsafe { Slab::from_addr(cur) };
+            assert_eq!(s.prev(), prev, "{}: partial list prev link broken", name);
+            assert_eq!(s.tag(), tag | ON_PARTIAL, "{}: partial slab tag", name);
+            assert_eq!(s.cache_id(), me, "{}: partial slab of another cache", name);
+            let st = s.state();
+            assert!(
+                !st.counters.frozen,
+                "{}: frozen slab on the node list",
+                name
+            );
+            assert!(
+                st.counters.inuse < st.counters.objects || st.counters.inuse == 0,
+                "{}: full slab on the partial list",
+                name
+            );
+            let free = walk_freelist(size, offset, s, st.freelist, name);
+            assert_eq!(
+                free,
+                (st.counters.objects - st.counters.inuse) as usize,
+                "{}: freelist length != objects - inuse",
+                name
+            );
+            count += 1;
+            prev = cur;
+            cur = s.next();
+        }
+        assert_eq!(n.tail, prev, "{}: partial list tail", name);
+        assert_eq!(count, n.nr_partial, "{}: nr_partial", name);
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            let c = &self.fast[i];
+            let slab = c.slab.load(Ordering::Relaxed);
+            let fl = if lockless {
+                c.fl_tid.load(Ordering::Relaxed).lo
+            } else {
+                l.freelist
+            };
+            if slab != 0 {
+                // SAFETY: a CPU slab is held.
+                let s = unsafe { Slab::from_addr(slab) };
+                assert!(
+                    s.state().counters.frozen,
+                    "{name}: CPU {i}'s slab not frozen"
+                );
+                assert!(!s.on_partial(), "{name}: CPU {i}'s slab on the node list");
+                walk_freelist(size, offset, s, fl, name);
+            } else {
+                assert_eq!(fl, 0, "{name}: CPU {i} has a freelist but no slab");
+            }
+            let mut k = 0;
+            let mut cur = l.partial;
+            while cur != 0 {
+                // SAFETY: chain members are held.
+                let s = unsafe { Slab::from_addr(cur) };
+                assert!(
+                    s.state().counters.frozen,
+                    "{name}: CPU {i} partial slab not frozen"
+                );
+                assert!(!s.on_partial(), "{name}: CPU partial slab on the node list");
+                assert_ne!(cur, slab, "{name}: CPU slab also on the CPU partial list");
+                k += 1;
+                cur = s.next();
+            }
+            assert_eq!(k, l.partial_slabs, "{name}: CPU {i} partial_slabs");
+        }
+    }
+}
+
+/// Walks a freelist inside slab `s`, checking bounds and boundaries, and
+/// returns its length.
+fn walk_freelist(size: usize, offset: usize, s: Slab<'_>, fl: usize, name: &str) -> usize {
+    let base = s.base().addr();
+    let objects = s.state().counters.objects as usize;
+    let mut n = 0;
+    let mut p = fl;
+    while p != 0 {
+        assert!(
+            p >= base && (p - base).is_multiple_of(size) && (p - base) / size < objects,
+            "{name}: freelist entry {p:#x} outside slab {base:#x} or off an object boundary"
+        );
+        n += 1;
+        assert!(
+            n <= objects,
+            "{name}: freelist of slab {base:#x} has a cycle"
+        );
+        let q = core::ptr::with_exposed_provenance::<usize>(p + offset);
+        // SAFETY: inside the slab, word aligned.
+        p = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }
+            .load(CoreOrdering::Relaxed);
+    }
+    n
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> Drop for KmemCache<S, P, N> {
+    /// Gives every empty slab back; slabs with objects still allocated are
+    /// left (and leak), as `kmem_cache_destroy` leaves them.
+    fn drop(&mut self) {
+        if self.mode.load(CoreOrdering::Relaxed) != MODE_UNKNOWN {
+            let _ = self.destroy();
+        }
+    }
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> fmt::Debug for KmemCache<S, P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KmemCache")
+            .field("name", &self.name)
+            .field("layout", &self.lay)
+            .field("lockless", &self.lockless())
+            .finish_non_exhaustive()
+    }
+}

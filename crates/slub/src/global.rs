@@ -1,0 +1,259 @@
+//! `GlobalSlub`: kmalloc as the global allocator of a std program, over
+//! pcp over the buddy's OS-backed memory, with one virtual CPU per live
+//! thread (the pinned fast path needs no atomic instruction).
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use buddy::{AllocFlags, BlockRef, Order, Page};
+use local_lock::std_platform::{die, PerThread};
+use pcp::GlobalPcp;
+
+use crate::kmalloc::{kmalloc_class, Kmalloc};
+use crate::layout::Geometry;
+use crate::source::SlabSource;
+
+/// The pages under every `GlobalSlub`: pcp lists (one per live thread) over
+/// the buddy's memory mapped from the OS. Larger requests (beyond the
+/// largest block) are direct mappings.
+static PAGES: GlobalPcp = GlobalPcp::new();
+
+/// The page source of [`GlobalSlub`] (a handle to the shared pcp).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GlobalPages;
+
+impl GlobalPages {
+    /// The pcp allocator behind the handle.
+    pub fn pcp(&self) -> &'static GlobalPcp {
+        &PAGES
+    }
+}
+
+// SAFETY: forwards to the pcp over the buddy.
+unsafe impl SlabSource for GlobalPages {
+    #[inline(always)]
+    fn page_size(&self) -> usize {
+        PAGES.pcp().page_size()
+    }
+    #[inline(always)]
+    fn max_order(&self) -> Order {
+        PAGES.pcp().max_order()
+    }
+    #[inline(always)]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        PAGES.pcp().alloc_block(order, flags)
+    }
+    #[inline(always)]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { PAGES.pcp().free_block(ptr, order) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        PAGES.pcp().block_of(addr)
+    }
+}
+
+type Inner = Kmalloc<GlobalPages, PerThread>;
+
+/// Instances whose slots are flushed when a thread exits.
+static INSTANCES: [AtomicPtr<GlobalSlub>; 8] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 8];
+
+fn flush_on_exit(_slot: usize) {
+    for i in &INSTANCES {
+        let p = i.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: registered instances unregister in `Drop` before they
+            // go away (a static never does).
+            unsafe { &*p }.k.flush_local();
+        }
+    }
+}
+
+/// kmalloc/kfree as `#[global_allocator]`:
+///
+/// ```
+/// #[global_allocator]
+/// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+/// # fn main() { let v = vec![1u8; 100]; assert_eq!(v[99], 1); }
+/// ```
+///
+/// Requests up to 8 KiB (with an alignment the class guarantees) come from
+/// the kmalloc caches, larger ones from the pcp/buddy pages (known-zero
+/// pages are not cleared for `alloc_zeroed`), beyond 4 MiB from direct
+/// mappings. Each live thread owns a virtual CPU; when it exits, its CPU
+/// slab and partial slabs go back to the node lists. Exhaustion returns
+/// null; a bad `dealloc` (foreign pointer, double free the naive check
+/// sees) is reported on stderr and aborts (a global allocator must not
+/// unwind).
+pub struct GlobalSlub {
+    k: Inner,
+    hooked: AtomicBool,
+}
+
+impl GlobalSlub {
+    /// An empty heap (memory is mapped on first use).
+    pub const fn new() -> Self {
+        GlobalSlub {
+            k: Kmalloc::new(
+                GlobalPages,
+                PerThread::new(),
+                Geometry::new(PerThread::OWNED_SLOTS + 1),
+            ),
+            hooked: AtomicBool::new(false),
+        }
+    }
+
+    /// The kmalloc caches (kmalloc/kfree/ksize without sizes, reports,
+    /// statistics, flushing).
+    pub fn kmalloc(&self) -> &Inner {
+        self.register();
+        &self.k
+    }
+
+    /// The pages underneath.
+    pub fn pages(&self) -> &'static GlobalPcp {
+        &PAGES
+    }
+
+    /// Registers the thread-exit flush (once per instance).
+    #[inline(always)]
+    fn register(&self) {
+        if !self.hooked.load(Ordering::Relaxed) {
+            self.register_slow();
+        }
+    }
+
+    #[cold]
+    fn register_slow(&self) {
+        if self.hooked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self as *const GlobalSlub as *mut GlobalSlub;
+        for i in &INSTANCES {
+            if i.compare_exchange(
+                core::ptr::null_mut(),
+                me,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+            {
+                PerThread::on_thread_exit(flush_on_exit);
+                return;
+            }
+        }
+        // More than 8 instances: their slots are simply handed to the next
+        // thread instead of being flushed.
+    }
+
+    #[inline(always)]
+    fn class(layout: Layout) -> Option<usize> {
+        kmalloc_class(layout.size(), layout.align())
+    }
+}
+
+impl Default for GlobalSlub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for GlobalSlub {
+    fn drop(&mut self) {
+        let me = self as *mut GlobalSlub;
+        for i in &INSTANCES {
+            let _ = i.compare_exchange(
+                me,
+                core::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+}
+
+#[cold]
+fn abort_bad_free(ptr: *mut u8, e: crate::FreeError) -> ! {
+    die(format_args!("GlobalSlub: dealloc({ptr:p}): {e}"))
+}
+
+// SAFETY: kmalloc objects of a class are at least `size` long and aligned
+// as the class guarantees (kmalloc_class); page blocks come from GlobalPcp,
+// which honours every layout.
+unsafe impl GlobalAlloc for GlobalSlub {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match Self::class(layout) {
+            Some(i) => {
+                self.register();
+                match self.k.caches()[i].alloc() {
+                    Some(p) => p.as_ptr(),
+                    None => core::ptr::null_mut(),
+                }
+            }
+            // SAFETY: GlobalAlloc's contract, forwarded.
+            None => unsafe { PAGES.alloc(layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        match Self::class(layout) {
+            Some(_) => {
+                // SAFETY: forwarded.
+                let p = unsafe { self.alloc(layout) };
+                if !p.is_null() {
+                    // SAFETY: a fresh allocation of `layout.size()` bytes.
+                    unsafe { p.write_bytes(0, layout.size()) };
+                }
+                p
+            }
+            // SAFETY: forwarded; the pcp skips clearing known-zero pages.
+            None => unsafe { PAGES.alloc_zeroed(layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        match Self::class(layout) {
+            Some(i) => {
+                let Some(p) = NonNull::new(ptr) else { return };
+                // SAFETY: GlobalAlloc's contract; bad input is refused
+                // before any change.
+                if let Err(e) = unsafe { self.k.caches()[i].try_free(p) } {
+                    abort_bad_free(ptr, e)
+                }
+            }
+            // SAFETY: forwarded.
+            None => unsafe { PAGES.dealloc(ptr, layout) },
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = Self::class(layout);
+        // SAFETY: GlobalAlloc::realloc's contract makes this layout valid.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let new = Self::class(new_layout);
+        match (old, new) {
+            (Some(a), Some(b)) if a == b => ptr,
+            // SAFETY: forwarded; both are page allocations.
+            (None, None) => unsafe { PAGES.realloc(ptr, layout, new_size) },
+            _ => {
+                // SAFETY: forwarded.
+                let q = unsafe { self.alloc(new_layout) };
+                if !q.is_null() {
+                    let n = layout.size().min(new_size);
+                    // SAFETY: both live, distinct, at least `n` long.
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(ptr, q, n);
+                        self.dealloc(ptr, layout);
+                    }
+                }
+                q
+            }
+        }
+    }
+}

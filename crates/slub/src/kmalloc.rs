@@ -1,0 +1,338 @@
+//! `kmalloc`, `kfree` and `ksize`: the 13 size classes over [`KmemCache`]
+//! and large blocks straight from the page allocator.
+
+use core::ptr::NonNull;
+
+use buddy::{AllocFlags, Order};
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use crate::cache::{FreeError, KmemCache};
+use crate::layout::{get_order, Geometry, SlabFlags};
+use crate::slab::{tag_kmalloc_index, TAG_KIND, TAG_LARGE, TAG_SLAB};
+use crate::source::SlabSource;
+use crate::stats::SlubStats;
+
+/// The kmalloc size classes (`kmalloc_info`).
+pub const KMALLOC_SIZES: [usize; 13] = [
+    8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192,
+];
+/// Their cache names.
+pub const KMALLOC_NAMES: [&str; 13] = [
+    "kmalloc-8",
+    "kmalloc-16",
+    "kmalloc-32",
+    "kmalloc-64",
+    "kmalloc-96",
+    "kmalloc-128",
+    "kmalloc-192",
+    "kmalloc-256",
+    "kmalloc-512",
+    "kmalloc-1k",
+    "kmalloc-2k",
+    "kmalloc-4k",
+    "kmalloc-8k",
+];
+/// Largest size served by a cache (`KMALLOC_MAX_CACHE_SIZE`, two pages).
+pub const KMALLOC_MAX_CACHE_SIZE: usize = 8192;
+
+/// `size_index[]`: class of sizes 1..=192 by `(size - 1) / 8`.
+const SIZE_INDEX: [u8; 24] = [
+    0, // 8
+    1, // 16
+    2, 2, // 24, 32
+    3, 3, 3, 3, // 40..64
+    4, 4, 4, 4, // 72..96
+    5, 5, 5, 5, // 104..128
+    6, 6, 6, 6, 6, 6, 6, 6, // 136..192
+];
+
+/// `kmalloc(0)`'s result: a non-null pointer that must not be dereferenced
+/// and that `kfree` ignores (`ZERO_SIZE_PTR`).
+pub const ZERO_SIZE_PTR: NonNull<u8> = {
+    // SAFETY: 16 is not null.
+    unsafe { NonNull::new_unchecked(core::ptr::without_provenance_mut(16)) }
+};
+
+/// `kmalloc_index`: the class of a size (1..=8192).
+#[inline(always)]
+pub const fn kmalloc_index(size: usize) -> usize {
+    if size <= 192 {
+        SIZE_INDEX[(size - 1) / 8] as usize
+    } else {
+        // 256 -> 7, 512 -> 8, ..., 8192 -> 12
+        (usize::BITS - (size - 1).leading_zeros()) as usize - 1
+    }
+}
+
+/// The class for `size` whose objects are aligned to at least `align`
+/// (object addresses are slab base + k * class size, and slabs are aligned
+/// to their size, so class `c` guarantees `c & -c`), or `None` for the page
+/// allocator.
+#[inline(always)]
+pub const fn kmalloc_class(size: usize, align: usize) -> Option<usize> {
+    if size > KMALLOC_MAX_CACHE_SIZE {
+        return None;
+    }
+    let mut i = kmalloc_index(if size == 0 { 1 } else { size });
+    while i < KMALLOC_SIZES.len() {
+        let c = KMALLOC_SIZES[i];
+        if c & c.wrapping_neg() >= align {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The kmalloc caches over one page allocator.
+pub struct Kmalloc<S: SlabSource + Copy, P: Platform + Copy, const N: usize = 64> {
+    caches: [KmemCache<S, P, N>; 13],
+    source: S,
+}
+
+macro_rules! kcache {
+    ($i:expr, $s:expr, $p:expr, $g:expr) => {
+        KmemCache::new(
+            KMALLOC_NAMES[$i],
+            KMALLOC_SIZES[$i],
+            8,
+            SlabFlags::NONE,
+            $g,
+            $s,
+            $p,
+        )
+        .with_kmalloc_index($i)
+    };
+}
+
+impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> {
+    /// The caches, sized for `geometry` (usable in a `static`).
+    #[cfg(not(loom))]
+    pub const fn new(source: S, platform: P, geometry: Geometry) -> Self {
+        Kmalloc {
+            caches: [
+                kcache!(0, source, platform, geometry),
+                kcache!(1, source, platform, geometry),
+                kcache!(2, source, platform, geometry),
+                kcache!(3, source, platform, geometry),
+                kcache!(4, source, platform, geometry),
+                kcache!(5, source, platform, geometry),
+                kcache!(6, source, platform, geometry),
+                kcache!(7, source, platform, geometry),
+                kcache!(8, source, platform, geometry),
+                kcache!(9, source, platform, geometry),
+                kcache!(10, source, platform, geometry),
+                kcache!(11, source, platform, geometry),
+                kcache!(12, source, platform, geometry),
+            ],
+            source,
+        }
+    }
+
+    /// The caches, smallest first.
+    pub fn caches(&self) -> &[KmemCache<S, P, N>; 13] {
+        &self.caches
+    }
+
+    /// The page allocator.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// `kmalloc(size)` with at least `align` alignment (a power of two):
+    /// a size class whose objects are aligned enough, else whole pages.
+    /// `None` when memory runs out or no order fits. Size 0 gives
+    /// [`ZERO_SIZE_PTR`].
+    #[inline]
+    pub fn kmalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        if size == 0 {
+            return Some(ZERO_SIZE_PTR);
+        }
+        match kmalloc_class(size, align) {
+            Some(i) => self.caches[i].alloc(),
+            None => self.kmalloc_large(size, align, AllocFlags::NONE),
+        }
+    }
+
+    /// `kzalloc`: [`kmalloc`](Self::kmalloc), zeroed. Large blocks the page
+    /// allocator knows to be zero are not cleared again.
+    #[inline]
+    pub fn kzalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        if size == 0 {
+            return Some(ZERO_SIZE_PTR);
+        }
+        match kmalloc_class(size, align) {
+            Some(i) => {
+                let p = self.caches[i].alloc()?;
+                // SAFETY: a fresh object of at least `size` bytes.
+                unsafe { p.as_ptr().write_bytes(0, size) };
+                Some(p)
+            }
+            None => self.kmalloc_large(size, align, AllocFlags::ZEROED),
+        }
+    }
+
+    /// `kmalloc_large`: a block of pages tagged with its size.
+    fn kmalloc_large(&self, size: usize, align: usize, flags: AllocFlags) -> Option<NonNull<u8>> {
+        let ps = self.source.page_size();
+        let order = get_order(size.max(align), ps);
+        let order = Order::new(order).filter(|o| *o <= self.source.max_order())?;
+        let page = self.source.alloc_block(order, flags)?;
+        let b = self.source.block_of(page.ptr.as_ptr())?;
+        b.owner.data().store(size, Ordering::Relaxed);
+        b.owner.tag().store(TAG_LARGE, Ordering::Relaxed);
+        Some(page.ptr)
+    }
+
+    /// The cache of a kmalloc slab from its tag (its id is checked by the
+    /// cache).
+    #[inline(always)]
+    fn tagged_cache(&self, tag: u32) -> Option<&KmemCache<S, P, N>> {
+        match tag_kmalloc_index(tag) {
+            0 => None,
+            i => self.caches.get(i - 1),
+        }
+    }
+
+    /// `kfree` without the size: the block is found from the address.
+    /// Ignores null and [`ZERO_SIZE_PTR`].
+    ///
+    /// # Panics
+    ///
+    /// If `ptr` is not from this kmalloc (foreign, inside an object or a
+    /// large block, an object of a cache that is not one of ours, a double
+    /// free the naive check sees), naming the problem; nothing changes.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` came from this kmalloc and is not used afterwards.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn kfree(&self, ptr: *mut u8) {
+        // SAFETY: forwarded.
+        if let Err(e) = unsafe { self.try_kfree(ptr) } {
+            panic!("kfree({ptr:p}): {e}")
+        }
+    }
+
+    /// [`kfree`](Self::kfree) that reports bad input instead of panicking.
+    ///
+    /// # Safety
+    ///
+    /// As [`kfree`](Self::kfree), for a pointer that passes the checks.
+    #[inline]
+    pub unsafe fn try_kfree(&self, ptr: *mut u8) -> Result<(), FreeError> {
+        let Some(p) = NonNull::new(ptr) else {
+            return Ok(());
+        };
+        if p == ZERO_SIZE_PTR {
+            return Ok(());
+        }
+        let a = ptr.addr();
+        let b = self
+            .source
+            .block_of(ptr)
+            .ok_or(FreeError::NotAllocated(a))?;
+        let tag = b.owner.tag().load(Ordering::Relaxed);
+        if tag & TAG_KIND == TAG_SLAB {
+            let cache = self
+                .tagged_cache(tag)
+                .ok_or(FreeError::WrongCache(a, "a cache that is not kmalloc's"))?;
+            let (s, obj) = cache.check_object(crate::slab::Slab(b.owner), b.head, p)?;
+            // SAFETY: forwarded; validated.
+            unsafe { cache.free_validated(s, obj) }
+        } else if tag == TAG_LARGE {
+            if b.head != p {
+                return Err(FreeError::NotObjectStart(a, a - b.head.as_ptr().addr()));
+            }
+            b.owner.tag().store(0, Ordering::Relaxed);
+            // SAFETY: a large kmalloc block we handed out, now returned.
+            unsafe { self.source.free_block(b.head, b.order) };
+            Ok(())
+        } else {
+            Err(FreeError::NotSlab(a))
+        }
+    }
+
+    /// `ksize`: the usable size of an allocation (its class's object size,
+    /// or the whole block for a large one).
+    ///
+    /// # Panics
+    ///
+    /// If `ptr` is not a live kmalloc allocation's start.
+    pub fn ksize(&self, ptr: NonNull<u8>) -> usize {
+        if ptr == ZERO_SIZE_PTR {
+            return 0;
+        }
+        let a = ptr.as_ptr().addr();
+        let b = self
+            .source
+            .block_of(ptr.as_ptr())
+            .unwrap_or_else(|| panic!("ksize({a:#x}): not memory of this allocator"));
+        let tag = b.owner.tag().load(Ordering::Relaxed);
+        if tag & TAG_KIND == TAG_SLAB {
+            let c = self
+                .tagged_cache(tag)
+                .filter(|c| {
+                    c.check_object(crate::slab::Slab(b.owner), b.head, ptr)
+                        .is_ok()
+                })
+                .unwrap_or_else(|| panic!("ksize({a:#x}): not an object of this kmalloc"));
+            c.object_size()
+        } else if tag == TAG_LARGE && b.head == ptr {
+            self.source.page_size() << b.order.get()
+        } else {
+            panic!("ksize({a:#x}): not a kmalloc allocation")
+        }
+    }
+
+    /// Flushes every cache (see [`KmemCache::flush_all`]).
+    pub fn flush_all(&self) -> usize {
+        self.caches.iter().map(|c| c.flush_all()).max().unwrap_or(0)
+    }
+
+    /// Flushes the calling CPU's slabs of every cache.
+    pub fn flush_local(&self) {
+        for c in &self.caches {
+            c.flush_local();
+        }
+    }
+
+    /// Shrinks every cache; returns the slabs freed.
+    pub fn shrink(&self) -> usize {
+        self.caches.iter().map(|c| c.shrink()).sum()
+    }
+
+    /// Statistics summed over caches and CPUs.
+    pub fn stats(&self) -> SlubStats {
+        let mut s = SlubStats::default();
+        for c in &self.caches {
+            s.add(&c.stats());
+        }
+        s
+    }
+
+    /// A `/proc/slabinfo`-style report of every cache, then the summed
+    /// counters.
+    pub fn report(&self) -> Report<'_, S, P, N> {
+        Report(self)
+    }
+}
+
+/// See [`Kmalloc::report`].
+pub struct Report<'a, S: SlabSource + Copy, P: Platform + Copy, const N: usize>(
+    &'a Kmalloc<S, P, N>,
+);
+
+impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> core::fmt::Display
+    for Report<'_, S, P, N>
+{
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        writeln!(f, "{}", crate::cache::SlabInfo::HEADER)?;
+        for c in &self.0.caches {
+            writeln!(f, "{}", c.slabinfo())?;
+        }
+        write!(f, "{}", self.0.stats())
+    }
+}
