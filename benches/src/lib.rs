@@ -6,12 +6,15 @@
 //!   (text, CSV, JSON lines).
 //! * [`tables`]: the registry of tables ([`tables::Table`]) and the tables
 //!   themselves (`primitives`: seed 000's `time_bench` list).
+//! * [`area_map`]: the pre-4.14 percpu area-map allocator, the baseline of
+//!   the `percpu` tables (seed 002).
 //! * [`user_kernel`]: a user-space `KernelHooks` so the kernel (pinned) code
 //!   paths run and can be measured here.
 //!
 //! The binary (`cargo run --release -p mm-bench -- --help`) parses the
 //! command line and runs the tables.
 
+pub mod area_map;
 pub mod measure;
 pub mod tables;
 pub mod user_kernel;

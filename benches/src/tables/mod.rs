@@ -23,6 +23,7 @@
 use crate::measure::{Ctx, Report};
 
 pub mod pages;
+pub mod percpu;
 pub mod primitives;
 pub mod zeroed;
 
@@ -46,6 +47,9 @@ pub static TABLES: &[&dyn Table] = &[
     &pages::Pages2t,
     &pages::Orders,
     &zeroed::Zeroed,
+    &percpu::Percpu,
+    &percpu::PercpuHalfFull,
+    &percpu::PercpuAlign,
 ];
 
 /// The table called `name`.

@@ -119,6 +119,11 @@ pub(crate) struct Maps<'a> {
     pub free_blk: &'a mut [u64],
     /// Blocks whose `contig_hint == 0` (wholly allocated).
     pub full_blk: &'a mut [u64],
+    /// Per page: bytes `[clean[p], PAGE_SIZE)` of page `p` are known zero in
+    /// every unit (populated zeroed and not handed out since);
+    /// `PAGE_SIZE` = nothing known. Not in the kernel (which clears every
+    /// area); lets `alloc` skip clearing fresh memory.
+    pub clean: &'a mut [u16],
 }
 
 /// A chunk being operated on: state + maps, plus the change of
@@ -157,6 +162,7 @@ impl ChunkCtx<'_> {
         self.m.free_blk.fill(0);
         set_range(self.m.free_blk, 0, n);
         self.m.full_blk.fill(0);
+        self.m.clean.fill(PAGE_SIZE as u16);
     }
 
     /// `pcpu_update_empty_pages`.
@@ -387,8 +393,9 @@ impl ChunkCtx<'_> {
     /// `pcpu_block_update_hint_alloc`: hints after allocating
     /// `[bit_off, bit_off + bits)`. Blocks are rescanned only where their
     /// contig hint was broken; the chunk hint only if the allocation
-    /// overlaps it.
-    fn block_update_hint_alloc(&mut self, bit_off: usize, bits: usize) {
+    /// overlaps it. `chunk_first`: the allocation started at the chunk's
+    /// `first_free` (before `alloc_area` moved it).
+    fn block_update_hint_alloc(&mut self, bit_off: usize, bits: usize, chunk_first: bool) {
         let s_index = bit_off / BLOCK_BITS;
         let e_index = (bit_off + bits - 1) / BLOCK_BITS;
         let s_off = bit_off % BLOCK_BITS;
@@ -400,7 +407,8 @@ impl ChunkCtx<'_> {
             nr_empty_pages += 1;
         }
         // first_free moves if the allocation takes its place.
-        if s_off == self.m.md[s_index].first_free as usize {
+        let block_first = s_off == self.m.md[s_index].first_free as usize;
+        if block_first {
             let ff = find_next_zero_bit(self.block_map(s_index), BLOCK_BITS, s_off + bits);
             self.m.md[s_index].first_free = ff as u32;
         }
@@ -423,7 +431,18 @@ impl ChunkCtx<'_> {
             if s_off == 0 {
                 sb.left_free = 0;
             }
-            self.block_refresh_hint(s_index);
+            if block_first
+                && sb.scan_hint == 0
+                && sb.contig_hint_start as usize == s_off
+                && (sb.contig_hint_start + sb.contig_hint) as usize == BLOCK_BITS
+            {
+                // Fast path, same result: the block was allocated up to
+                // s_off and free from there (first_free is exact when it is
+                // a free bit), so the rescan would find exactly the rest.
+                self.block_refresh_tail(s_index, s_off + bits);
+            } else {
+                self.block_refresh_hint(s_index);
+            }
         } else {
             // Update left and right free manually.
             sb.left_free = sb.left_free.min(s_off as u32);
@@ -490,7 +509,63 @@ impl ChunkCtx<'_> {
             bit_off,
             bit_off + bits,
         ) {
+            if chunk_first
+                && cm.scan_hint == 0
+                && cm.contig_hint_start as usize == bit_off
+                && (cm.contig_hint_start + cm.contig_hint) as usize == self.map_bits()
+            {
+                // Fast path, same result: allocated up to bit_off (the
+                // chunk's first_free is exact), free from there to the end.
+                self.chunk_refresh_tail(bit_off + bits);
+            } else {
+                self.chunk_refresh_hint(false);
+            }
+        }
+    }
+
+    /// `pcpu_block_refresh_hint` of block `index` when it is allocated
+    /// before `from` (block-relative, may exceed the block) and free from
+    /// there: the rescan's only region is `[from, BLOCK_BITS)`. Debug builds
+    /// check the result against the full rescan.
+    fn block_refresh_tail(&mut self, index: usize, from: usize) {
+        #[cfg(debug_assertions)]
+        let before = self.m.md[index];
+        let b = &mut self.m.md[index];
+        debug_assert_eq!(b.scan_hint, 0);
+        b.contig_hint = 0;
+        b.right_free = 0;
+        if from < BLOCK_BITS {
+            b.update(from, BLOCK_BITS);
+        }
+        #[cfg(debug_assertions)]
+        {
+            let fast = self.m.md[index];
+            self.m.md[index] = before;
+            self.block_refresh_hint(index);
+            debug_assert_eq!(fast, self.m.md[index], "block tail fast path");
+        }
+    }
+
+    /// `pcpu_chunk_refresh_hint(chunk, false)` when the chunk is allocated
+    /// before `from` and free from there to its end (scan hint 0): the walk's
+    /// only region is `[from, map_bits)`. Debug builds check the result
+    /// against the full walk.
+    fn chunk_refresh_tail(&mut self, from: usize) {
+        #[cfg(debug_assertions)]
+        let before = self.st.md;
+        let map_bits = self.map_bits();
+        let md = &mut self.st.md;
+        debug_assert_eq!(md.scan_hint, 0);
+        md.contig_hint = 0;
+        if from < map_bits {
+            md.update(from, map_bits);
+        }
+        #[cfg(debug_assertions)]
+        {
+            let fast = self.st.md;
+            self.st.md = before;
             self.chunk_refresh_hint(false);
+            debug_assert_eq!(fast, self.st.md, "chunk tail fast path");
         }
     }
 
@@ -754,11 +829,12 @@ impl ChunkCtx<'_> {
         set_bit(self.m.bound, bit_off + alloc_bits);
 
         self.st.free_bytes -= alloc_bits * MIN_ALLOC_SIZE;
-        if bit_off == self.st.md.first_free as usize {
+        let chunk_first = bit_off == self.st.md.first_free as usize;
+        if chunk_first {
             let ff = find_next_zero_bit(self.m.alloc, map_bits, bit_off + alloc_bits);
             self.st.md.first_free = ff as u32;
         }
-        self.block_update_hint_alloc(bit_off, alloc_bits);
+        self.block_update_hint_alloc(bit_off, alloc_bits, chunk_first);
         Some(bit_off)
     }
 
@@ -804,8 +880,39 @@ impl ChunkCtx<'_> {
         self.update_empty_pages((re - rs) as isize);
     }
 
+    /// Pages `[rs, re)` were just populated by a source whose populated
+    /// pages read as zero: they are known zero.
+    pub fn pages_zeroed(&mut self, rs: usize, re: usize) {
+        self.m.clean[rs..re].fill(0);
+    }
+
+    /// Records that `[off, off + size)` (bytes) is handed out and returns
+    /// the end of the part of it that may hold old data, `off` if none:
+    /// the caller clears `[off, end)` in every unit. Conservative: bytes
+    /// between a page's old mark and `off` are forgotten.
+    pub fn hand_out(&mut self, off: usize, size: usize) -> usize {
+        let end = off + size;
+        let mut dirty = off;
+        let mut p = off / PAGE_SIZE;
+        while p * PAGE_SIZE < end {
+            let base = p * PAGE_SIZE;
+            let lo = off.max(base) - base;
+            let hi = end.min(base + PAGE_SIZE) - base;
+            let mark = self.m.clean[p] as usize;
+            if mark > lo {
+                dirty = dirty.max(base + mark.min(hi));
+            }
+            if hi > mark {
+                self.m.clean[p] = hi as u16;
+            }
+            p += 1;
+        }
+        dirty
+    }
+
     /// `pcpu_chunk_depopulated`: pages `[rs, re)` were depopulated.
     pub fn chunk_depopulated(&mut self, rs: usize, re: usize) {
+        self.m.clean[rs..re].fill(PAGE_SIZE as u16);
         clear_range(self.m.populated, rs, re - rs);
         self.st.nr_populated -= re - rs;
         self.update_empty_pages(-((re - rs) as isize));
@@ -850,7 +957,7 @@ impl ChunkCtx<'_> {
             set_bit(self.m.bound, 0);
             set_bit(self.m.bound, offset_bits);
             self.st.md.first_free = offset_bits as u32;
-            self.block_update_hint_alloc(0, offset_bits);
+            self.block_update_hint_alloc(0, offset_bits, false);
         }
         if self.st.end_offset != 0 {
             // Hide the end of the bitmap.
@@ -858,7 +965,7 @@ impl ChunkCtx<'_> {
             set_range(self.m.alloc, map_bits - offset_bits, offset_bits);
             set_bit(self.m.bound, (start_offset + map_size) / MIN_ALLOC_SIZE);
             set_bit(self.m.bound, map_bits);
-            self.block_update_hint_alloc(map_bits - offset_bits, offset_bits);
+            self.block_update_hint_alloc(map_bits - offset_bits, offset_bits, false);
         }
         // The first chunk's empty pages are accounted by its owner.
         self.empty_delta = 0;
@@ -896,6 +1003,7 @@ pub(crate) struct MetaLayout {
     pop_words: usize,
     free_off: usize,
     full_off: usize,
+    clean_off: usize,
     blk_words: usize,
     /// Whole allocation, in pages.
     pub pages: usize,
@@ -915,7 +1023,8 @@ impl MetaLayout {
         let blk_words = words_for(nr_blocks);
         let free_off = pop_off + pop_words * 8;
         let full_off = free_off + blk_words * 8;
-        let total = full_off + blk_words * 8;
+        let clean_off = full_off + blk_words * 8;
+        let total = clean_off + nr_pages * 2;
         MetaLayout {
             alloc_off,
             alloc_words,
@@ -927,6 +1036,7 @@ impl MetaLayout {
             pop_words,
             free_off,
             full_off,
+            clean_off,
             blk_words,
             pages: total.div_ceil(PAGE_SIZE),
         }
@@ -1033,6 +1143,10 @@ impl Chunk {
                     populated: words(lay.pop_off, lay.pop_words),
                     free_blk: words(lay.free_off, lay.blk_words),
                     full_blk: words(lay.full_off, lay.blk_words),
+                    clean: core::slice::from_raw_parts_mut(
+                        b.add(lay.clean_off).cast::<u16>(),
+                        lay.nr_blocks,
+                    ),
                 },
                 empty_delta: 0,
             }
@@ -1055,6 +1169,7 @@ pub(crate) struct VecChunk {
     populated: std::vec::Vec<u64>,
     free_blk: std::vec::Vec<u64>,
     full_blk: std::vec::Vec<u64>,
+    clean: std::vec::Vec<u16>,
 }
 
 #[cfg(test)]
@@ -1071,6 +1186,7 @@ impl VecChunk {
             populated: vec![0; words_for(nr_pages)],
             free_blk: vec![0; words_for(nr_pages)],
             full_blk: vec![0; words_for(nr_pages)],
+            clean: vec![PAGE_SIZE as u16; nr_pages],
         };
         let mut ctx = c.ctx();
         ctx.init_md();
@@ -1089,6 +1205,7 @@ impl VecChunk {
                 populated: &mut self.populated,
                 free_blk: &mut self.free_blk,
                 full_blk: &mut self.full_blk,
+                clean: &mut self.clean,
             },
             empty_delta: 0,
         }

@@ -66,7 +66,8 @@
 //! bitmap is searched over at most the request plus one block, block hints
 //! are rescanned only where broken, and the chunk hint only if the
 //! allocation overlaps it. Non-atomic requests populate the pages under the
-//! area; every request zeroes the area in every unit.
+//! area; every request zeroes the area in every unit (except bytes known to
+//! be zero, see below).
 //!
 //! **Free** (`free_percpu`): the size comes from the boundary map; block
 //! hints are updated from the neighbouring hints or a bit search inside the
@@ -148,9 +149,22 @@
 //!   aligned clear bits a word at a time (it returns what the kernel's loop
 //!   returns; tested against it).
 //! * A bitmap of non-empty slots lets a request skip empty slots.
+//! * When an allocation starts at the first free bit of its block (or
+//!   chunk) and that block's (chunk's) contig hint is the free run from
+//!   there to the end, the hint refresh is computed directly: the rescan's
+//!   only region is the rest of that run (the sequential-fill case; debug
+//!   builds check every such shortcut against the full rescan).
 //! * Address -> chunk lookup uses a hash of the chunk-aligned address
 //!   instead of `struct page`.
 //! * The slow lock spins and yields instead of sleeping.
+//!
+//! One choice that does not touch the hints but differs from the kernel,
+//! which clears every area in every unit on allocation: a page source may
+//! promise that populated pages read as zero
+//! ([`PageSource::populates_zeroed`]; `MmapSource` does), and each chunk
+//! then keeps per page the offset from which the page has never been handed
+//! out since it was populated; an area is cleared only up to the end of its
+//! part that may have been handed out before.
 
 #![no_std]
 #![warn(missing_docs)]

@@ -873,11 +873,17 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         align: usize,
         flags: AllocFlags,
     ) -> Result<PcpuPtr, PcpuError> {
-        let (p, size) = self.pcpu_alloc(size, align, flags.reserved, flags.atomic, false)?;
-        for cpu in 0..self.geo.nr_units {
-            // SAFETY: the area is `size` bytes in every unit, populated, and
-            // ours until we return it.
-            unsafe { core::ptr::write_bytes(p.as_ptr().add(self.geo.unit_offset(cpu)), 0, size) };
+        let (p, _, dirty) = self.pcpu_alloc(size, align, flags.reserved, flags.atomic, false)?;
+        // Only the first `dirty` bytes may hold old data; the rest is known
+        // zero (see `PageSource::populates_zeroed`).
+        if dirty != 0 {
+            for cpu in 0..self.geo.nr_units {
+                // SAFETY: the area is at least `dirty` bytes in every unit,
+                // populated, and ours until we return it.
+                unsafe {
+                    core::ptr::write_bytes(p.as_ptr().add(self.geo.unit_offset(cpu)), 0, dirty)
+                };
+            }
         }
         Ok(PcpuPtr(p))
     }
@@ -888,16 +894,18 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
     #[cfg(all(feature = "std", not(loom)))]
     pub(crate) fn alloc_heap(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         match self.pcpu_alloc(size, align, false, true, true) {
-            Ok((p, _)) => Some(p),
+            Ok((p, _, _)) => Some(p),
             Err(PcpuError::NoMemory) => self
                 .pcpu_alloc(size, align, false, false, true)
                 .ok()
-                .map(|(p, _)| p),
+                .map(|(p, _, _)| p),
             Err(_) => None,
         }
     }
 
-    /// `pcpu_alloc`. Returns unit 0's address and the rounded size.
+    /// `pcpu_alloc`. Returns unit 0's address, the rounded size and how
+    /// many bytes from the start of the area may hold old data (the rest is
+    /// known zero in every unit).
     /// `quiet` atomic failures do not ask the balance work for more pages
     /// (the heap's first, opportunistic attempt).
     fn pcpu_alloc(
@@ -907,7 +915,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         reserved: bool,
         atomic: bool,
         quiet: bool,
-    ) -> Result<(NonNull<u8>, usize), PcpuError> {
+    ) -> Result<(NonNull<u8>, usize, usize), PcpuError> {
         let (bits, bit_align, size) = validate(size, align)?;
         let is_atomic = atomic || self.platform.in_interrupt();
         let slow = if is_atomic {
@@ -998,6 +1006,8 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
                 rs = e;
             }
         }
+        // SAFETY: lock held; `c` live; the area is ours and populated.
+        let dirty = unsafe { Chunk::ctx(c).hand_out(off, size) } - off;
         drop(g);
         drop(slow);
         if need_balance {
@@ -1005,7 +1015,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         }
         // SAFETY: `c` is live; its base is immutable; `off` lies in unit 0.
         let p = unsafe { NonNull::new_unchecked((*c.as_ptr()).base.as_ptr().add(off)) };
-        Ok((p, size))
+        Ok((p, size, dirty))
     }
 
     /// The slot search of `pcpu_alloc`: from the request's slot up to the
@@ -1129,6 +1139,9 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         unsafe {
             let mut ctx = Chunk::ctx(c);
             ctx.chunk_populated(rs, re);
+            if self.source.populates_zeroed() {
+                ctx.pages_zeroed(rs, re);
+            }
             let (delta, counted) = (ctx.empty_delta, !ctx.st.isolated);
             g.nr_populated += re - rs;
             if counted && (*c.as_ptr()).kind != ChunkKind::Reserved {

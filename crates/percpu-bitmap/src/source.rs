@@ -26,10 +26,16 @@ use crate::PAGE_SIZE;
 ///    range is readable and writable until [`depopulate`](Self::depopulate)
 ///    or `free_pages`; memory fresh from `alloc_pages` counts as populated
 ///    for sources whose `populate` does nothing. Contents after `depopulate`
-///    are unspecified (the allocator zeroes every area it hands out).
+///    are unspecified (the allocator clears every area it hands out, except
+///    bytes promise 4 says are zero).
 /// 3. No method calls back into the allocator that owns the source
 ///    (re-entrancy): they run with the allocator's slow lock
 ///    (`pcpu_alloc_mutex`) held, never with its data lock (`pcpu_lock`) held.
+/// 4. If [`populates_zeroed`](Self::populates_zeroed) returns `true`,
+///    every byte of a range reads as zero right after `populate` returned
+///    `true` for it (whether the range is fresh from `alloc_pages` or was
+///    depopulated before). The allocator then does not clear areas on such
+///    pages until it has handed the bytes out once.
 pub unsafe trait PageSource: Sync {
     /// Allocates `pages` pages aligned to `align` bytes.
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>>;
@@ -64,6 +70,13 @@ pub unsafe trait PageSource: Sync {
     unsafe fn depopulate(&self, ptr: NonNull<u8>, pages: usize) {
         let _ = (ptr, pages);
     }
+
+    /// Whether freshly populated pages read as zero (promise 4). The
+    /// default, `false`, makes the allocator clear every area it hands
+    /// out, as the kernel does.
+    fn populates_zeroed(&self) -> bool {
+        false
+    }
 }
 
 // SAFETY: forwards to `T`, which keeps the promises.
@@ -86,6 +99,10 @@ unsafe impl<T: PageSource + ?Sized> PageSource for &T {
     unsafe fn depopulate(&self, ptr: NonNull<u8>, pages: usize) {
         // SAFETY: forwarded contract.
         unsafe { (**self).depopulate(ptr, pages) }
+    }
+    #[inline]
+    fn populates_zeroed(&self) -> bool {
+        (**self).populates_zeroed()
     }
 }
 
@@ -330,5 +347,11 @@ unsafe impl PageSource for MmapSource {
         // SAFETY: the range is inside one of our mappings and holds no live
         // data (caller).
         unsafe { libc::madvise(ptr.as_ptr().cast(), pages * PAGE_SIZE, libc::MADV_DONTNEED) };
+    }
+
+    /// Fresh anonymous memory reads as zero, and so does memory after
+    /// `MADV_DONTNEED` (private anonymous mapping).
+    fn populates_zeroed(&self) -> bool {
+        true
     }
 }

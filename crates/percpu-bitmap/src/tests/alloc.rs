@@ -648,3 +648,70 @@ fn chunk_struct_is_small() {
     // The header plus maps of a 32 KiB-unit chunk fit in one page.
     assert!(core::mem::size_of::<Chunk>() < 512);
 }
+
+/// A heap source that promises zeroed populated pages (its depopulate
+/// zeroes instead of poisoning), so the allocator skips clearing bytes it
+/// knows are zero.
+struct ZeroingHeap(HeapSource);
+
+// SAFETY: forwards to HeapSource, whose promises hold; depopulated pages
+// are zeroed, so populated pages read as zero (promise 4).
+unsafe impl crate::PageSource for ZeroingHeap {
+    fn alloc_pages(&self, pages: usize, align: usize) -> Option<core::ptr::NonNull<u8>> {
+        self.0.alloc_pages(pages, align)
+    }
+    unsafe fn free_pages(&self, ptr: core::ptr::NonNull<u8>, pages: usize, align: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.free_pages(ptr, pages, align) }
+    }
+    unsafe fn depopulate(&self, ptr: core::ptr::NonNull<u8>, pages: usize) {
+        // SAFETY: the range is ours and holds no live data (caller).
+        unsafe { core::ptr::write_bytes(ptr.as_ptr(), 0, pages * PAGE_SIZE) }
+    }
+    fn populates_zeroed(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn known_zero_areas_skip_clearing_but_reused_bytes_are_cleared() {
+    let a = PcpuAllocator::new(
+        TestPlatform::pinned(2),
+        ZeroingHeap(HeapSource::new()),
+        Config::new(UNIT).units(2),
+    )
+    .unwrap();
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut live: Vec<(PcpuPtr, usize)> = Vec::new();
+    let steps = if cfg!(miri) { 150 } else { 3000 };
+    for step in 0..steps {
+        if live.is_empty() || rng.below(3) != 0 {
+            let size = 4 * (1 + rng.below(if cfg!(miri) { 16 } else { 300 }));
+            let align = 4 << rng.below(4);
+            let p = a.alloc(size, align).unwrap();
+            // Every byte reads zero in every unit, whether cleared or known
+            // zero; then dirty it all.
+            for cpu in 0..a.nr_units() {
+                let q = a.per_cpu_ptr(p, cpu).as_ptr();
+                for i in 0..size {
+                    // SAFETY: the area is `size` bytes in every unit, live.
+                    unsafe {
+                        assert_eq!(q.add(i).read(), 0, "step {step} cpu {cpu} byte {i}");
+                        q.add(i).write(0xa5);
+                    }
+                }
+            }
+            live.push((p, size));
+        } else {
+            let (p, _) = live.swap_remove(rng.below(live.len()));
+            a.free(p);
+        }
+        if step % 500 == 499 {
+            a.balance();
+        }
+    }
+    for (p, _) in live {
+        a.free(p);
+    }
+    a.balance();
+}
