@@ -321,7 +321,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// A cache sized from the source's page size and the platform's CPU
-    /// count; an invalid size or alignment is an error.
+    /// count (`slub_max_order` 3); an invalid size or alignment is an error.
     pub fn create(
         name: &'static str,
         size: usize,
@@ -336,6 +336,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             max_order: 3,
             page_max_order: source.max_order().get(),
         };
+        Self::create_with(name, size, align, flags, g, source, platform)
+    }
+
+    /// [`create`](Self::create) with an explicit geometry (e.g. another
+    /// `slub_max_order`).
+    pub fn create_with(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        g: Geometry,
+        source: S,
+        platform: P,
+    ) -> Result<Self, CacheError> {
         let lay = calculate_layout(size, align, flags, &g)?;
         Ok(build_cache!(
             name,
@@ -350,6 +364,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Marks the cache as kmalloc class `i` (its slabs' tags say so, and
     /// `kfree` finds the cache from them).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) const fn with_kmalloc_index(mut self, i: usize) -> Self {
         self.kidx = i as u8 + 1;
         self

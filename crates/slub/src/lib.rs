@@ -113,5 +113,7 @@ pub use crate::layout::{CacheError, CacheLayout, Geometry, OrderObjects, SlabFla
 pub use crate::source::SlabSource;
 pub use crate::stats::{SlubStat, SlubStats};
 
+#[cfg(all(any(test, feature = "testing"), not(loom)))]
+pub mod testing;
 #[cfg(all(test, not(loom)))]
 mod tests;

@@ -2,76 +2,24 @@
 //! memory with the deterministic test platform (pinned: the lockless fast
 //! path; locked: the PREEMPT_RT path).
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::boxed::Box;
-use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::string::String;
 use std::vec::Vec;
 use std::{format, vec};
 
-use buddy::{Buddy, Config, Tunables};
+use buddy::Buddy;
 use local_lock::test_platform::TestPlatform;
 use proptest::prelude::*;
 
+use crate::testing::{fill, holds, run_machine, Cache, Mem, Op, CPUS, PAGE};
 use crate::{
     kmalloc_class, kmalloc_index, FreeError, Geometry, Kmalloc, KmemCache, SlabFlags, SlubStat,
     KMALLOC_SIZES, ZERO_SIZE_PTR,
 };
 
-const PAGE: usize = 4096;
-const MAX_ORDER: u8 = if cfg!(miri) { 4 } else { 10 };
-const CPUS: usize = 4;
-
-/// A buddy over heap memory.
-struct Mem {
-    buddy: Box<Buddy<TestPlatform>>,
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl Mem {
-    fn new(mib: usize) -> Mem {
-        let bytes = if cfg!(miri) { 1 << 20 } else { mib << 20 };
-        let layout = Layout::from_size_align(bytes, PAGE << MAX_ORDER).unwrap();
-        // SAFETY: non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
-        let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
-        // SAFETY: the memory lives as long as `Mem` and nothing else uses it.
-        unsafe { buddy.add_region(ptr, bytes, true).unwrap() };
-        Mem { buddy, ptr, layout }
-    }
-
-    fn all_free(&self) -> bool {
-        self.buddy.total_free_pages() == self.buddy.total_managed_pages()
-    }
-}
-
-impl Drop for Mem {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) };
-    }
-}
-
-type Cache<'a> = KmemCache<&'a Buddy<TestPlatform>, TestPlatform, CPUS>;
-
 fn cache<'a>(m: &'a Mem, size: usize, p: TestPlatform, flags: SlabFlags) -> Cache<'a> {
     KmemCache::create("test", size, 8, flags, &*m.buddy, p).unwrap()
-}
-
-fn fill(p: NonNull<u8>, n: usize, v: u8) {
-    // SAFETY: the caller's live object of at least `n` bytes.
-    unsafe { p.as_ptr().write_bytes(v, n) }
-}
-
-fn holds(p: NonNull<u8>, n: usize, v: u8) -> bool {
-    // SAFETY: as in `fill`.
-    unsafe { std::slice::from_raw_parts(p.as_ptr(), n) }
-        .iter()
-        .all(|&b| b == v)
 }
 
 #[test]
@@ -550,147 +498,16 @@ fn kfree_inside_a_large_block_panics() {
     }
 }
 
-// ------------------------------------------------------------ proptest
-
-#[derive(Clone, Debug)]
-enum Op {
-    /// Allocate from cache `c` (index) on CPU `cpu`.
-    Alloc { c: usize, cpu: usize },
-    /// kmalloc of `size` on `cpu`.
-    Kmalloc { size: usize, cpu: usize },
-    /// Free live object `i` (mod live count) on `cpu` (kfree for kmalloc
-    /// objects: without the size).
-    Free { i: usize, cpu: usize },
-    /// Flush one CPU (locked platform: remote), or the local one.
-    Flush { cpu: usize },
-    /// Shrink cache `c`.
-    Shrink { c: usize },
-}
-
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..3usize, 0..CPUS).prop_map(|(c, cpu)| Op::Alloc { c, cpu }),
-        3 => (1..20_000usize, 0..CPUS).prop_map(|(size, cpu)| Op::Kmalloc { size, cpu }),
-        7 => (any::<usize>(), 0..CPUS).prop_map(|(i, cpu)| Op::Free { i, cpu }),
+        6 => (0..3usize, 0..CPUS, any::<bool>()).prop_map(|(c, cpu, irq)| Op::Alloc { c, cpu, irq }),
+        3 => (1..20_000usize, 0..CPUS, any::<bool>())
+            .prop_map(|(size, cpu, irq)| Op::Kmalloc { size, cpu, irq }),
+        7 => (any::<usize>(), 0..CPUS, any::<bool>()).prop_map(|(i, cpu, irq)| Op::Free { i, cpu, irq }),
         1 => (0..CPUS).prop_map(|cpu| Op::Flush { cpu }),
+        1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::FlushRemote { cpu, from }),
         1 => (0..3usize).prop_map(|c| Op::Shrink { c }),
     ]
-}
-
-struct Live {
-    ptr: NonNull<u8>,
-    size: usize,
-    /// `None` for kmalloc, else the cache index.
-    cache: Option<usize>,
-    tag: u8,
-}
-
-fn run_machine(ops: &[Op], p: TestPlatform) {
-    let m = Mem::new(32);
-    let sizes = [24usize, 200, 3000];
-    let mut caches: Vec<Cache<'_>> = sizes
-        .iter()
-        .map(|&s| KmemCache::create("prop", s, 8, SlabFlags::NONE, &*m.buddy, p).unwrap())
-        .collect();
-    let k = Kmalloc::<_, _, CPUS>::new(&*m.buddy, p, Geometry::new(CPUS));
-    let mut live: Vec<Live> = Vec::new();
-    let mut ranges: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut tag = 0u8;
-    for op in ops {
-        match *op {
-            Op::Alloc { c, cpu } => {
-                p.set_cpu(cpu);
-                let Some(o) = caches[c].alloc() else { continue };
-                tag = tag.wrapping_add(1);
-                add(&mut ranges, o, sizes[c]);
-                fill(o, sizes[c], tag);
-                live.push(Live {
-                    ptr: o,
-                    size: sizes[c],
-                    cache: Some(c),
-                    tag,
-                });
-            }
-            Op::Kmalloc { size, cpu } => {
-                p.set_cpu(cpu);
-                let Some(o) = k.kmalloc(size, 8) else {
-                    continue;
-                };
-                tag = tag.wrapping_add(1);
-                assert!(k.ksize(o) >= size);
-                add(&mut ranges, o, size);
-                fill(o, size, tag);
-                live.push(Live {
-                    ptr: o,
-                    size,
-                    cache: None,
-                    tag,
-                });
-            }
-            Op::Free { i, cpu } => {
-                if live.is_empty() {
-                    continue;
-                }
-                p.set_cpu(cpu);
-                let l = live.swap_remove(i % live.len());
-                assert!(
-                    holds(l.ptr, l.size, l.tag),
-                    "contents of {:p} changed",
-                    l.ptr
-                );
-                ranges.remove(&(l.ptr.as_ptr() as usize));
-                // SAFETY: live, allocated from there.
-                unsafe {
-                    match l.cache {
-                        Some(c) => caches[c].free(l.ptr),
-                        None => k.kfree(l.ptr.as_ptr()),
-                    }
-                }
-            }
-            Op::Flush { cpu } => {
-                p.set_cpu(cpu);
-                for c in &caches {
-                    c.flush_local();
-                }
-                k.flush_local();
-            }
-            Op::Shrink { c } => {
-                caches[c].shrink();
-            }
-        }
-        for c in &mut caches {
-            c.validate();
-        }
-    }
-    for l in live.drain(..) {
-        assert!(holds(l.ptr, l.size, l.tag));
-        // SAFETY: live.
-        unsafe {
-            match l.cache {
-                Some(c) => caches[c].free(l.ptr),
-                None => k.kfree(l.ptr.as_ptr()),
-            }
-        }
-    }
-    for c in &mut caches {
-        c.validate();
-        assert_eq!(c.destroy(), Ok(()));
-    }
-    drop(caches);
-    drop(k);
-    assert!(m.all_free(), "everything back in the buddy");
-}
-
-fn add(ranges: &mut BTreeMap<usize, usize>, o: NonNull<u8>, size: usize) {
-    let a = o.as_ptr() as usize;
-    assert_eq!(a % 8, 0, "misaligned");
-    if let Some((&s, &n)) = ranges.range(..=a).next_back() {
-        assert!(s + n <= a, "{a:#x} overlaps {s:#x}+{n}");
-    }
-    if let Some((&s, _)) = ranges.range(a..).next() {
-        assert!(a + size <= s, "{a:#x}+{size} overlaps {s:#x}");
-    }
-    ranges.insert(a, size);
 }
 
 proptest! {

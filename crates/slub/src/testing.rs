@@ -1,0 +1,237 @@
+//! The reference harness of this crate's tests and of the cargo-fuzz
+//! target: a buddy on heap memory, an operation set, and [`run_machine`],
+//! which applies operations across simulated CPUs (and interrupt contexts)
+//! to three caches and a kmalloc, checking after every one: no overlap,
+//! alignment, contents preserved, `ksize` covers the request, and every
+//! cache's invariants ([`KmemCache::validate`]: lists, counts, the frozen
+//! rule); at the end every cache is destroyed without complaint and every
+//! page is back in the buddy.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::boxed::Box;
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::vec::Vec;
+
+use buddy::{Buddy, Config, Tunables};
+use local_lock::test_platform::TestPlatform;
+
+use crate::{Geometry, KmemCache, Kmalloc, SlabFlags};
+
+/// Page size of the harness.
+pub const PAGE: usize = 4096;
+/// Largest order of the harness's buddy.
+pub const MAX_ORDER: u8 = if cfg!(miri) { 4 } else { 10 };
+/// Simulated CPUs.
+pub const CPUS: usize = 4;
+
+/// A buddy over heap memory.
+pub struct Mem {
+    /// The buddy.
+    pub buddy: Box<Buddy<TestPlatform>>,
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Mem {
+    /// `mib` MiB of zeroed heap memory (1 MiB under miri).
+    pub fn new(mib: usize) -> Mem {
+        let bytes = if cfg!(miri) { 1 << 20 } else { mib << 20 };
+        let layout = Layout::from_size_align(bytes, PAGE << MAX_ORDER).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
+        let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
+        // SAFETY: the memory lives as long as `Mem` and nothing else uses it.
+        unsafe { buddy.add_region(ptr, bytes, true).unwrap() };
+        Mem { buddy, ptr, layout }
+    }
+
+    /// Whether every page is free in the buddy.
+    pub fn all_free(&self) -> bool {
+        self.buddy.total_free_pages() == self.buddy.total_managed_pages()
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// A cache of the harness.
+pub type Cache<'a> = KmemCache<&'a Buddy<TestPlatform>, TestPlatform, CPUS>;
+
+/// Fills `n` bytes of a live object with `v`.
+pub fn fill(p: NonNull<u8>, n: usize, v: u8) {
+    // SAFETY: the caller's live object of at least `n` bytes.
+    unsafe { p.as_ptr().write_bytes(v, n) }
+}
+
+/// Whether `n` bytes of a live object all read `v`.
+pub fn holds(p: NonNull<u8>, n: usize, v: u8) -> bool {
+    // SAFETY: as in `fill`.
+    unsafe { std::slice::from_raw_parts(p.as_ptr(), n) }
+        .iter()
+        .all(|&b| b == v)
+}
+
+
+/// One step of the machine (fields are described on each variant).
+#[derive(Clone, Debug)]
+#[allow(missing_docs)]
+pub enum Op {
+    /// Allocate from cache `c` (index, mod 3) on CPU `cpu` (mod CPUS), in an
+    /// interrupt handler if `irq`.
+    Alloc { c: usize, cpu: usize, irq: bool },
+    /// kmalloc of `size` (1..=20000 after clamping) on `cpu`.
+    Kmalloc { size: usize, cpu: usize, irq: bool },
+    /// Free live object `i` (mod live count) on `cpu` (kfree for kmalloc
+    /// objects: without the size).
+    Free { i: usize, cpu: usize, irq: bool },
+    /// Flush the slabs of CPU `cpu` from that CPU.
+    Flush { cpu: usize },
+    /// Flush CPU `cpu` from CPU `from` (only the locked platform allows it;
+    /// elsewhere it is refused and nothing happens).
+    FlushRemote { cpu: usize, from: usize },
+    /// Shrink cache `c`.
+    Shrink { c: usize },
+}
+
+struct Live {
+    ptr: NonNull<u8>,
+    size: usize,
+    /// `None` for kmalloc, else the cache index.
+    cache: Option<usize>,
+    tag: u8,
+}
+
+/// Runs `ops` on platform `p` (pinned: lockless fast paths; locked: the
+/// RT path), checking everything after every step.
+pub fn run_machine(ops: &[Op], p: TestPlatform) {
+    let m = Mem::new(32);
+    let sizes = [24usize, 200, 3000];
+    let mut caches: Vec<Cache<'_>> = sizes
+        .iter()
+        .map(|&s| KmemCache::create("prop", s, 8, SlabFlags::NONE, &*m.buddy, p).unwrap())
+        .collect();
+    let k = Kmalloc::<_, _, CPUS>::new(&*m.buddy, p, Geometry::new(CPUS));
+    let mut live: Vec<Live> = Vec::new();
+    let mut ranges: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut tag = 0u8;
+    let ctx = |irq: bool, f: &mut dyn FnMut()| {
+        if irq {
+            p.interrupt(f).expect("interrupts are enabled between operations");
+        } else {
+            f()
+        }
+    };
+    for op in ops {
+        match *op {
+            Op::Alloc { c, cpu, irq } => {
+                let c = c % caches.len();
+                p.set_cpu(cpu % CPUS);
+                let mut got = None;
+                ctx(irq, &mut || got = caches[c].alloc());
+                let Some(o) = got else { continue };
+                tag = tag.wrapping_add(1);
+                add(&mut ranges, o, sizes[c]);
+                fill(o, sizes[c], tag);
+                live.push(Live {
+                    ptr: o,
+                    size: sizes[c],
+                    cache: Some(c),
+                    tag,
+                });
+            }
+            Op::Kmalloc { size, cpu, irq } => {
+                let size = size.clamp(1, 20_000);
+                p.set_cpu(cpu % CPUS);
+                let mut got = None;
+                ctx(irq, &mut || got = k.kmalloc(size, 8));
+                let Some(o) = got else { continue };
+                tag = tag.wrapping_add(1);
+                assert!(k.ksize(o) >= size);
+                add(&mut ranges, o, size);
+                fill(o, size, tag);
+                live.push(Live {
+                    ptr: o,
+                    size,
+                    cache: None,
+                    tag,
+                });
+            }
+            Op::Free { i, cpu, irq } => {
+                if live.is_empty() {
+                    continue;
+                }
+                p.set_cpu(cpu % CPUS);
+                let l = live.swap_remove(i % live.len());
+                assert!(
+                    holds(l.ptr, l.size, l.tag),
+                    "contents of {:p} changed",
+                    l.ptr
+                );
+                ranges.remove(&(l.ptr.as_ptr() as usize));
+                // SAFETY: live, allocated from there.
+                ctx(irq, &mut || unsafe {
+                    match l.cache {
+                        Some(c) => caches[c].free(l.ptr),
+                        None => k.kfree(l.ptr.as_ptr()),
+                    }
+                });
+            }
+            Op::Flush { cpu } => {
+                p.set_cpu(cpu % CPUS);
+                for c in &caches {
+                    c.flush_local();
+                }
+                k.flush_local();
+            }
+            Op::FlushRemote { cpu, from } => {
+                p.set_cpu(from % CPUS);
+                for c in &caches {
+                    c.flush_cpu(cpu % CPUS);
+                }
+            }
+            Op::Shrink { c } => {
+                caches[c % 3].shrink();
+            }
+        }
+        for c in &mut caches {
+            c.validate();
+        }
+    }
+    for l in live.drain(..) {
+        assert!(holds(l.ptr, l.size, l.tag));
+        // SAFETY: live.
+        unsafe {
+            match l.cache {
+                Some(c) => caches[c].free(l.ptr),
+                None => k.kfree(l.ptr.as_ptr()),
+            }
+        }
+    }
+    for c in &mut caches {
+        c.validate();
+        assert_eq!(c.destroy(), Ok(()));
+    }
+    drop(caches);
+    drop(k);
+    assert!(m.all_free(), "everything back in the buddy");
+}
+
+fn add(ranges: &mut BTreeMap<usize, usize>, o: NonNull<u8>, size: usize) {
+    let a = o.as_ptr() as usize;
+    assert_eq!(a % 8, 0, "misaligned");
+    if let Some((&s, &n)) = ranges.range(..=a).next_back() {
+        assert!(s + n <= a, "{a:#x} overlaps {s:#x}+{n}");
+    }
+    if let Some((&s, _)) = ranges.range(a..).next() {
+        assert!(a + size <= s, "{a:#x}+{size} overlaps {s:#x}");
+    }
+    ranges.insert(a, size);
+}
+

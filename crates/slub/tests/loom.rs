@@ -1,0 +1,290 @@
+//! Loom models of the SLUB protocols: the lockless `(freelist, tid)` fast
+//! path against remote frees into the same (frozen) slab; remote frees
+//! racing with deactivation; node partial-list moves against concurrent
+//! frees; a full slab frozen onto a CPU partial list while other CPUs free
+//! into it; and, with the locked (PREEMPT_RT) strategy, two contexts on one
+//! CPU whose slow paths drop and re-take the local lock (the installed-
+//! meanwhile flush).
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p slub
+//! --release --test loom`.
+//!
+//! Not modelled here: the lockless fast path against an interrupt on the
+//! *same* CPU. A loom "interrupt" is a concurrent thread, while a real one
+//! freezes the task it interrupts; the slow path relies on that freezing
+//! (it runs with interrupts masked, and the task cannot run meanwhile). The
+//! deterministic test platform covers it instead: interrupts fired at every
+//! hook point of the fast path (`interrupts_inside_the_lockless_fast_path`)
+//! and interrupt-context operations in the state machine and fuzz target.
+//!
+//! Memory: a buddy of 64-byte pages, 8 pages, 16-byte objects, slabs of
+//! order 0 (4 objects each); descriptors placed with `add_span`.
+#![cfg(loom)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+
+use buddy::{AllocFlags, BlockRef, Buddy, Config, Order, Page, Tunables};
+use local_lock::loom_platform::{model, LoomPlatform};
+use local_lock::Strategy;
+use loom::sync::Arc;
+use loom::thread;
+use slub::{Geometry, KmemCache, SlabFlags, SlabSource, SlubStat};
+
+const PAGE: usize = 64;
+const PAGES: usize = 8;
+const OBJ: usize = 16;
+const ARENA: Layout = match Layout::from_size_align(PAGE * PAGES, PAGE * PAGES) {
+    Ok(l) => l,
+    Err(_) => panic!(),
+};
+
+/// A buddy over 8 pages.
+struct Heap {
+    b: Buddy<LoomPlatform>,
+    arena: *mut u8,
+    mm: *mut u8,
+    mm_layout: Layout,
+}
+
+// SAFETY: the raw pointers name memory the heap owns; the buddy guards it.
+unsafe impl Send for Heap {}
+// SAFETY: as above.
+unsafe impl Sync for Heap {}
+
+impl Heap {
+    fn new(p: &LoomPlatform) -> Heap {
+        let cfg = Config::new(PAGE, 3).with_tunables(Tunables::NO_MIN);
+        let b = Buddy::new(p.clone(), cfg);
+        // SAFETY: non-zero size.
+        let arena = unsafe { alloc_zeroed(ARENA) };
+        let mm_layout = Layout::from_size_align(b.memmap_bytes(PAGE * PAGES), 64).unwrap();
+        // SAFETY: non-zero size.
+        let mm = unsafe { alloc_zeroed(mm_layout) };
+        // SAFETY: both live as long as the heap.
+        unsafe {
+            b.add_span(arena, PAGE * PAGES, mm, false).unwrap();
+            b.add_region(arena, PAGE * PAGES, true).unwrap();
+        }
+        Heap {
+            b,
+            arena,
+            mm,
+            mm_layout,
+        }
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`.
+        unsafe {
+            dealloc(self.arena, ARENA);
+            dealloc(self.mm, self.mm_layout);
+        }
+    }
+}
+
+// SAFETY: forwards to the buddy.
+unsafe impl SlabSource for Heap {
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+    fn max_order(&self) -> Order {
+        self.b.config().max_order()
+    }
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        self.b.alloc_pages(order, flags)
+    }
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.b.free_pages(ptr, order) }
+    }
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.b.owner_of(addr)
+    }
+}
+
+type Cache = KmemCache<Heap, LoomPlatform, 3>;
+
+fn setup(cpus: usize, strategy: Strategy, flags: SlabFlags) -> (LoomPlatform, Arc<Cache>) {
+    let p = LoomPlatform::new(cpus, strategy);
+    let g = Geometry {
+        page_size: PAGE,
+        nr_cpus: 1,
+        max_order: 0,
+        page_max_order: 3,
+    };
+    let c = KmemCache::create_with("loom", OBJ, 8, flags, g, Heap::new(&p), p.clone()).unwrap();
+    assert_eq!(c.layout().oo.objects, 4);
+    (p, Arc::new(c))
+}
+
+/// Allocates, writes a pattern and checks it: an object handed out twice
+/// would be overwritten by the other owner.
+fn take(c: &Cache, v: u8) -> usize {
+    let o = c.alloc().expect("the heap has room");
+    // SAFETY: ours.
+    unsafe { o.as_ptr().write_bytes(v, OBJ) };
+    o.as_ptr() as usize
+}
+
+fn give(c: &Cache, o: usize, v: u8) {
+    let p = o as *mut u8;
+    // SAFETY: ours until the free.
+    let s = unsafe { std::slice::from_raw_parts(p, OBJ) };
+    assert!(s.iter().all(|&b| b == v), "object {o:#x} handed out twice");
+    // SAFETY: allocated from `c`, freed once.
+    unsafe { c.free(NonNull::new(p).unwrap()) };
+}
+
+/// Flushes every CPU from the CPU itself, checks the invariants and that
+/// destroy finds nothing allocated, and that every page went back.
+fn finish(p: &LoomPlatform, c: Arc<Cache>, cpus: usize) {
+    for cpu in 0..cpus {
+        p.set_cpu(cpu);
+        c.flush_local();
+    }
+    p.set_cpu(0);
+    let mut c = Arc::try_unwrap(c).ok().expect("all threads joined");
+    c.validate();
+    assert_eq!(c.destroy(), Ok(()));
+    assert_eq!(c.nr_slabs(), 0);
+    let b = &c.source().b;
+    assert_eq!(b.total_free_pages(), PAGES, "every slab back in the buddy");
+}
+
+/// CPU 0 allocates and frees through the lockless fast path while CPU 1
+/// frees an object of CPU 0's slab (a remote free into a frozen slab).
+#[test]
+fn fast_path_vs_remote_free() {
+    model("fast_path_vs_remote_free", || {
+        let (p, c) = setup(2, Strategy::Pinned, SlabFlags::NONE);
+        p.set_cpu(0);
+        let a = take(&c, 0xa1);
+        assert!(c.lockless());
+        let t = {
+            let (p, c) = (p.clone(), c.clone());
+            thread::spawn(move || {
+                p.set_cpu(1);
+                give(&c, a, 0xa1);
+            })
+        };
+        let x = take(&c, 0x11);
+        let y = take(&c, 0x22);
+        give(&c, x, 0x11);
+        give(&c, y, 0x22);
+        t.join().unwrap();
+        assert!(c.stats().get(SlubStat::FREE_FASTPATH) >= 2);
+        finish(&p, c, 2);
+    });
+}
+
+/// Two remote frees into CPU 0's slab race with CPU 0 deactivating it
+/// (flush): none may be lost, the slab ends on the right list.
+#[test]
+fn remote_frees_vs_deactivation() {
+    model("remote_frees_vs_deactivation", || {
+        let (p, c) = setup(3, Strategy::Pinned, SlabFlags::NONE);
+        p.set_cpu(0);
+        let a = take(&c, 1);
+        let b = take(&c, 2);
+        let ts: Vec<_> = [(1, a, 1u8), (2, b, 2u8)]
+            .into_iter()
+            .map(|(cpu, o, v)| {
+                let (p, c) = (p.clone(), c.clone());
+                thread::spawn(move || {
+                    p.set_cpu(cpu);
+                    give(&c, o, v);
+                })
+            })
+            .collect();
+        c.flush_local();
+        for t in ts {
+            t.join().unwrap();
+        }
+        finish(&p, c, 3);
+    });
+}
+
+/// A remote free turns a full slab into a partial one (no CPU partial
+/// lists: straight onto the node list under `list_lock`) while CPU 0
+/// deactivates its slab onto the node list and then takes a slab from it.
+#[test]
+fn partial_list_moves_vs_concurrent_free() {
+    model("partial_list_moves_vs_concurrent_free", || {
+        let (p, c) = setup(2, Strategy::Pinned, SlabFlags::NO_CPU_PARTIAL);
+        p.set_cpu(0);
+        // Slab 1 full (4 objects), slab 2 installed with one object taken.
+        let objs: Vec<usize> = (0..5).map(|i| take(&c, i as u8)).collect();
+        let t = {
+            let (p, c) = (p.clone(), c.clone());
+            let o = objs[0];
+            thread::spawn(move || {
+                p.set_cpu(1);
+                give(&c, o, 0);
+            })
+        };
+        c.flush_local();
+        let z = take(&c, 0x77);
+        t.join().unwrap();
+        give(&c, z, 0x77);
+        for (i, o) in objs.iter().enumerate().skip(1) {
+            give(&c, *o, i as u8);
+        }
+        finish(&p, c, 2);
+    });
+}
+
+/// CPU 1 frees into a full slab, freezing it onto its CPU partial list
+/// (`put_cpu_partial`), then allocates from it, while CPU 0 frees another
+/// object of the same slab (into a slab that is frozen, or not yet).
+#[test]
+fn freeze_onto_cpu_partial_vs_remote_free() {
+    model("freeze_onto_cpu_partial_vs_remote_free", || {
+        let (p, c) = setup(2, Strategy::Pinned, SlabFlags::NONE);
+        p.set_cpu(0);
+        let objs: Vec<usize> = (0..5).map(|i| take(&c, i as u8)).collect();
+        let t = {
+            let (p, c) = (p.clone(), c.clone());
+            let o = objs[0];
+            thread::spawn(move || {
+                p.set_cpu(1);
+                give(&c, o, 0);
+                let n = take(&c, 0x55);
+                give(&c, n, 0x55);
+            })
+        };
+        give(&c, objs[1], 1);
+        t.join().unwrap();
+        for (i, o) in objs.iter().enumerate().skip(2) {
+            give(&c, *o, i as u8);
+        }
+        finish(&p, c, 2);
+    });
+}
+
+/// Locked strategy (PREEMPT_RT): two contexts on the same CPU allocate into
+/// an empty cache. Each drops the local lock to get a slab; the second to
+/// re-take it finds a slab installed meanwhile and flushes it
+/// (`CPUSLAB_FLUSH`), or uses the first one's.
+#[test]
+fn rt_slow_paths_on_one_cpu() {
+    model("rt_slow_paths_on_one_cpu", || {
+        let (p, c) = setup(2, Strategy::Locked, SlabFlags::NONE);
+        assert!(!c.lockless());
+        let t = {
+            let (p, c) = (p.clone(), c.clone());
+            thread::spawn(move || {
+                p.set_cpu(0);
+                let o = take(&c, 0x31);
+                give(&c, o, 0x31);
+            })
+        };
+        p.set_cpu(0);
+        let o = take(&c, 0x42);
+        give(&c, o, 0x42);
+        t.join().unwrap();
+        finish(&p, c, 2);
+    });
+}
