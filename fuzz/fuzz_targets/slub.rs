@@ -35,15 +35,26 @@ impl From<FuzzOp> for Op {
     fn from(o: FuzzOp) -> Op {
         let cpu = |c: u8| c as usize % CPUS;
         match o {
-            FuzzOp::Alloc { c, cpu: k, irq } => Op::Alloc { c: c as usize, cpu: cpu(k), irq },
+            FuzzOp::Alloc { c, cpu: k, irq } => Op::Alloc {
+                c: c as usize,
+                cpu: cpu(k),
+                irq,
+            },
             FuzzOp::Kmalloc { size, cpu: k, irq } => Op::Kmalloc {
                 size: size as usize,
                 cpu: cpu(k),
                 irq,
             },
-            FuzzOp::Free { i, cpu: k, irq } => Op::Free { i: i as usize, cpu: cpu(k), irq },
+            FuzzOp::Free { i, cpu: k, irq } => Op::Free {
+                i: i as usize,
+                cpu: cpu(k),
+                irq,
+            },
             FuzzOp::Flush { cpu: k } => Op::Flush { cpu: cpu(k) },
-            FuzzOp::FlushRemote { cpu: k, from } => Op::FlushRemote { cpu: cpu(k), from: cpu(from) },
+            FuzzOp::FlushRemote { cpu: k, from } => Op::FlushRemote {
+                cpu: cpu(k),
+                from: cpu(from),
+            },
             FuzzOp::Shrink { c } => Op::Shrink { c: c as usize },
         }
     }

@@ -128,7 +128,7 @@ unsafe impl Platform for LoomPlatform {
 }
 
 /// Runs a loom model with the preemption bound from `LOOM_MAX_PREEMPTIONS`
-/// (2 when unset), stacks of at least 1 MiB, and prints how many executions loom explored and how
+/// (2 when unset) and prints how many executions loom explored and how
 /// long it took, so every crate's `tests/loom.rs` reports the same way.
 pub fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -136,9 +136,6 @@ pub fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
     if b.preemption_bound.is_none() {
         b.preemption_bound = Some(2);
     }
-    // Allocator state (a buddy, a cache with per-CPU slots) is built on the
-    // model's stack: give the coroutines 1 MiB (loom's default is 64 KiB).
-    b.stack_size = b.stack_size.max(1 << 20);
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
     let bound = b.preemption_bound;

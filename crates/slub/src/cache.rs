@@ -584,11 +584,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if fl != 0 {
             let cpu = g.cpu();
             g.freelist = self.get_fp(fl);
-            g.tid = Self::next_tid(g.tid, cpu);
+            // Locked mode: the tid only counts transactions (no CAS reads
+            // it), so no CPU-naming start value is needed.
+            g.tid = g.tid.wrapping_add(Self::TID_STEP);
             self.stat_cpu(cpu, SlubStat::ALLOC_FASTPATH);
             return Some(Self::obj_ptr(fl));
         }
-        self.slab_alloc_slow(g)
+        // The slow path re-takes the lock: passing the guard along would
+        // keep it in memory on the fast path.
+        drop(g);
+        self.alloc_slow_locked()
+    }
+
+    #[inline(never)]
+    fn alloc_slow_locked(&self) -> Option<NonNull<u8>> {
+        self.slab_alloc_slow(self.cpu.lock_irqsave())
     }
 
     /// The CPU freelist (either mode), under the local lock.
@@ -890,7 +900,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             .source
             .block_of(ptr.as_ptr())
             .ok_or(FreeError::NotAllocated(a))?;
-        self.check_object(Slab(b.owner), b.head, ptr)
+        self.check_object(Slab(b.owner), b.head, b.order, ptr)
     }
 
     /// Validates `ptr` as an object of slab `s` (headed at `head`) of this
@@ -900,6 +910,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         &self,
         s: Slab<'s>,
         head: NonNull<u8>,
+        order: Order,
         ptr: NonNull<u8>,
     ) -> Result<(Slab<'s>, usize), FreeError> {
         let a = ptr.as_ptr().addr();
@@ -910,8 +921,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Err(FreeError::WrongCache(a, "another cache"));
         }
         let off = a - head.as_ptr().addr();
-        let objects = s.state().counters.objects as usize;
-        if !off.is_multiple_of(self.lay.size) || off / self.lay.size >= objects {
+        // Objects per slab from the block's order (no double-word load);
+        // the index by reciprocal multiplication (`obj_to_index`), no
+        // division on the free path.
+        let objects = if order.get() == self.lay.oo.order {
+            self.lay.oo.objects
+        } else {
+            self.lay.min.objects
+        } as usize;
+        let idx = ((off as u128 * self.lay.reciprocal as u128) >> 64) as usize;
+        if idx * self.lay.size != off || idx >= objects {
             return Err(FreeError::NotObjectStart(a, off));
         }
         Ok((s, ptr.as_ptr().expose_provenance()))
@@ -996,7 +1015,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
                 self.set_fp(obj, g.freelist);
                 g.freelist = obj;
-                g.tid = Self::next_tid(g.tid, cpu);
+                g.tid = g.tid.wrapping_add(Self::TID_STEP);
                 self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
                 return Ok(());
             }

@@ -239,7 +239,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             let cache = self
                 .tagged_cache(tag)
                 .ok_or(FreeError::WrongCache(a, "a cache that is not kmalloc's"))?;
-            let (s, obj) = cache.check_object(crate::slab::Slab(b.owner), b.head, p)?;
+            let (s, obj) = cache.check_object(crate::slab::Slab(b.owner), b.head, b.order, p)?;
             // SAFETY: forwarded; validated.
             unsafe { cache.free_validated(s, obj) }
         } else if tag == TAG_LARGE {
@@ -275,7 +275,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             let c = self
                 .tagged_cache(tag)
                 .filter(|c| {
-                    c.check_object(crate::slab::Slab(b.owner), b.head, ptr)
+                    c.check_object(crate::slab::Slab(b.owner), b.head, b.order, ptr)
                         .is_ok()
                 })
                 .unwrap_or_else(|| panic!("ksize({a:#x}): not an object of this kmalloc"));

@@ -118,6 +118,10 @@ pub struct CacheLayout {
     pub cpu_partial: usize,
     /// Slabs kept on a CPU partial list (`cpu_partial_slabs`).
     pub cpu_partial_slabs: usize,
+    /// `floor((2^64 - 1) / size) + 1`: `(off * reciprocal) >> 64` is
+    /// `off / size` exactly for every offset inside a slab
+    /// (`reciprocal_divide`).
+    pub reciprocal: u64,
 }
 
 const WORD: usize = core::mem::size_of::<usize>();
@@ -308,6 +312,7 @@ pub const fn calculate_layout(
         min_partial,
         cpu_partial,
         cpu_partial_slabs,
+        reciprocal: (u64::MAX / size as u64).wrapping_add(1),
     })
 }
 
@@ -373,6 +378,18 @@ mod tests {
         assert_eq!((l.align, l.size, l.offset), (8, 8, 0));
         let l = calculate_layout(24, 256, SlabFlags::NONE, &g).unwrap();
         assert_eq!(l.size, 256);
+    }
+
+    #[test]
+    fn reciprocal_division_is_exact_inside_a_slab() {
+        for size in [8usize, 24, 96, 192, 200, 1000, 3000, 4096, 8192, 12345] {
+            let l = lay(size, 4);
+            let slab = 4096 << l.oo.order.max(l.min.order);
+            for off in (0..slab).step_by(7).chain([slab - 1]) {
+                let q = ((off as u128 * l.reciprocal as u128) >> 64) as usize;
+                assert_eq!(q, off / l.size, "size {size} off {off}");
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::vec::Vec;
 use buddy::{Buddy, Config, Tunables};
 use local_lock::test_platform::TestPlatform;
 
-use crate::{Geometry, KmemCache, Kmalloc, SlabFlags};
+use crate::{Geometry, Kmalloc, KmemCache, SlabFlags};
 
 /// Page size of the harness.
 pub const PAGE: usize = 4096;
@@ -78,7 +78,6 @@ pub fn holds(p: NonNull<u8>, n: usize, v: u8) -> bool {
         .all(|&b| b == v)
 }
 
-
 /// One step of the machine (fields are described on each variant).
 #[derive(Clone, Debug)]
 #[allow(missing_docs)]
@@ -111,7 +110,7 @@ struct Live {
 /// Runs `ops` on platform `p` (pinned: lockless fast paths; locked: the
 /// RT path), checking everything after every step.
 pub fn run_machine(ops: &[Op], p: TestPlatform) {
-    let m = Mem::new(32);
+    let m = Mem::new(8);
     let sizes = [24usize, 200, 3000];
     let mut caches: Vec<Cache<'_>> = sizes
         .iter()
@@ -123,7 +122,8 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
     let mut tag = 0u8;
     let ctx = |irq: bool, f: &mut dyn FnMut()| {
         if irq {
-            p.interrupt(f).expect("interrupts are enabled between operations");
+            p.interrupt(f)
+                .expect("interrupts are enabled between operations");
         } else {
             f()
         }
@@ -234,4 +234,3 @@ fn add(ranges: &mut BTreeMap<usize, usize>, o: NonNull<u8>, size: usize) {
     }
     ranges.insert(a, size);
 }
-

@@ -16,7 +16,11 @@ struct Block(usize, Layout, u8);
 fn check(b: &Block) {
     // SAFETY: the block is live and `b.1.size()` long.
     let s = unsafe { std::slice::from_raw_parts(b.0 as *const u8, b.1.size()) };
-    assert!(s.iter().all(|&x| x == b.2), "contents of {:#x} changed", b.0);
+    assert!(
+        s.iter().all(|&x| x == b.2),
+        "contents of {:#x} changed",
+        b.0
+    );
 }
 
 fn free(b: Block) {
@@ -27,7 +31,11 @@ fn free(b: Block) {
 
 #[test]
 fn threads_allocate_pass_free_and_exit() {
-    let iters = if cfg!(debug_assertions) { 4_000 } else { 40_000 };
+    let iters = if cfg!(debug_assertions) {
+        4_000
+    } else {
+        40_000
+    };
     let (tx, rx) = mpsc::channel::<Vec<Block>>();
     let consumer = std::thread::spawn(move || {
         let mut n = 0;
