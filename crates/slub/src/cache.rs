@@ -26,6 +26,11 @@ pub(crate) struct CpuFast {
     /// The CPU slab's descriptor address (0: none). Written under the local
     /// lock only; read by the lockless fast paths.
     slab: AtomicUsize,
+    /// The CPU slab's first byte and object count (0, 0: none): the locked
+    /// fast free recognises an object of the CPU slab by address alone,
+    /// without the descriptor lookup (`virt_to_slab`). Written with `slab`.
+    slab_base: CoreAtomicUsize,
+    slab_objects: CoreAtomicUsize,
     /// Slabs on this CPU's partial list (a racy mirror for reports).
     partial_slabs: CoreAtomicUsize,
     stats: StatCells,
@@ -37,6 +42,8 @@ impl CpuFast {
         CpuFast {
             fl_tid: AtomicDWord::new(DWord::new(0, 0)),
             slab: AtomicUsize::new(0),
+            slab_base: CoreAtomicUsize::new(0),
+            slab_objects: CoreAtomicUsize::new(0),
             partial_slabs: CoreAtomicUsize::new(0),
             stats: StatCells::new(),
         }
@@ -46,6 +53,8 @@ impl CpuFast {
         CpuFast {
             fl_tid: AtomicDWord::new(DWord::new(0, 0)),
             slab: AtomicUsize::new(0),
+            slab_base: CoreAtomicUsize::new(0),
+            slab_objects: CoreAtomicUsize::new(0),
             partial_slabs: CoreAtomicUsize::new(0),
             stats: StatCells::new(),
         }
@@ -473,6 +482,47 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// Installs `slab` (a descriptor address, or 0) as the CPU slab of `c`,
+    /// under `c`'s local lock (or with exclusive access).
+    #[inline]
+    fn set_cpu_slab(&self, c: &CpuFast, slab: usize) {
+        let (base, objects) = if slab == 0 {
+            (0, 0)
+        } else {
+            // SAFETY: the caller installs a slab it holds.
+            let s = unsafe { Slab::from_addr(slab) };
+            let objects = if s.0.order().map(|o| o.get()) == Some(self.lay.oo.order) {
+                self.lay.oo.objects
+            } else {
+                self.lay.min.objects
+            };
+            (s.base().addr(), objects as usize)
+        };
+        c.slab_base.store(base, CoreOrdering::Relaxed);
+        c.slab_objects.store(objects, CoreOrdering::Relaxed);
+        c.slab.store(slab, Ordering::Release);
+    }
+
+    /// The index of the object at offset `off` of a slab, if `off` is an
+    /// object boundary below `objects` (`obj_to_index` by reciprocal
+    /// multiplication: no division).
+    #[inline(always)]
+    fn obj_index(&self, off: usize, objects: usize) -> Option<usize> {
+        let idx = ((off as u128 * self.lay.reciprocal as u128) >> 64) as usize;
+        (idx < objects && idx * self.lay.size == off).then_some(idx)
+    }
+
+    /// `local_lock_irqsave(&s->cpu_slab->lock)`; a plain `local_lock` on
+    /// platforms without interrupts (nothing to save).
+    #[inline(always)]
+    fn lock_cpu(&self) -> Guard<'_, P, N> {
+        if P::HAS_IRQS {
+            self.cpu.lock_irqsave()
+        } else {
+            self.cpu.lock()
+        }
+    }
+
     #[inline(always)]
     fn fast_of(&self, cpu: usize) -> &CpuFast {
         &self.fast[cpu % N]
@@ -550,7 +600,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let d = c.fl_tid.load(Ordering::Acquire);
             let slab = c.slab.load(Ordering::Relaxed);
             if d.lo == 0 || slab == 0 {
-                let g = self.cpu.lock_irqsave();
+                let g = self.lock_cpu();
                 return self.slab_alloc_slow(g);
             }
             let next = self.get_fp(d.lo);
@@ -579,7 +629,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// pinned lock costs no atomic instruction).
     #[inline]
     fn alloc_locked(&self) -> Option<NonNull<u8>> {
-        let mut g = self.cpu.lock_irqsave();
+        let mut g = self.lock_cpu();
         let fl = g.freelist;
         if fl != 0 {
             let cpu = g.cpu();
@@ -598,7 +648,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     #[inline(never)]
     fn alloc_slow_locked(&self) -> Option<NonNull<u8>> {
-        self.slab_alloc_slow(self.cpu.lock_irqsave())
+        self.slab_alloc_slow(self.lock_cpu())
     }
 
     /// The CPU freelist (either mode), under the local lock.
@@ -685,7 +735,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     return Some(self.load_freelist(&mut g, fl));
                 }
                 // Full: it leaves the CPU (unfrozen, on no list).
-                c.slab.store(0, Ordering::Release);
+                self.set_cpu_slab(c, 0);
                 self.c_set_freelist(&mut g, 0);
                 self.stat_cpu(cpu, SlubStat::DEACTIVATE_BYPASS);
             }
@@ -698,7 +748,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 c.partial_slabs
                     .store(g.partial_slabs, CoreOrdering::Relaxed);
                 s.set_next(0);
-                c.slab.store(s.addr(), Ordering::Release);
+                self.set_cpu_slab(c, s.addr());
                 self.stat_cpu(cpu, SlubStat::CPU_PARTIAL_ALLOC);
                 continue;
             }
@@ -709,7 +759,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 Some(x) => x,
                 None => self.new_slab()?,
             };
-            g = self.cpu.lock_irqsave();
+            g = self.lock_cpu();
             // retry_load_slab: another context may have installed a slab.
             loop {
                 let c = self.fast_of(g.cpu());
@@ -717,17 +767,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if old == 0 {
                     break;
                 }
-                c.slab.store(0, Ordering::Release);
+                self.set_cpu_slab(c, 0);
                 let ofl = self.c_take_freelist(&mut g);
                 drop(g);
                 // SAFETY: we detached it from the CPU; it is frozen for us.
                 self.deactivate_slab(unsafe { Slab::from_addr(old) }, ofl);
                 self.stat_here(SlubStat::CPUSLAB_FLUSH);
-                g = self.cpu.lock_irqsave();
+                g = self.lock_cpu();
             }
-            self.fast_of(g.cpu())
-                .slab
-                .store(slab.addr(), Ordering::Release);
+            self.set_cpu_slab(self.fast_of(g.cpu()), slab.addr());
             return Some(self.load_freelist(&mut g, fl));
         }
     }
@@ -929,8 +977,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             self.lay.min.objects
         } as usize;
-        let idx = ((off as u128 * self.lay.reciprocal as u128) >> 64) as usize;
-        if idx * self.lay.size != off || idx >= objects {
+        if self.obj_index(off, objects).is_none() {
             return Err(FreeError::NotObjectStart(a, off));
         }
         Ok((s, ptr.as_ptr().expose_provenance()))
@@ -963,6 +1010,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free`](Self::free), for a pointer that passes the checks.
     #[inline]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        if self.mode() != MODE_LOCKLESS {
+            // Locked fast free: an object of the CPU slab is recognised by
+            // its address (the CPU slab is this cache's, held by this CPU).
+            let mut g = self.lock_cpu();
+            let cpu = g.cpu();
+            let c = self.fast_of(cpu);
+            let a = ptr.as_ptr().addr();
+            let off = a.wrapping_sub(c.slab_base.load(CoreOrdering::Relaxed));
+            if self
+                .obj_index(off, c.slab_objects.load(CoreOrdering::Relaxed))
+                .is_some()
+            {
+                let obj = ptr.as_ptr().expose_provenance();
+                if g.freelist == obj {
+                    return Err(FreeError::DoubleFree(obj));
+                }
+                self.set_fp(obj, g.freelist);
+                g.freelist = obj;
+                g.tid = g.tid.wrapping_add(Self::TID_STEP);
+                self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
+                return Ok(());
+            }
+        }
         let (s, obj) = self.slab_of(ptr)?;
         // SAFETY: forwarded; validated.
         unsafe { self.free_validated(s, obj) }
@@ -1007,7 +1077,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 c.stats.inc(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL);
             }
         } else {
-            let mut g = self.cpu.lock_irqsave();
+            let mut g = self.lock_cpu();
             let cpu = g.cpu();
             if self.fast_of(cpu).slab.load(Ordering::Relaxed) == s.addr() {
                 if g.freelist == obj {
@@ -1103,7 +1173,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `put_cpu_partial`: pushes a frozen slab onto this CPU's partial
     /// list; with `drain`, a full list is first moved to the node list.
     fn put_cpu_partial(&self, s: Slab<'_>, drain: bool) {
-        let mut g = self.cpu.lock_irqsave();
+        let mut g = self.lock_cpu();
         let cpu = g.cpu();
         let mut to_unfreeze = 0;
         let mut slabs = 0;
@@ -1262,7 +1332,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if slab != 0 {
             // Slab first, then the freelist with a tid bump: a fast free
             // that still saw the old slab fails its compare-exchange.
-            c.slab.store(0, Ordering::Release);
+            self.set_cpu_slab(c, 0);
             fl = self.c_take_freelist(&mut g);
         }
         let partial = g.partial;
@@ -1282,7 +1352,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Flushes the calling CPU's slab and partial slabs (`flush_cpu_slab`).
     pub fn flush_local(&self) {
-        self.flush_guard(self.cpu.lock_irqsave());
+        self.flush_guard(self.lock_cpu());
     }
 
     /// Flushes one CPU, where the platform lets us reach it (see
@@ -1321,6 +1391,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let c = &self.fast[i];
             let slab = c.slab.load(Ordering::Relaxed);
             c.slab.store(0, Ordering::Relaxed);
+            c.slab_base.store(0, CoreOrdering::Relaxed);
+            c.slab_objects.store(0, CoreOrdering::Relaxed);
             let fl = if lockless {
                 let d = c.fl_tid.load(Ordering::Relaxed);
                 c.fl_tid
