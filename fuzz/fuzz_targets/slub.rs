@@ -1,7 +1,9 @@
 //! Differential fuzzing of SLUB against the model in `slub::testing`
 //! (feature `testing`): three caches (24, 200, 3000 B) and a kmalloc over a
-//! buddy, allocations and frees (frees on other CPUs than the allocation:
-//! remote frees; kfree without the size; some in interrupt handlers),
+//! buddy, allocations and frees (single and bulk: `alloc_bulk`,
+//! `free_bulk` with detached freelists per slab; frees on other CPUs than
+//! the allocation: remote frees; kfree without the size; some in interrupt
+//! handlers),
 //! flushes of the local CPU and of remote CPUs, and shrinks, across
 //! simulated CPUs, on the pinned platform (lockless fast paths) and the
 //! locked one (PREEMPT_RT). After every operation: no overlap, alignment,
@@ -29,6 +31,8 @@ enum FuzzOp {
     Flush { cpu: u8 },
     FlushRemote { cpu: u8, from: u8 },
     Shrink { c: u8 },
+    AllocBulk { c: u8, n: u8, cpu: u8 },
+    FreeBulk { c: u8, n: u8, cpu: u8 },
 }
 
 impl From<FuzzOp> for Op {
@@ -56,6 +60,16 @@ impl From<FuzzOp> for Op {
                 from: cpu(from),
             },
             FuzzOp::Shrink { c } => Op::Shrink { c: c as usize },
+            FuzzOp::AllocBulk { c, n, cpu: k } => Op::AllocBulk {
+                c: c as usize,
+                n: n as usize,
+                cpu: cpu(k),
+            },
+            FuzzOp::FreeBulk { c, n, cpu: k } => Op::FreeBulk {
+                c: c as usize,
+                n: n as usize,
+                cpu: cpu(k),
+            },
         }
     }
 }

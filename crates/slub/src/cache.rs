@@ -1045,53 +1045,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `obj` is an allocated object of slab `s` of this cache.
     #[inline]
     pub(crate) unsafe fn free_validated(&self, s: Slab<'_>, obj: usize) -> Result<(), FreeError> {
-        if self.mode() == MODE_LOCKLESS {
-            let p = self.cpu.platform();
-            loop {
-                let cpu = p.current_cpu();
-                let c = &self.fast[cpu];
-                let d = c.fl_tid.load(Ordering::Acquire);
-                if c.slab.load(Ordering::Relaxed) != s.addr() {
-                    return self.slab_free_slow(s, obj, obj, 1);
-                }
-                if d.lo == obj {
-                    return Err(FreeError::DoubleFree(obj));
-                }
-                self.set_fp(obj, d.lo);
-                let pin = p.pin();
-                let ok = pin.cpu == cpu
-                    && c.fl_tid
-                        .compare_exchange(
-                            d,
-                            DWord::new(obj, Self::next_tid(d.hi, cpu)),
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok();
-                // SAFETY: matches the pin above.
-                unsafe { p.unpin(pin) };
-                if ok {
-                    c.stats.inc(SlubStat::FREE_FASTPATH);
-                    return Ok(());
-                }
-                c.stats.inc(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL);
-            }
-        } else {
-            let mut g = self.lock_cpu();
-            let cpu = g.cpu();
-            if self.fast_of(cpu).slab.load(Ordering::Relaxed) == s.addr() {
-                if g.freelist == obj {
-                    return Err(FreeError::DoubleFree(obj));
-                }
-                self.set_fp(obj, g.freelist);
-                g.freelist = obj;
-                g.tid = g.tid.wrapping_add(Self::TID_STEP);
-                self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
-                return Ok(());
-            }
-            drop(g);
-            self.slab_free_slow(s, obj, obj, 1)
-        }
+        // SAFETY: a chain of one validated object.
+        unsafe { self.do_slab_free(s, obj, obj, 1) }
     }
 
     /// `__slab_free`: pushes the chain `head..tail` (`cnt` objects of slab
@@ -1318,6 +1273,196 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_here(SlubStat::FREE_SLAB);
             }
             M::Full => self.stat_here(SlubStat::DEACTIVATE_FULL),
+        }
+    }
+
+    // ---------------------------------------------------------------- bulk
+
+    /// `kmem_cache_alloc_bulk`: fills `out` with objects under one
+    /// local-lock hold (the slow path runs where the CPU freelist runs dry),
+    /// advancing the tid once per hold. Returns `out.len()`, or 0 when the
+    /// page allocator runs out (the objects taken so far are freed again,
+    /// as the kernel does).
+    pub fn alloc_bulk(&self, out: &mut [*mut u8]) -> usize {
+        let n = out.len();
+        let mut i = 0;
+        let mut g = self.lock_cpu();
+        let mut fl = self.c_freelist(&g);
+        while i < n {
+            if fl == 0 {
+                // Hand the (empty) freelist back with one tid bump, then
+                // let the slow path refill and take one object.
+                self.c_set_freelist(&mut g, 0);
+                match self.slab_alloc_slow(g) {
+                    Some(o) => {
+                        out[i] = o.as_ptr();
+                        i += 1;
+                    }
+                    None => {
+                        for p in &mut out[..i] {
+                            // SAFETY: taken from this cache just above.
+                            unsafe { self.free(NonNull::new_unchecked(*p)) };
+                            *p = core::ptr::null_mut();
+                        }
+                        return 0;
+                    }
+                }
+                g = self.lock_cpu();
+                fl = self.c_freelist(&g);
+                continue;
+            }
+            out[i] = Self::obj_ptr(fl).as_ptr();
+            fl = self.get_fp(fl);
+            i += 1;
+        }
+        self.c_set_freelist(&mut g, fl);
+        n
+    }
+
+    /// `kmem_cache_free_bulk`: frees every pointer of `objs`. Objects are
+    /// grouped per slab into detached freelists (`build_detached_freelist`:
+    /// from the end of the array, gathering objects of the same slab with a
+    /// look-ahead of 3 misses), and each group is freed with one
+    /// compare-exchange (or one push onto the CPU freelist).
+    ///
+    /// # Panics
+    ///
+    /// If a pointer is not an object of this cache, before anything is
+    /// freed in its window of 64 objects (earlier windows are freed).
+    ///
+    /// # Safety
+    ///
+    /// Every pointer was allocated from this cache, appears once, and is
+    /// not used afterwards.
+    #[track_caller]
+    pub unsafe fn free_bulk(&self, objs: &[NonNull<u8>]) {
+        // SAFETY: forwarded.
+        if let Err(e) = unsafe { self.try_free_bulk(objs) } {
+            panic!("kmem_cache_free_bulk({}): {e}", self.name)
+        }
+    }
+
+    /// [`free_bulk`](Self::free_bulk) that reports the first bad pointer
+    /// of a window instead of panicking (that window is left untouched).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk), for pointers that pass the checks.
+    pub unsafe fn try_free_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        const W: usize = 64;
+        for window in objs.rchunks(W) {
+            // Validate the whole window first.
+            let mut slabs: [usize; W] = [0; W];
+            for (k, p) in window.iter().enumerate() {
+                slabs[k] = self.slab_of(*p)?.0.addr();
+            }
+            let mut done: u64 = 0;
+            let len = window.len();
+            let mut end = len;
+            while end > 0 {
+                let last = end - 1;
+                if done & (1 << last) != 0 {
+                    end -= 1;
+                    continue;
+                }
+                // build_detached_freelist
+                let slab = slabs[last];
+                let tail = window[last].as_ptr().expose_provenance();
+                let mut head = tail;
+                let mut cnt = 1;
+                done |= 1 << last;
+                let mut misses = 0;
+                let mut k = last;
+                while k > 0 {
+                    k -= 1;
+                    if done & (1 << k) != 0 {
+                        continue;
+                    }
+                    if slabs[k] == slab {
+                        let o = window[k].as_ptr().expose_provenance();
+                        if o == head {
+                            return Err(FreeError::DoubleFree(o));
+                        }
+                        self.set_fp(o, head);
+                        head = o;
+                        cnt += 1;
+                        done |= 1 << k;
+                    } else {
+                        // The kernel's look-ahead: give up after 3 misses.
+                        misses += 1;
+                        if misses == 3 {
+                            break;
+                        }
+                    }
+                }
+                // SAFETY: validated objects of that slab, linked above.
+                unsafe { self.do_slab_free(Slab::from_addr(slab), head, tail, cnt)? };
+                end -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `do_slab_free` of a detached chain `head..tail` of `cnt` objects of
+    /// slab `s`: onto the CPU freelist if `s` is the CPU slab, else
+    /// `__slab_free`.
+    ///
+    /// # Safety
+    ///
+    /// The chain links `cnt` allocated objects of `s` ending at `tail`.
+    unsafe fn do_slab_free(
+        &self,
+        s: Slab<'_>,
+        head: usize,
+        tail: usize,
+        cnt: usize,
+    ) -> Result<(), FreeError> {
+        if self.mode() == MODE_LOCKLESS {
+            let p = self.cpu.platform();
+            loop {
+                let cpu = p.current_cpu();
+                let c = &self.fast[cpu];
+                let d = c.fl_tid.load(Ordering::Acquire);
+                if c.slab.load(Ordering::Relaxed) != s.addr() {
+                    return self.slab_free_slow(s, head, tail, cnt);
+                }
+                if d.lo == tail {
+                    return Err(FreeError::DoubleFree(tail));
+                }
+                self.set_fp(tail, d.lo);
+                let pin = p.pin();
+                let ok = pin.cpu == cpu
+                    && c.fl_tid
+                        .compare_exchange(
+                            d,
+                            DWord::new(head, Self::next_tid(d.hi, cpu)),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok();
+                // SAFETY: matches the pin above.
+                unsafe { p.unpin(pin) };
+                if ok {
+                    c.stats.inc(SlubStat::FREE_FASTPATH);
+                    return Ok(());
+                }
+                c.stats.inc(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL);
+            }
+        } else {
+            let mut g = self.lock_cpu();
+            let cpu = g.cpu();
+            if self.fast_of(cpu).slab.load(Ordering::Relaxed) == s.addr() {
+                if g.freelist == tail {
+                    return Err(FreeError::DoubleFree(tail));
+                }
+                self.set_fp(tail, g.freelist);
+                g.freelist = head;
+                g.tid = g.tid.wrapping_add(Self::TID_STEP);
+                self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
+                return Ok(());
+            }
+            drop(g);
+            self.slab_free_slow(s, head, tail, cnt)
         }
     }
 

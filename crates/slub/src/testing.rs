@@ -95,6 +95,11 @@ pub enum Op {
     /// Flush CPU `cpu` from CPU `from` (only the locked platform allows it;
     /// elsewhere it is refused and nothing happens).
     FlushRemote { cpu: usize, from: usize },
+    /// Bulk-allocate `n` (1..=100 after clamping) objects from cache `c`.
+    AllocBulk { c: usize, n: usize, cpu: usize },
+    /// Bulk-free up to `n` live objects of cache `c` (the most recent
+    /// ones first, interleaved with older ones: several slabs per call).
+    FreeBulk { c: usize, n: usize, cpu: usize },
     /// Shrink cache `c`.
     Shrink { c: usize },
 }
@@ -195,6 +200,48 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
                 for c in &caches {
                     c.flush_cpu(cpu % CPUS);
                 }
+            }
+            Op::AllocBulk { c, n, cpu } => {
+                let c = c % caches.len();
+                let n = n.clamp(1, 100);
+                p.set_cpu(cpu % CPUS);
+                let mut out = std::vec![core::ptr::null_mut(); n];
+                if caches[c].alloc_bulk(&mut out) == 0 {
+                    continue;
+                }
+                for o in out {
+                    let o = NonNull::new(o).expect("alloc_bulk filled every slot");
+                    tag = tag.wrapping_add(1);
+                    add(&mut ranges, o, sizes[c]);
+                    fill(o, sizes[c], tag);
+                    live.push(Live {
+                        ptr: o,
+                        size: sizes[c],
+                        cache: Some(c),
+                        tag,
+                    });
+                }
+            }
+            Op::FreeBulk { c, n, cpu } => {
+                let c = c % caches.len();
+                p.set_cpu(cpu % CPUS);
+                let mut batch = Vec::new();
+                let mut k = live.len();
+                while k > 0 && batch.len() < n.clamp(1, 150) {
+                    k -= 1;
+                    if live[k].cache == Some(c) && (k % 3 != 1 || batch.len() % 2 == 0) {
+                        let l = live.swap_remove(k);
+                        assert!(
+                            holds(l.ptr, l.size, l.tag),
+                            "contents of {:p} changed",
+                            l.ptr
+                        );
+                        ranges.remove(&(l.ptr.as_ptr() as usize));
+                        batch.push(l.ptr);
+                    }
+                }
+                // SAFETY: live objects of cache `c`, each once.
+                unsafe { caches[c].free_bulk(&batch) };
             }
             Op::Shrink { c } => {
                 caches[c % 3].shrink();
