@@ -83,6 +83,10 @@ pub unsafe trait KernelHooks: Sync + 'static {
     ///
     /// Matches an earlier `preempt_disable` on this CPU.
     unsafe fn preempt_enable();
+    /// Boot entropy for hardening ([`Platform::random_seed`]); 0 if none.
+    fn random_seed() -> u64 {
+        0
+    }
 }
 
 /// The platform of a kernel described by `H`.
@@ -176,6 +180,9 @@ unsafe impl<H: KernelHooks> Platform for Kernel<H> {
             strategy: self.default_strategy(),
             token: 0,
         }
+    }
+    fn random_seed(&self) -> u64 {
+        H::random_seed()
     }
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {

@@ -138,6 +138,14 @@ pub unsafe trait Platform: Sync {
     /// The strategy of this platform's slots.
     fn default_strategy(&self) -> Strategy;
 
+    /// A random seed for hardening (SLUB's obfuscated freelist pointers):
+    /// a kernel returns boot entropy, std platforms OS randomness. The
+    /// default, 0, means "no entropy": users then derive values from
+    /// addresses only (still obfuscated, but predictable).
+    fn random_seed(&self) -> u64 {
+        0
+    }
+
     /// Access to another CPU's slot (for draining). `None` where the platform
     /// cannot allow it (pinned kernel: the owner may be running; per-thread:
     /// the slot's thread is alive). The default allows it on `Locked`

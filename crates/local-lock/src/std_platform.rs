@@ -51,6 +51,24 @@ pub fn die(args: core::fmt::Arguments<'_>) -> ! {
     }
 }
 
+/// OS randomness (`getrandom`), or the time and an address if that fails
+/// (or under miri, which has no `getrandom` with isolation).
+pub fn os_random_seed() -> u64 {
+    let mut v: u64 = 0;
+    #[cfg(not(miri))]
+    {
+        // SAFETY: writes at most 8 bytes into `v`.
+        let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+        if n == 8 && v != 0 {
+            return v;
+        }
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ (&v as *const u64 as u64).rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15
+}
+
 /// Real CPUs from `sched_getcpu()`; the locked strategy.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StdCpu;
@@ -132,6 +150,10 @@ unsafe impl Platform for StdCpu {
     fn preempt_disable(&self) {}
     #[inline(always)]
     unsafe fn preempt_enable(&self) {}
+    #[inline(always)]
+    fn random_seed(&self) -> u64 {
+        os_random_seed()
+    }
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {
         Strategy::Locked
@@ -324,6 +346,10 @@ unsafe impl Platform for PerThread {
     }
     #[inline(always)]
     unsafe fn unpin(&self, _pin: Pin) {}
+    #[inline(always)]
+    fn random_seed(&self) -> u64 {
+        os_random_seed()
+    }
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {
         Strategy::Pinned

@@ -244,6 +244,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     id: CoreAtomicUsize,
     /// kmalloc class + 1, or 0.
     kidx: u8,
+    /// Hardening: the per-cache random value (drawn at first use).
+    random: CoreAtomicUsize,
     lay: CacheLayout,
     flags: SlabFlags,
     geometry: Geometry,
@@ -272,6 +274,7 @@ macro_rules! build_cache {
             name: $name,
             id: CoreAtomicUsize::new(0),
             kidx: 0,
+            random: CoreAtomicUsize::new(0),
             lay: $lay,
             flags: $flags,
             geometry: $g,
@@ -468,6 +471,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 CoreOrdering::Relaxed,
             );
         }
+        if self.flags.contains(SlabFlags::HARDENED) && self.random.load(CoreOrdering::Relaxed) == 0
+        {
+            // splitmix64 of the platform's seed, the id and the address.
+            let mut z = p
+                .random_seed()
+                .wrapping_add((self.id() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                ^ ((self as *const Self).addr() as u64).rotate_left(17);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            self.random.store((z as usize) | 1, CoreOrdering::Relaxed);
+        }
         let m = if lockless { MODE_LOCKLESS } else { MODE_LOCKED };
         self.mode.store(m, CoreOrdering::Relaxed);
         m
@@ -552,18 +567,33 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// failing compare-exchange, as `get_freepointer_safe` does).
     #[inline(always)]
     fn get_fp(&self, obj: usize) -> usize {
-        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        let slot = obj + self.lay.offset;
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(slot);
         // SAFETY: objects are word aligned inside slab memory, which stays
         // mapped; the read is atomic.
-        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.load(CoreOrdering::Relaxed)
+        let v = unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.load(CoreOrdering::Relaxed);
+        self.fp_code(v, slot)
     }
 
     /// Sets the free pointer of an object the caller holds.
     #[inline(always)]
     fn set_fp(&self, obj: usize, next: usize) {
-        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        let slot = obj + self.lay.offset;
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(slot);
         // SAFETY: as in `get_fp`; the caller holds the object.
-        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.store(next, CoreOrdering::Relaxed)
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+            .store(self.fp_code(next, slot), CoreOrdering::Relaxed)
+    }
+
+    /// `freelist_ptr`: encodes or decodes (the same XOR) a free pointer
+    /// stored at `slot`, when the cache is hardened.
+    #[inline(always)]
+    fn fp_code(&self, v: usize, slot: usize) -> usize {
+        if self.flags.contains(SlabFlags::HARDENED) {
+            v ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes()
+        } else {
+            v
+        }
     }
 
     #[inline(always)]
@@ -1707,6 +1737,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let me = self.id();
         let tag = self.slab_tag();
         let (name, size, offset) = (self.name, self.lay.size, self.lay.offset);
+        let hardened = self.flags.contains(SlabFlags::HARDENED);
+        let random = self.random.load(CoreOrdering::Relaxed);
+        let decode = move |v: usize, slot: usize| {
+            if hardened {
+                v ^ random ^ slot.swap_bytes()
+            } else {
+                v
+            }
+        };
         let n = self.node.get_mut();
         let mut count = 0;
         let mut prev = 0;
@@ -1728,7 +1767,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 "{}: full slab on the partial list",
                 name
             );
-            let free = walk_freelist(size, offset, s, st.freelist, name);
+            let free = walk_freelist(size, offset, s, st.freelist, name, decode);
             assert_eq!(
                 free,
                 (st.counters.objects - st.counters.inuse) as usize,
@@ -1758,7 +1797,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     "{name}: CPU {i}'s slab not frozen"
                 );
                 assert!(!s.on_partial(), "{name}: CPU {i}'s slab on the node list");
-                walk_freelist(size, offset, s, fl, name);
+                walk_freelist(size, offset, s, fl, name, decode);
             } else {
                 assert_eq!(fl, 0, "{name}: CPU {i} has a freelist but no slab");
             }
@@ -1783,7 +1822,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
 /// Walks a freelist inside slab `s`, checking bounds and boundaries, and
 /// returns its length.
-fn walk_freelist(size: usize, offset: usize, s: Slab<'_>, fl: usize, name: &str) -> usize {
+fn walk_freelist(
+    size: usize,
+    offset: usize,
+    s: Slab<'_>,
+    fl: usize,
+    name: &str,
+    decode: impl Fn(usize, usize) -> usize,
+) -> usize {
     let base = s.base().addr();
     let objects = s.state().counters.objects as usize;
     let mut n = 0;
@@ -1800,8 +1846,9 @@ fn walk_freelist(size: usize, offset: usize, s: Slab<'_>, fl: usize, name: &str)
         );
         let q = core::ptr::with_exposed_provenance::<usize>(p + offset);
         // SAFETY: inside the slab, word aligned.
-        p = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }
+        let raw = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }
             .load(CoreOrdering::Relaxed);
+        p = decode(raw, p + offset);
     }
     n
 }

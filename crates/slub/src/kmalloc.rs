@@ -92,17 +92,9 @@ pub struct Kmalloc<S: SlabSource + Copy, P: Platform + Copy, const N: usize = 64
 }
 
 macro_rules! kcache {
-    ($i:expr, $s:expr, $p:expr, $g:expr) => {
-        KmemCache::new(
-            KMALLOC_NAMES[$i],
-            KMALLOC_SIZES[$i],
-            8,
-            SlabFlags::NONE,
-            $g,
-            $s,
-            $p,
-        )
-        .with_kmalloc_index($i)
+    ($i:expr, $s:expr, $p:expr, $g:expr, $f:expr) => {
+        KmemCache::new(KMALLOC_NAMES[$i], KMALLOC_SIZES[$i], 8, $f, $g, $s, $p)
+            .with_kmalloc_index($i)
     };
 }
 
@@ -110,21 +102,28 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// The caches, sized for `geometry` (usable in a `static`).
     #[cfg(not(loom))]
     pub const fn new(source: S, platform: P, geometry: Geometry) -> Self {
+        Self::with_flags(source, platform, geometry, SlabFlags::NONE)
+    }
+
+    /// [`new`](Self::new) with `flags` on every cache (e.g.
+    /// [`SlabFlags::HARDENED`]).
+    #[cfg(not(loom))]
+    pub const fn with_flags(source: S, platform: P, geometry: Geometry, flags: SlabFlags) -> Self {
         Kmalloc {
             caches: [
-                kcache!(0, source, platform, geometry),
-                kcache!(1, source, platform, geometry),
-                kcache!(2, source, platform, geometry),
-                kcache!(3, source, platform, geometry),
-                kcache!(4, source, platform, geometry),
-                kcache!(5, source, platform, geometry),
-                kcache!(6, source, platform, geometry),
-                kcache!(7, source, platform, geometry),
-                kcache!(8, source, platform, geometry),
-                kcache!(9, source, platform, geometry),
-                kcache!(10, source, platform, geometry),
-                kcache!(11, source, platform, geometry),
-                kcache!(12, source, platform, geometry),
+                kcache!(0, source, platform, geometry, flags),
+                kcache!(1, source, platform, geometry, flags),
+                kcache!(2, source, platform, geometry, flags),
+                kcache!(3, source, platform, geometry, flags),
+                kcache!(4, source, platform, geometry, flags),
+                kcache!(5, source, platform, geometry, flags),
+                kcache!(6, source, platform, geometry, flags),
+                kcache!(7, source, platform, geometry, flags),
+                kcache!(8, source, platform, geometry, flags),
+                kcache!(9, source, platform, geometry, flags),
+                kcache!(10, source, platform, geometry, flags),
+                kcache!(11, source, platform, geometry, flags),
+                kcache!(12, source, platform, geometry, flags),
             ],
             source,
         }

@@ -21,6 +21,13 @@ impl SlabFlags {
     /// for comparisons and tests).
     pub const LOCKED_FASTPATH: SlabFlags = SlabFlags(1 << 2);
 
+    /// `CONFIG_SLAB_FREELIST_HARDENED` for this cache: free pointers are
+    /// stored as `ptr ^ random ^ byteswap(address of the pointer)`, with a
+    /// per-cache random value from the platform's seed, so a use-after-free
+    /// write or a leak of a free object's contents neither forges nor
+    /// reveals a freelist pointer.
+    pub const HARDENED: SlabFlags = SlabFlags(1 << 3);
+
     /// Both sets.
     pub const fn union(self, o: SlabFlags) -> SlabFlags {
         SlabFlags(self.0 | o.0)

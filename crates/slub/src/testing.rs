@@ -119,7 +119,16 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
     let sizes = [24usize, 200, 3000];
     let mut caches: Vec<Cache<'_>> = sizes
         .iter()
-        .map(|&s| KmemCache::create("prop", s, 8, SlabFlags::NONE, &*m.buddy, p).unwrap())
+        .enumerate()
+        .map(|(i, &s)| {
+            // The middle cache is hardened (obfuscated free pointers).
+            let f = if i == 1 {
+                SlabFlags::HARDENED
+            } else {
+                SlabFlags::NONE
+            };
+            KmemCache::create("prop", s, 8, f, &*m.buddy, p).unwrap()
+        })
         .collect();
     let k = Kmalloc::<_, _, CPUS>::new(&*m.buddy, p, Geometry::new(CPUS));
     let mut live: Vec<Live> = Vec::new();

@@ -10,6 +10,7 @@ use std::{format, vec};
 
 use buddy::Buddy;
 use local_lock::test_platform::TestPlatform;
+use local_lock::Platform;
 use proptest::prelude::*;
 
 use crate::testing::{fill, holds, run_machine, Cache, Mem, Op, CPUS, PAGE};
@@ -108,6 +109,33 @@ fn locked_fastpath_flag_and_no_cpu_partial() {
         false,
     );
     basic_cycle(TestPlatform::pinned(CPUS), SlabFlags::NO_CPU_PARTIAL, true);
+}
+
+#[test]
+fn hardened_caches_obfuscate_free_pointers() {
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        basic_cycle(
+            p,
+            SlabFlags::HARDENED,
+            p.default_strategy() == local_lock::Strategy::Pinned,
+        );
+        let m = Mem::new(4);
+        let c = cache(&m, 64, p, SlabFlags::HARDENED);
+        let a = c.alloc().unwrap();
+        let b = c.alloc().unwrap();
+        // SAFETY: ours; b's free pointer then names a.
+        unsafe {
+            c.free(a);
+            c.free(b);
+        }
+        let off = c.layout().offset;
+        // SAFETY: reading a free object's free-pointer word.
+        let stored = unsafe { (b.as_ptr().add(off) as *const usize).read() };
+        assert_ne!(stored, a.as_ptr() as usize, "stored in the clear");
+        assert_ne!(stored, 0);
+        assert_eq!(c.alloc().unwrap(), b);
+        assert_eq!(c.alloc().unwrap(), a, "decodes back");
+    }
 }
 
 #[test]
