@@ -72,6 +72,10 @@ pub(crate) struct CpuLocked {
     partial: usize,
     /// Slabs on the chain.
     partial_slabs: usize,
+    /// Sheaves (0: none): the main sheaf objects are taken from and freed
+    /// to, and the spare.
+    main: usize,
+    spare: usize,
 }
 
 impl ConstInit for CpuLocked {
@@ -80,7 +84,80 @@ impl ConstInit for CpuLocked {
         tid: 0,
         partial: 0,
         partial_slabs: 0,
+        main: 0,
+        spare: 0,
     };
+}
+
+/// A sheaf: one page block of the page allocator holding `size`, a barn
+/// link and up to `capacity` object pointers (exposed addresses).
+#[derive(Clone, Copy)]
+struct Sheaf(usize);
+
+impl Sheaf {
+    const HDR: usize = 2;
+    #[inline(always)]
+    fn word(self, i: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(
+            self.0 + i * core::mem::size_of::<usize>(),
+        );
+        // SAFETY: a sheaf page holds HDR + capacity words and is only
+        // touched by its current holder (a CPU slot or the barn lock).
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+    #[inline(always)]
+    fn size(self) -> usize {
+        self.word(0).load(CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn set_size(self, n: usize) {
+        self.word(0).store(n, CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn next(self) -> usize {
+        self.word(1).load(CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn set_next(self, n: usize) {
+        self.word(1).store(n, CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn get(self, i: usize) -> usize {
+        self.word(Self::HDR + i).load(CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn set(self, i: usize, v: usize) {
+        self.word(Self::HDR + i).store(v, CoreOrdering::Relaxed)
+    }
+    /// The object slots as pointers.
+    fn objects(self) -> *mut *mut u8 {
+        core::ptr::with_exposed_provenance_mut::<*mut u8>(
+            self.0 + Self::HDR * core::mem::size_of::<usize>(),
+        )
+    }
+}
+
+/// The per-node barn: bounded lists of full and empty sheaves.
+#[derive(Debug)]
+pub(crate) struct Barn {
+    full: usize,
+    nr_full: usize,
+    empty: usize,
+    nr_empty: usize,
+}
+
+impl Barn {
+    /// `MAX_FULL_SHEAVES`, `MAX_EMPTY_SHEAVES`.
+    const MAX_FULL: usize = 10;
+    const MAX_EMPTY: usize = 10;
+    const fn new() -> Self {
+        Barn {
+            full: 0,
+            nr_full: 0,
+            empty: 0,
+            nr_empty: 0,
+        }
+    }
 }
 
 type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
@@ -198,25 +275,29 @@ impl fmt::Display for SlabInfo {
     }
 }
 
-/// The node's `list_lock` with interrupts saved (`spin_lock_irqsave`).
-struct NodeGuard<'a, P: Platform> {
-    g: core::mem::ManuallyDrop<SpinLockGuard<'a, PartialList>>,
+/// A node spin lock (`list_lock`, the barn's lock) with interrupts saved
+/// (`spin_lock_irqsave`).
+struct IrqSpinGuard<'a, T, P: Platform> {
+    g: core::mem::ManuallyDrop<SpinLockGuard<'a, T>>,
     platform: &'a P,
     flags: IrqFlags,
 }
 
-impl<P: Platform> core::ops::Deref for NodeGuard<'_, P> {
-    type Target = PartialList;
-    fn deref(&self) -> &PartialList {
+type NodeGuard<'a, P> = IrqSpinGuard<'a, PartialList, P>;
+type NodeBarnGuard<'a, P> = IrqSpinGuard<'a, Barn, P>;
+
+impl<T, P: Platform> core::ops::Deref for IrqSpinGuard<'_, T, P> {
+    type Target = T;
+    fn deref(&self) -> &T {
         &self.g
     }
 }
-impl<P: Platform> core::ops::DerefMut for NodeGuard<'_, P> {
-    fn deref_mut(&mut self) -> &mut PartialList {
+impl<T, P: Platform> core::ops::DerefMut for IrqSpinGuard<'_, T, P> {
+    fn deref_mut(&mut self) -> &mut T {
         &mut self.g
     }
 }
-impl<P: Platform> Drop for NodeGuard<'_, P> {
+impl<T, P: Platform> Drop for IrqSpinGuard<'_, T, P> {
     fn drop(&mut self) {
         // SAFETY: dropped once, here; then the saved IRQ state comes back.
         unsafe {
@@ -246,6 +327,10 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     kidx: u8,
     /// Hardening: the per-cache random value (drawn at first use).
     random: CoreAtomicUsize,
+    /// Objects per sheaf (0: no sheaves).
+    sheaf_capacity: usize,
+    /// The barn (`node->barn`), under its own spin lock (IRQs saved).
+    barn: SpinLock<Barn>,
     lay: CacheLayout,
     flags: SlabFlags,
     geometry: Geometry,
@@ -275,6 +360,8 @@ macro_rules! build_cache {
             id: CoreAtomicUsize::new(0),
             kidx: 0,
             random: CoreAtomicUsize::new(0),
+            sheaf_capacity: 0,
+            barn: SpinLock::new(Barn::new()),
             lay: $lay,
             flags: $flags,
             geometry: $g,
@@ -380,6 +467,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub(crate) const fn with_kmalloc_index(mut self, i: usize) -> Self {
         self.kidx = i as u8 + 1;
         self
+    }
+
+    /// Enables per-CPU sheaves of `capacity` objects (the kernel's
+    /// `kmem_cache_args.sheaf_capacity`; 0 disables them). A sheaf is one
+    /// page block, so the capacity is capped by what a block of
+    /// `slub_max_order` holds.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` does not fit a sheaf block.
+    pub const fn with_sheaves(mut self, capacity: usize) -> Self {
+        assert!(
+            (capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
+                <= self.geometry.page_size << self.geometry.max_order,
+            "KmemCache::with_sheaves: capacity too large for a sheaf block"
+        );
+        self.sheaf_capacity = capacity;
+        self
+    }
+
+    /// Objects per sheaf (0: sheaves off).
+    pub fn sheaf_capacity(&self) -> usize {
+        self.sheaf_capacity
     }
 
     /// The slab tag of this cache.
@@ -608,6 +718,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// allocator has no slab to give.
     #[inline]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
+        if self.sheaf_capacity != 0 {
+            if let Some(o) = self.alloc_from_pcs() {
+                return Some(o);
+            }
+        }
         if self.mode() == MODE_LOCKLESS {
             self.alloc_lockless()
         } else {
@@ -1040,6 +1155,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free`](Self::free), for a pointer that passes the checks.
     #[inline]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        if self.sheaf_capacity != 0 {
+            let (s, obj) = self.slab_of(ptr)?;
+            if self.free_to_pcs(obj)? {
+                return Ok(());
+            }
+            // SAFETY: validated.
+            return unsafe { self.free_validated(s, obj) };
+        }
         if self.mode() != MODE_LOCKLESS {
             // Locked fast free: an object of the CPU slab is recognised by
             // its address (the CPU slab is this cache's, held by this CPU).
@@ -1306,6 +1429,374 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    // ------------------------------------------------------------- sheaves
+
+    /// `local_trylock` of the CPU's slot for the sheaves (interrupts saved
+    /// where there are any): a context that interrupted the holder gets
+    /// `None` and takes the slab path.
+    #[inline(always)]
+    fn try_lock_cpu(&self) -> Option<Guard<'_, P, N>> {
+        if P::HAS_IRQS {
+            self.cpu.try_lock_irqsave()
+        } else {
+            self.cpu.try_lock()
+        }
+    }
+
+    /// `alloc_empty_sheaf`: a page block for a sheaf.
+    fn new_sheaf(&self) -> Option<Sheaf> {
+        let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
+        let order = Order::new(crate::layout::get_order(bytes, self.geometry.page_size))?;
+        let page = self.source.alloc_block(order, AllocFlags::NONE)?;
+        if let Some(b) = self.source.block_of(page.ptr.as_ptr()) {
+            b.owner
+                .tag()
+                .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
+        }
+        let sh = Sheaf(page.ptr.as_ptr().expose_provenance());
+        sh.set_size(0);
+        sh.set_next(0);
+        self.stat_here(SlubStat::SHEAF_ALLOC);
+        Some(sh)
+    }
+
+    /// Frees an empty sheaf's block.
+    fn free_sheaf(&self, sh: Sheaf) {
+        debug_assert_eq!(sh.size(), 0);
+        let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
+        if let Some(b) = self.source.block_of(p) {
+            b.owner.tag().store(0, Ordering::Relaxed);
+            // SAFETY: the block was allocated by `new_sheaf` and is empty.
+            unsafe { self.source.free_block(b.head, b.order) };
+            self.stat_here(SlubStat::SHEAF_FREE);
+        }
+    }
+
+    /// `sheaf_flush`: returns a sheaf's objects to their slabs (bulk free).
+    fn flush_sheaf(&self, sh: Sheaf) {
+        let n = sh.size();
+        if n == 0 {
+            return;
+        }
+        // SAFETY: the sheaf holds `n` validated objects of this cache, each
+        // once; NonNull<u8> has the layout of *mut u8.
+        let objs = unsafe { core::slice::from_raw_parts(sh.objects() as *const NonNull<u8>, n) };
+        // SAFETY: as above.
+        if let Err(e) = unsafe { self.try_free_bulk(objs) } {
+            panic!("{}: corrupted sheaf: {e}", self.name)
+        }
+        sh.set_size(0);
+        self.stat_here(SlubStat::SHEAF_FLUSH);
+    }
+
+    /// `refill_sheaf`: fills an empty sheaf by bulk allocation; false if the
+    /// page allocator ran out.
+    fn refill_sheaf(&self, sh: Sheaf) -> bool {
+        let cap = self.sheaf_capacity;
+        // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
+        let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
+        if self.alloc_bulk(out) == cap {
+            sh.set_size(cap);
+            self.stat_here(SlubStat::SHEAF_REFILL);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn lock_barn(&self) -> NodeBarnGuard<'_, P> {
+        let platform = self.cpu.platform();
+        let flags = platform.irq_save();
+        NodeBarnGuard {
+            g: core::mem::ManuallyDrop::new(self.barn.lock()),
+            platform,
+            flags,
+        }
+    }
+
+    /// `barn_replace_empty_sheaf`: a full sheaf for our empty one, which
+    /// the barn keeps (or, beyond its limit, is freed).
+    fn barn_get_full(&self, empty: Sheaf) -> Option<Sheaf> {
+        let mut b = self.lock_barn();
+        if b.full == 0 {
+            drop(b);
+            self.stat_here(SlubStat::BARN_GET_FAIL);
+            return None;
+        }
+        let full = Sheaf(b.full);
+        b.full = full.next();
+        b.nr_full -= 1;
+        let keep = b.nr_empty < Barn::MAX_EMPTY;
+        if keep {
+            empty.set_next(b.empty);
+            b.empty = empty.0;
+            b.nr_empty += 1;
+        }
+        drop(b);
+        if !keep {
+            self.free_sheaf(empty);
+        }
+        self.stat_here(SlubStat::BARN_GET);
+        Some(full)
+    }
+
+    /// `barn_replace_full_sheaf`: gives the barn our full sheaf for an
+    /// empty one (from the barn, or new); `Err(full)` when the barn already
+    /// holds its limit of full sheaves (or no empty sheaf can be had).
+    fn barn_put_full(&self, full: Sheaf) -> Result<Sheaf, Sheaf> {
+        let mut b = self.lock_barn();
+        if b.nr_full >= Barn::MAX_FULL {
+            drop(b);
+            self.stat_here(SlubStat::BARN_PUT_FAIL);
+            return Err(full);
+        }
+        let empty = if b.empty != 0 {
+            let e = Sheaf(b.empty);
+            b.empty = e.next();
+            b.nr_empty -= 1;
+            Some(e)
+        } else {
+            None
+        };
+        let empty = match empty {
+            Some(e) => e,
+            None => {
+                drop(b);
+                let Some(e) = self.new_sheaf() else {
+                    self.stat_here(SlubStat::BARN_PUT_FAIL);
+                    return Err(full);
+                };
+                b = self.lock_barn();
+                if b.nr_full >= Barn::MAX_FULL {
+                    drop(b);
+                    self.free_sheaf(e);
+                    self.stat_here(SlubStat::BARN_PUT_FAIL);
+                    return Err(full);
+                }
+                e
+            }
+        };
+        full.set_next(b.full);
+        b.full = full.0;
+        b.nr_full += 1;
+        drop(b);
+        self.stat_here(SlubStat::BARN_PUT);
+        Some(empty).ok_or(full)
+    }
+
+    /// Allocation from the per-CPU sheaves: pop from main; else swap with
+    /// a non-empty spare; else trade the empty main for a full sheaf at the
+    /// barn; else refill it from slabs. `None` sends the caller to the slab
+    /// path (a failed trylock: re-entry from an interrupt; no memory).
+    fn alloc_from_pcs(&self) -> Option<NonNull<u8>> {
+        let mut g = self.try_lock_cpu()?;
+        loop {
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n > 0 {
+                    let o = main.get(n - 1);
+                    main.set_size(n - 1);
+                    self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
+                    return Some(Self::obj_ptr(o));
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() > 0 {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    continue;
+                }
+            }
+            // Detach the (empty or missing) main sheaf and get a full one
+            // outside the lock.
+            let empty = core::mem::take(&mut g.main);
+            drop(g);
+            let empty = if empty != 0 {
+                Sheaf(empty)
+            } else {
+                self.new_sheaf()?
+            };
+            let full = match self.barn_get_full(empty) {
+                Some(f) => f,
+                None => {
+                    if !self.refill_sheaf(empty) {
+                        self.free_sheaf(empty);
+                        return None;
+                    }
+                    empty
+                }
+            };
+            // Install it; another context may have installed a main sheaf
+            // meanwhile (or we moved): then give ours to the barn/slabs.
+            match self.try_lock_cpu() {
+                Some(g2) => {
+                    g = g2;
+                    if g.main == 0 {
+                        g.main = full.0;
+                    } else {
+                        drop(g);
+                        self.retire_sheaf(full);
+                        g = self.try_lock_cpu()?;
+                    }
+                }
+                None => {
+                    self.retire_sheaf(full);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// A detached sheaf nobody will use: to the barn if it is full and the
+    /// barn has room, else its objects back to slabs and the sheaf freed.
+    fn retire_sheaf(&self, sh: Sheaf) {
+        if sh.size() == self.sheaf_capacity {
+            if let Ok(e) = self.barn_put_full(sh) {
+                self.free_sheaf(e);
+                return;
+            }
+        }
+        self.flush_sheaf(sh);
+        self.free_sheaf(sh);
+    }
+
+    /// Free into the per-CPU sheaves: push onto main; a full main is
+    /// swapped with an empty spare, traded at the barn for an empty sheaf,
+    /// or flushed to slabs by bulk free. `Ok(false)` sends the caller to
+    /// the slab path (a failed trylock; no memory for a sheaf).
+    fn free_to_pcs(&self, obj: usize) -> Result<bool, FreeError> {
+        let Some(mut g) = self.try_lock_cpu() else {
+            return Ok(false);
+        };
+        let cap = self.sheaf_capacity;
+        loop {
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n < cap {
+                    if n > 0 && main.get(n - 1) == obj {
+                        return Err(FreeError::DoubleFree(obj));
+                    }
+                    main.set(n, obj);
+                    main.set_size(n + 1);
+                    self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
+                    return Ok(true);
+                }
+                if g.spare == 0 || Sheaf(g.spare).size() == 0 {
+                    if g.spare == 0 {
+                        drop(g);
+                        let sp = self.new_sheaf();
+                        g = match self.try_lock_cpu() {
+                            Some(g) => g,
+                            None => {
+                                if let Some(sp) = sp {
+                                    self.free_sheaf(sp);
+                                }
+                                return Ok(false);
+                            }
+                        };
+                        match sp {
+                            Some(sp) if g.spare == 0 => g.spare = sp.0,
+                            Some(sp) => {
+                                drop(g);
+                                self.free_sheaf(sp);
+                                g = match self.try_lock_cpu() {
+                                    Some(g) => g,
+                                    None => return Ok(false),
+                                };
+                            }
+                            None => return Ok(false),
+                        }
+                        continue;
+                    }
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    continue;
+                }
+            }
+            // Detach the full (or missing) main and get an empty one.
+            let full = core::mem::take(&mut g.main);
+            drop(g);
+            let empty = if full == 0 {
+                match self.new_sheaf() {
+                    Some(e) => e,
+                    None => return Ok(false),
+                }
+            } else {
+                match self.barn_put_full(Sheaf(full)) {
+                    Ok(e) => e,
+                    Err(f) => {
+                        self.flush_sheaf(f);
+                        f
+                    }
+                }
+            };
+            match self.try_lock_cpu() {
+                Some(g2) => {
+                    g = g2;
+                    if g.main == 0 {
+                        g.main = empty.0;
+                    } else {
+                        drop(g);
+                        self.free_sheaf(empty);
+                        g = match self.try_lock_cpu() {
+                            Some(g) => g,
+                            None => return Ok(false),
+                        };
+                    }
+                }
+                None => {
+                    self.free_sheaf(empty);
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Detaches and returns a CPU's sheaves (under its lock).
+    fn take_sheaves(g: &mut Guard<'_, P, N>) -> [usize; 2] {
+        [core::mem::take(&mut g.main), core::mem::take(&mut g.spare)]
+    }
+
+    /// Flushes detached sheaves to slabs and frees them.
+    fn drop_sheaves(&self, sheaves: [usize; 2]) {
+        for sh in sheaves {
+            if sh != 0 {
+                self.flush_sheaf(Sheaf(sh));
+                self.free_sheaf(Sheaf(sh));
+            }
+        }
+    }
+
+    /// Empties the barn: full sheaves' objects back to slabs, every sheaf
+    /// freed (part of shrink).
+    fn flush_barn(&self) {
+        let (mut full, mut empty) = {
+            let mut b = self.lock_barn();
+            let r = (b.full, b.empty);
+            *b = Barn::new();
+            r
+        };
+        while full != 0 {
+            let sh = Sheaf(full);
+            full = sh.next();
+            self.flush_sheaf(sh);
+            self.free_sheaf(sh);
+        }
+        while empty != 0 {
+            let sh = Sheaf(empty);
+            empty = sh.next();
+            self.free_sheaf(sh);
+        }
+    }
+
+    /// Full and empty sheaves in the barn (a racy snapshot).
+    pub fn barn_sheaves(&self) -> (usize, usize) {
+        let b = self.lock_barn();
+        (b.nr_full, b.nr_empty)
+    }
+
     // ---------------------------------------------------------------- bulk
 
     /// `kmem_cache_alloc_bulk`: fills `out` with objects under one
@@ -1500,7 +1991,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Detaches a CPU's slab and partial chain under its lock, then gives
     /// them back outside it.
-    fn flush_guard(&self, mut g: Guard<'_, P, N>) {
+    fn flush_guard<'a>(
+        &'a self,
+        mut g: Guard<'a, P, N>,
+        relock: impl Fn() -> Option<Guard<'a, P, N>>,
+    ) {
+        let sheaves = Self::take_sheaves(&mut g);
+        if sheaves != [0, 0] {
+            // Sheaves first (their objects go back to slabs), then the CPU
+            // slab and partial slabs, which those frees may have refilled.
+            drop(g);
+            self.drop_sheaves(sheaves);
+            g = match relock() {
+                Some(g) => g,
+                None => return,
+            };
+        }
         let c = self.fast_of(g.cpu());
         let slab = c.slab.load(Ordering::Relaxed);
         let mut fl = 0;
@@ -1527,7 +2033,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Flushes the calling CPU's slab and partial slabs (`flush_cpu_slab`).
     pub fn flush_local(&self) {
-        self.flush_guard(self.lock_cpu());
+        self.flush_guard(self.lock_cpu(), || Some(self.lock_cpu()));
     }
 
     /// Flushes one CPU, where the platform lets us reach it (see
@@ -1535,7 +2041,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn flush_cpu(&self, cpu: usize) -> bool {
         match self.cpu.lock_remote(cpu) {
             Some(g) => {
-                self.flush_guard(g);
+                self.flush_guard(g, || self.cpu.lock_remote(cpu));
                 true
             }
             None => false,
@@ -1560,6 +2066,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Flushes every slot through exclusive access (no other context can
     /// use the cache).
     fn flush_exclusive(&mut self) {
+        // Sheaves and the barn first: their objects go back to slabs (and
+        // may land on CPU freelists or partial lists, flushed next).
+        let mut sheaves: [[usize; 2]; N] = [[0; 2]; N];
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            sheaves[i] = [core::mem::take(&mut l.main), core::mem::take(&mut l.spare)];
+        }
+        for sh in sheaves {
+            self.drop_sheaves(sh);
+        }
+        self.flush_barn();
         let mut work: [(usize, usize, usize); N] = [(0, 0, 0); N];
         let lockless = self.mode() == MODE_LOCKLESS;
         for (i, l) in self.cpu.iter_mut().enumerate() {
@@ -1596,6 +2112,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// fill them and the emptier ones may drain). Returns the slabs freed.
     pub fn shrink(&self) -> usize {
         self.flush_all();
+        self.flush_barn();
         self.shrink_node()
     }
 

@@ -23,6 +23,8 @@ use buddy::Owner;
 pub const TAG_SLAB: u32 = 0x51ab_0000;
 /// Tag of a large kmalloc block's head descriptor (`data` holds the size).
 pub const TAG_LARGE: u32 = 0x1a60_0000;
+/// Tag of a sheaf's page (an array of object pointers, not objects).
+pub const TAG_SHEAF: u32 = 0x54ea_0000;
 /// Tag bit: the slab is on its cache's node partial list (list lock).
 pub const ON_PARTIAL: u32 = 1;
 /// The kind part of a tag (the low 16 bits are the kind's own).

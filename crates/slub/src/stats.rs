@@ -87,6 +87,28 @@ stat_items! {
     CPU_PARTIAL_NODE,
     /// The CPU partial list was full and was drained to the node list.
     CPU_PARTIAL_DRAIN,
+    /// Allocation from the CPU's main sheaf (per-CPU sheaves, 6.18 on).
+    ALLOC_PCS,
+    /// Free into the CPU's main sheaf.
+    FREE_PCS,
+    /// Main and spare sheaves swapped.
+    SHEAF_SWAP,
+    /// An empty sheaf was refilled from slabs by bulk allocation.
+    SHEAF_REFILL,
+    /// A full sheaf was flushed to slabs by bulk free.
+    SHEAF_FLUSH,
+    /// A sheaf was allocated.
+    SHEAF_ALLOC,
+    /// A sheaf was freed.
+    SHEAF_FREE,
+    /// A full sheaf was taken from the barn (for an empty one).
+    BARN_GET,
+    /// The barn had no full sheaf.
+    BARN_GET_FAIL,
+    /// A full sheaf was put into the barn (for an empty one).
+    BARN_PUT,
+    /// The barn was full of full sheaves.
+    BARN_PUT_FAIL,
 }
 
 /// One CPU's counters.

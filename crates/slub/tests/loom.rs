@@ -307,3 +307,45 @@ fn rt_slow_paths_on_one_cpu() {
         finish(&p, c, 2);
     });
 }
+
+/// Sheaves (capacity 2) on the locked strategy: CPU 0 allocates and frees
+/// through its sheaves (swaps, barn trades, refills) while CPU 1 frees into
+/// its own sheaves (trading full ones at the barn) and then flushes CPU 0
+/// remotely, sheaves included.
+#[test]
+fn sheaf_swap_vs_barn_trade_and_remote_flush() {
+    run("sheaf_swap_vs_barn_trade_and_remote_flush", || {
+        let p = LoomPlatform::new(2, Strategy::Locked);
+        let g = Geometry {
+            page_size: PAGE,
+            nr_cpus: 1,
+            max_order: 0,
+            page_max_order: 3,
+        };
+        let c =
+            KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(&p), p.clone())
+                .unwrap()
+                .with_sheaves(2);
+        let c = Arc::new(c);
+        p.set_cpu(1);
+        let mine: Vec<usize> = (0..3).map(|i| take(&c, 0x60 + i as u8)).collect();
+        let t = {
+            let (p, c) = (p.clone(), c.clone());
+            spawn(move || {
+                p.set_cpu(0);
+                let a = take(&c, 0x70);
+                let b = take(&c, 0x71);
+                give(&c, a, 0x70);
+                give(&c, b, 0x71);
+            })
+        };
+        for (i, o) in mine.iter().enumerate() {
+            give(&c, *o, 0x60 + i as u8);
+        }
+        c.flush_cpu(0);
+        t.join().unwrap();
+        p.set_cpu(0);
+        c.shrink();
+        finish(&p, c, 2);
+    });
+}
