@@ -314,7 +314,30 @@ fn rt_slow_paths_on_one_cpu() {
 /// remotely, sheaves included.
 #[test]
 fn sheaf_swap_vs_barn_trade_and_remote_flush() {
-    run("sheaf_swap_vs_barn_trade_and_remote_flush", || {
+    // Sheaf pages, slabs and the final destroy make long executions: allow
+    // more branches per execution than loom's default 1000.
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 20_000;
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    let t0 = std::time::Instant::now();
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        spawn(sheaf_model).join().unwrap()
+    });
+    println!(
+        "loom sheaf_swap_vs_barn_trade_and_remote_flush: {} executions (preemption bound {:?}) in {:.2?}",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        b.preemption_bound,
+        t0.elapsed()
+    );
+}
+
+fn sheaf_model() {
+    {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let g = Geometry {
             page_size: PAGE,
@@ -347,5 +370,5 @@ fn sheaf_swap_vs_barn_trade_and_remote_flush() {
         p.set_cpu(0);
         c.shrink();
         finish(&p, c, 2);
-    });
+    }
 }
