@@ -1588,8 +1588,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// a non-empty spare; else trade the empty main for a full sheaf at the
     /// barn; else refill it from slabs. `None` sends the caller to the slab
     /// path (a failed trylock: re-entry from an interrupt; no memory).
+    #[inline(always)]
     fn alloc_from_pcs(&self) -> Option<NonNull<u8>> {
-        let mut g = self.try_lock_cpu()?;
+        let g = self.try_lock_cpu()?;
+        if g.main != 0 {
+            let main = Sheaf(g.main);
+            let n = main.size();
+            if n > 0 {
+                let o = main.get(n - 1);
+                main.set_size(n - 1);
+                self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
+                return Some(Self::obj_ptr(o));
+            }
+        }
+        self.alloc_from_pcs_slow(g)
+    }
+
+    #[inline(never)]
+    fn alloc_from_pcs_slow<'a>(&'a self, mut g: Guard<'a, P, N>) -> Option<NonNull<u8>> {
         loop {
             if g.main != 0 {
                 let main = Sheaf(g.main);
@@ -1664,10 +1680,33 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// swapped with an empty spare, traded at the barn for an empty sheaf,
     /// or flushed to slabs by bulk free. `Ok(false)` sends the caller to
     /// the slab path (a failed trylock; no memory for a sheaf).
+    #[inline(always)]
     fn free_to_pcs(&self, obj: usize) -> Result<bool, FreeError> {
-        let Some(mut g) = self.try_lock_cpu() else {
+        let Some(g) = self.try_lock_cpu() else {
             return Ok(false);
         };
+        if g.main != 0 {
+            let main = Sheaf(g.main);
+            let n = main.size();
+            if n < self.sheaf_capacity {
+                if n > 0 && main.get(n - 1) == obj {
+                    return Err(FreeError::DoubleFree(obj));
+                }
+                main.set(n, obj);
+                main.set_size(n + 1);
+                self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
+                return Ok(true);
+            }
+        }
+        self.free_to_pcs_slow(g, obj)
+    }
+
+    #[inline(never)]
+    fn free_to_pcs_slow<'a>(
+        &'a self,
+        mut g: Guard<'a, P, N>,
+        obj: usize,
+    ) -> Result<bool, FreeError> {
         let cap = self.sheaf_capacity;
         loop {
             if g.main != 0 {

@@ -108,12 +108,23 @@ impl GlobalSlub {
 
     /// An empty heap whose kmalloc caches have `flags`.
     pub const fn with_flags(flags: SlabFlags) -> Self {
+        Self::with_config(flags, Self::DEFAULT_SHEAVES)
+    }
+
+    /// Per-CPU sheaves of [`new`](Self::new)'s caches: none (see the
+    /// README's producer/consumer table for the measurement behind it).
+    pub const DEFAULT_SHEAVES: usize = 0;
+
+    /// An empty heap whose kmalloc caches have `flags` and per-CPU sheaves
+    /// of `sheaf_capacity` objects (0: none).
+    pub const fn with_config(flags: SlabFlags, sheaf_capacity: usize) -> Self {
         GlobalSlub {
-            k: Kmalloc::with_flags(
+            k: Kmalloc::with_config(
                 GlobalPages,
                 PerThread::new(),
                 Geometry::new(PerThread::OWNED_SLOTS + 1),
                 flags,
+                sheaf_capacity,
             ),
             hooked: AtomicBool::new(false),
         }

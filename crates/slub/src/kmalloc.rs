@@ -92,9 +92,10 @@ pub struct Kmalloc<S: SlabSource + Copy, P: Platform + Copy, const N: usize = 64
 }
 
 macro_rules! kcache {
-    ($i:expr, $s:expr, $p:expr, $g:expr, $f:expr) => {
+    ($i:expr, $s:expr, $p:expr, $g:expr, $f:expr, $sheaves:expr) => {
         KmemCache::new(KMALLOC_NAMES[$i], KMALLOC_SIZES[$i], 8, $f, $g, $s, $p)
             .with_kmalloc_index($i)
+            .with_sheaves($sheaves)
     };
 }
 
@@ -109,21 +110,34 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// [`SlabFlags::HARDENED`]).
     #[cfg(not(loom))]
     pub const fn with_flags(source: S, platform: P, geometry: Geometry, flags: SlabFlags) -> Self {
+        Self::with_config(source, platform, geometry, flags, 0)
+    }
+
+    /// [`with_flags`](Self::with_flags) plus per-CPU sheaves of
+    /// `sheaf_capacity` objects on every cache (0: none).
+    #[cfg(not(loom))]
+    pub const fn with_config(
+        source: S,
+        platform: P,
+        geometry: Geometry,
+        flags: SlabFlags,
+        sheaf_capacity: usize,
+    ) -> Self {
         Kmalloc {
             caches: [
-                kcache!(0, source, platform, geometry, flags),
-                kcache!(1, source, platform, geometry, flags),
-                kcache!(2, source, platform, geometry, flags),
-                kcache!(3, source, platform, geometry, flags),
-                kcache!(4, source, platform, geometry, flags),
-                kcache!(5, source, platform, geometry, flags),
-                kcache!(6, source, platform, geometry, flags),
-                kcache!(7, source, platform, geometry, flags),
-                kcache!(8, source, platform, geometry, flags),
-                kcache!(9, source, platform, geometry, flags),
-                kcache!(10, source, platform, geometry, flags),
-                kcache!(11, source, platform, geometry, flags),
-                kcache!(12, source, platform, geometry, flags),
+                kcache!(0, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(1, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(2, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(3, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(4, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(5, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(6, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(7, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(8, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(9, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(10, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(11, source, platform, geometry, flags, sheaf_capacity),
+                kcache!(12, source, platform, geometry, flags, sheaf_capacity),
             ],
             source,
         }
