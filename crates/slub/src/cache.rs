@@ -327,6 +327,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     kidx: u8,
     /// Hardening: the per-cache random value (drawn at first use).
     random: CoreAtomicUsize,
+    /// Freelist randomisation: xorshift state (0 until first use).
+    shuffle: CoreAtomicUsize,
     /// Objects per sheaf (0: no sheaves).
     sheaf_capacity: usize,
     /// The barn (`node->barn`), under its own spin lock (IRQs saved).
@@ -360,6 +362,7 @@ macro_rules! build_cache {
             id: CoreAtomicUsize::new(0),
             kidx: 0,
             random: CoreAtomicUsize::new(0),
+            shuffle: CoreAtomicUsize::new(0),
             sheaf_capacity: 0,
             barn: SpinLock::new(Barn::new()),
             lay: $lay,
@@ -592,6 +595,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^= z >> 31;
             self.random.store((z as usize) | 1, CoreOrdering::Relaxed);
+        }
+        if self.flags.contains(SlabFlags::RANDOM_FREELIST) {
+            let z = p.random_seed() ^ (self.id() as u64).wrapping_mul(0xd6e8_feb8_6659_fd93);
+            self.shuffle.store((z as usize) | 1, CoreOrdering::Relaxed);
         }
         let m = if lockless { MODE_LOCKLESS } else { MODE_LOCKED };
         self.mode.store(m, CoreOrdering::Relaxed);
@@ -1043,16 +1050,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         s.set_tag(self.slab_tag());
         let base = page.ptr.as_ptr();
         let size = self.lay.size;
-        for i in 0..objects {
+        // Link order: position k holds object (mul * k + start) % objects,
+        // the identity unless the freelist is randomised.
+        let (mul, start) = self.shuffle_params(objects);
+        let obj = |k: usize| {
+            let i = (mul * k + start) % objects;
             // SAFETY: inside the block.
-            let o = unsafe { base.add(i * size) }.expose_provenance();
-            let next = if i + 1 < objects {
-                // SAFETY: inside the block.
-                unsafe { base.add((i + 1) * size) }.expose_provenance()
-            } else {
-                0
-            };
-            self.set_fp(o, next);
+            unsafe { base.add(i * size) }.expose_provenance()
+        };
+        let head = obj(0);
+        for k in 0..objects {
+            let next = if k + 1 < objects { obj(k + 1) } else { 0 };
+            self.set_fp(obj(k), next);
         }
         s.store_state(SlabState {
             freelist: 0,
@@ -1065,7 +1074,31 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.nr_slabs.fetch_add(1, CoreOrdering::Relaxed);
         self.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
         self.stat_here(SlubStat::ALLOC_SLAB);
-        Some((s, base.expose_provenance()))
+        Some((s, head))
+    }
+
+    /// The shuffle of a new slab of `objects` (`shuffle_freelist`): a
+    /// per-cache multiplier made coprime with `objects` and a random start;
+    /// `(1, 0)` (address order) without `RANDOM_FREELIST`.
+    fn shuffle_params(&self, objects: usize) -> (usize, usize) {
+        if !self.flags.contains(SlabFlags::RANDOM_FREELIST) || objects < 2 {
+            return (1, 0);
+        }
+        // xorshift64* step (racy updates only lose randomness).
+        let mut x = self.shuffle.load(CoreOrdering::Relaxed) as u64 | 1;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.shuffle.store(x as usize, CoreOrdering::Relaxed);
+        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let mut mul = ((self.id() as u64).wrapping_mul(0x9e37_79b9) % objects as u64) as usize | 1;
+        if mul == 1 && objects > 3 {
+            mul = 3;
+        }
+        while gcd(mul, objects) != 1 {
+            mul += 1;
+        }
+        (mul, (r >> 32) as usize % objects)
     }
 
     /// Returns an empty, unlisted, unfrozen slab to the page allocator.
@@ -2374,6 +2407,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             assert_eq!(k, l.partial_slabs, "{name}: CPU {i} partial_slabs");
         }
     }
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// Walks a freelist inside slab `s`, checking bounds and boundaries, and

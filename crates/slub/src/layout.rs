@@ -28,6 +28,12 @@ impl SlabFlags {
     /// reveals a freelist pointer.
     pub const HARDENED: SlabFlags = SlabFlags(1 << 3);
 
+    /// `CONFIG_SLAB_FREELIST_RANDOM` for this cache: a new slab's objects
+    /// are linked in a shuffled order (a per-cache multiplier coprime with
+    /// the object count and a random start per slab), so the next object
+    /// handed out cannot be predicted from the previous one's address.
+    pub const RANDOM_FREELIST: SlabFlags = SlabFlags(1 << 4);
+
     /// Both sets.
     pub const fn union(self, o: SlabFlags) -> SlabFlags {
         SlabFlags(self.0 | o.0)

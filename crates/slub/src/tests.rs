@@ -208,6 +208,32 @@ fn sheaves_and_the_barn_locked() {
 }
 
 #[test]
+fn randomised_freelists_are_shuffled_permutations() {
+    let m = Mem::new(4);
+    let p = TestPlatform::pinned(CPUS);
+    basic_cycle(p, SlabFlags::RANDOM_FREELIST, true);
+    let c = cache(&m, 64, p, SlabFlags::RANDOM_FREELIST);
+    let per = c.layout().oo.objects as usize;
+    let objs: Vec<usize> = (0..per)
+        .map(|_| c.alloc().unwrap().as_ptr() as usize)
+        .collect();
+    let base = *objs.iter().min().unwrap();
+    let mut idx: Vec<usize> = objs.iter().map(|a| (a - base) / 64).collect();
+    let in_order = idx.windows(2).filter(|w| w[1] == w[0] + 1).count();
+    assert!(in_order < per / 2, "not shuffled: {idx:?}");
+    idx.sort_unstable();
+    assert_eq!(
+        idx,
+        (0..per).collect::<Vec<_>>(),
+        "a permutation of the slab"
+    );
+    for o in objs {
+        // SAFETY: ours.
+        unsafe { c.free(NonNull::new(o as *mut u8).unwrap()) };
+    }
+}
+
+#[test]
 fn fast_free_and_reuse_is_lifo() {
     let m = Mem::new(4);
     let c = cache(&m, 64, TestPlatform::pinned(CPUS), SlabFlags::NONE);
