@@ -729,13 +729,82 @@ proptest! {
     })]
 
     #[test]
+    #[cfg_attr(miri, ignore = "proptest under miri takes minutes per case; machine_smoke runs a fixed sequence")]
     fn state_machine_pinned(ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 25 } else { 400 })) {
         run_machine(&ops, TestPlatform::pinned(CPUS));
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "proptest under miri takes minutes per case; machine_smoke runs a fixed sequence")]
     fn state_machine_locked(ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 25 } else { 400 })) {
         run_machine(&ops, TestPlatform::locked(CPUS));
+    }
+}
+
+/// A fixed sequence through the state machine (every kind of operation:
+/// remote frees, interrupt context, remote flush, bulk, sheaves, hardened
+/// and randomised caches, kfree without sizes), small enough for miri.
+#[test]
+fn machine_smoke() {
+    use Op::*;
+    let ops = [
+        Alloc {
+            c: 0,
+            cpu: 0,
+            irq: false,
+        },
+        Alloc {
+            c: 1,
+            cpu: 0,
+            irq: true,
+        },
+        Alloc {
+            c: 2,
+            cpu: 1,
+            irq: false,
+        },
+        Kmalloc {
+            size: 100,
+            cpu: 1,
+            irq: false,
+        },
+        Kmalloc {
+            size: 9000,
+            cpu: 2,
+            irq: true,
+        },
+        AllocBulk {
+            c: 0,
+            n: 12,
+            cpu: 2,
+        },
+        Free {
+            i: 0,
+            cpu: 3,
+            irq: false,
+        },
+        Free {
+            i: 3,
+            cpu: 1,
+            irq: true,
+        },
+        FreeBulk { c: 0, n: 5, cpu: 1 },
+        Flush { cpu: 2 },
+        FlushRemote { cpu: 0, from: 1 },
+        Shrink { c: 1 },
+        Free {
+            i: 1,
+            cpu: 0,
+            irq: false,
+        },
+        Alloc {
+            c: 1,
+            cpu: 3,
+            irq: false,
+        },
+    ];
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        run_machine(&ops, p);
     }
 }
 
