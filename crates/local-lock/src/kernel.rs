@@ -43,6 +43,10 @@ use crate::platform::{IrqFlags, Pin, Platform, Strategy};
 /// `PREEMPT_RT = true`, slots are protected by a spin lock and may be reached
 /// from other CPUs, so the IRQ primitives may then be no-ops (threaded
 /// interrupts), as `local_lock_irqsave` does on RT.
+///
+/// On a CPU without a lock-free double-word compare-exchange, enable this
+/// crate's `assume-privileged` feature (see
+/// [`AtomicDWord`](crate::sync::AtomicDWord)).
 pub unsafe trait KernelHooks: Sync + 'static {
     /// Highest CPU id + 1 (`nr_cpu_ids`). A `LocalLock` needs at least this
     /// many slots.

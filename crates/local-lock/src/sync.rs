@@ -321,6 +321,14 @@ type Wide = portable_atomic::AtomicU64;
 type WideInt = u64;
 
 /// An atomic [`DWord`]. See the module docs for when it is lock free.
+///
+/// Where it is not (riscv64gc without Zacas, 32-bit targets without a
+/// 64-bit CAS), portable-atomic falls back to a global table of spin locks.
+/// That fallback is **not interrupt-safe** unless the `assume-privileged`
+/// feature is on (it then masks interrupts around the critical section): a
+/// kernel whose interrupt handlers allocate (the buddy's owner words and
+/// SLUB's slab compare-exchange use this type) must enable it, or a handler
+/// can spin forever on the lock its interrupted task holds.
 #[repr(C, align(16))]
 pub struct AtomicDWord {
     #[cfg(not(loom))]

@@ -2183,8 +2183,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// node partial slabs and sorts the rest fullest first (so allocations
     /// fill them and the emptier ones may drain). Returns the slabs freed.
     pub fn shrink(&self) -> usize {
-        self.flush_all();
+        // The barn first: its full sheaves' objects go back to slabs, and a
+        // slab they make partial may be frozen onto this CPU's partial
+        // list, which the CPU flush then empties.
         self.flush_barn();
+        self.flush_all();
         self.shrink_node()
     }
 

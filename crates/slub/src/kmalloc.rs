@@ -300,6 +300,14 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
     }
 
+    /// Checks every cache's invariants ([`KmemCache::validate`]) on a
+    /// quiescent allocator.
+    pub fn validate(&mut self) {
+        for c in &mut self.caches {
+            c.validate();
+        }
+    }
+
     /// Flushes every cache (see [`KmemCache::flush_all`]).
     pub fn flush_all(&self) -> usize {
         self.caches.iter().map(|c| c.flush_all()).max().unwrap_or(0)
