@@ -455,9 +455,13 @@ fn shrink_frees_empty_slabs_and_sorts_fullest_first() {
 #[test]
 fn interrupts_inside_the_lockless_fast_path() {
     // Leaked: the interrupt handler must be 'static.
-    let m: &'static Mem = Box::leak(Box::new(Mem::new(8)));
+    let m_raw = Box::into_raw(Box::new(Mem::new(8)));
+    // SAFETY: freed at the end, after every use.
+    let m: &'static Mem = unsafe { &*m_raw };
     let p = TestPlatform::pinned(CPUS);
-    let c: &'static Cache<'static> = Box::leak(Box::new(cache(m, 32, p, SlabFlags::NONE)));
+    let c_raw = Box::into_raw(Box::new(cache(m, 32, p, SlabFlags::NONE)));
+    // SAFETY: freed at the end, after every use.
+    let c: &'static Cache<'static> = unsafe { &*c_raw };
     let warm = c.alloc().unwrap();
     // SAFETY: ours.
     unsafe { c.free(warm) };
@@ -477,6 +481,13 @@ fn interrupts_inside_the_lockless_fast_path() {
     let s = c.stats();
     assert!(s.get(SlubStat::CMPXCHG_DOUBLE_CPU_FAIL) > 0, "{s}");
     assert!(p.fired() > 0);
+    p.disarm();
+    // SAFETY: the handlers that borrowed them are gone (fired or disarmed);
+    // reclaim the leaked cache, then its memory.
+    unsafe {
+        drop(Box::from_raw(c_raw));
+        drop(Box::from_raw(m_raw));
+    }
 }
 
 #[test]
