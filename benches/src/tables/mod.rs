@@ -25,6 +25,7 @@ use crate::measure::{Ctx, Report};
 pub mod pages;
 pub mod percpu;
 pub mod primitives;
+pub mod slub;
 pub mod zeroed;
 
 /// One reproducible table.
@@ -50,6 +51,11 @@ pub static TABLES: &[&dyn Table] = &[
     &percpu::Percpu,
     &percpu::PercpuHalfFull,
     &percpu::PercpuAlign,
+    &slub::SlubPairs,
+    &slub::SlubBatch,
+    &slub::Slub2t,
+    &slub::SlubProdCons,
+    &slub::SlubLarson,
 ];
 
 /// The table called `name`.
