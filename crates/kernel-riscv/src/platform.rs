@@ -1,0 +1,120 @@
+//! The kernel's [`KernelHooks`]: what the allocator family needs to know
+//! about CPUs, interrupts and preemption, from this kernel's real
+//! primitives. [`Kp`] (`Kernel<Hooks>`) is the platform every allocator
+//! here is built on, with the pinned strategy (not `PREEMPT_RT`).
+//!
+//! | hook | implementation |
+//! |---|---|
+//! | `smp_processor_id` | `tp`, set to `mhartid` at boot and never changed (one `mv`) |
+//! | `local_irq_save` / `restore` | `csrrci mstatus, MIE` / `csrsi` if it was set |
+//! | `irqs_disabled` | `mstatus.MIE == 0` |
+//! | `in_interrupt` | this hart's [`HartState::in_irq`], set by `trap_handler` around the handler |
+//! | `preempt_disable` / `enable` | this hart's [`HartState::preempt_count`] += 1 / -= 1 |
+//!
+//! **Preemption.** This kernel has no scheduler: each hart runs exactly one
+//! task from boot to power-off, and the only thing that can run between
+//! two of its instructions is that hart's own interrupt handler (which
+//! runs to completion). A task therefore never migrates and is never
+//! preempted by another task, so "pinned" needs no more than the count;
+//! the count is kept anyway, per hart, so that imbalances are caught (the
+//! trap handler checks it is unchanged across every handler, and the end
+//! of the run checks it is zero on every hart), and so that a scheduler
+//! added later has the hook it needs (`schedule()` only when the count is
+//! zero and not in interrupt).
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+use local_lock::kernel::{Kernel, KernelHooks};
+use local_lock::sync::CachePadded;
+use local_lock::IrqFlags;
+
+use crate::arch::{self, MAX_HARTS, MSTATUS_MIE};
+
+/// The platform of every allocator in this kernel.
+pub type Kp = Kernel<Hooks>;
+
+/// The kernel's primitives (see the module docs).
+pub struct Hooks;
+
+/// Per-hart state the hooks read. Written only by its own hart (task and
+/// interrupt handler), read by anyone for reports.
+pub struct HartState {
+    /// In the timer interrupt handler (`in_interrupt()`).
+    pub in_irq: AtomicBool,
+    /// `preempt_count` (task and handler: a handler's pins are balanced
+    /// before it returns, so the task's load/store never loses one).
+    pub preempt_count: AtomicUsize,
+}
+
+/// One [`HartState`] per hart, each on its own cache line.
+pub static HARTS: [CachePadded<HartState>; MAX_HARTS] = [const {
+    CachePadded::new(HartState {
+        in_irq: AtomicBool::new(false),
+        preempt_count: AtomicUsize::new(0),
+    })
+}; MAX_HARTS];
+
+/// This hart's state.
+#[inline(always)]
+pub fn this_hart() -> &'static HartState {
+    &HARTS[arch::hart_id()]
+}
+
+// SAFETY: truthful primitives: the hart id comes from `tp`, fixed at boot
+// and below MAX_HARTS (other harts park before running any Rust code);
+// with no scheduler a task never leaves its hart, so the id is stable at
+// all times, in particular while pinned; `local_irq_save` clears
+// mstatus.MIE, which masks every interrupt this kernel enables (the
+// machine timer) until the matching restore; `in_interrupt` is set by the
+// trap handler exactly while a handler runs; handlers run to completion
+// with MIE clear (no nesting) before the interrupted code continues.
+unsafe impl KernelHooks for Hooks {
+    const NR_CPUS: usize = MAX_HARTS;
+
+    #[inline(always)]
+    fn smp_processor_id() -> usize {
+        arch::hart_id()
+    }
+    #[inline(always)]
+    fn in_interrupt() -> bool {
+        this_hart().in_irq.load(Relaxed)
+    }
+    #[inline(always)]
+    fn irqs_disabled() -> bool {
+        arch::mstatus() & MSTATUS_MIE == 0
+    }
+    #[inline(always)]
+    fn local_irq_save() -> IrqFlags {
+        IrqFlags(arch::irq_save() & MSTATUS_MIE)
+    }
+    #[inline(always)]
+    unsafe fn local_irq_restore(flags: IrqFlags) {
+        if flags.0 & MSTATUS_MIE != 0 {
+            // SAFETY: interrupts were enabled when the matching save ran.
+            unsafe { arch::irq_enable() }
+        }
+    }
+    #[inline(always)]
+    fn local_irq_disable() {
+        arch::irq_disable()
+    }
+    #[inline(always)]
+    unsafe fn local_irq_enable() {
+        // SAFETY: forwarded contract.
+        unsafe { arch::irq_enable() }
+    }
+    #[inline(always)]
+    fn preempt_disable() {
+        let c = &this_hart().preempt_count;
+        c.store(c.load(Relaxed) + 1, Relaxed);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    }
+    #[inline(always)]
+    unsafe fn preempt_enable() {
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        let c = &this_hart().preempt_count;
+        let v = c.load(Relaxed);
+        debug_assert!(v > 0, "preempt_enable without preempt_disable");
+        c.store(v.wrapping_sub(1), Relaxed);
+    }
+}
