@@ -90,6 +90,9 @@ fn flush_on_exit(_slot: usize) {
 pub struct GlobalSlub {
     k: Inner,
     hooked: AtomicBool,
+    /// Debug flags: class selection then checks each cache's real object
+    /// alignment (red zones and owner records change the stride).
+    debug: bool,
 }
 
 impl GlobalSlub {
@@ -127,6 +130,7 @@ impl GlobalSlub {
                 sheaf_capacity,
             ),
             hooked: AtomicBool::new(false),
+            debug: flags.is_debug(),
         }
     }
 
@@ -174,8 +178,12 @@ impl GlobalSlub {
     }
 
     #[inline(always)]
-    fn class(layout: Layout) -> Option<usize> {
-        kmalloc_class(layout.size(), layout.align())
+    fn class(&self, layout: Layout) -> Option<usize> {
+        if self.debug {
+            self.k.class(layout.size(), layout.align())
+        } else {
+            kmalloc_class(layout.size(), layout.align())
+        }
     }
 }
 
@@ -210,7 +218,7 @@ fn abort_bad_free(ptr: *mut u8, e: crate::FreeError) -> ! {
 unsafe impl GlobalAlloc for GlobalSlub {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match Self::class(layout) {
+        match self.class(layout) {
             Some(i) => {
                 self.register();
                 match self.k.caches()[i].alloc() {
@@ -225,7 +233,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        match Self::class(layout) {
+        match self.class(layout) {
             Some(_) => {
                 // SAFETY: forwarded.
                 let p = unsafe { self.alloc(layout) };
@@ -242,7 +250,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        match Self::class(layout) {
+        match self.class(layout) {
             Some(i) => {
                 let Some(p) = NonNull::new(ptr) else { return };
                 // SAFETY: GlobalAlloc's contract; bad input is refused
@@ -258,10 +266,10 @@ unsafe impl GlobalAlloc for GlobalSlub {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = Self::class(layout);
+        let old = self.class(layout);
         // SAFETY: GlobalAlloc::realloc's contract makes this layout valid.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        let new = Self::class(new_layout);
+        let new = self.class(new_layout);
         match (old, new) {
             (Some(a), Some(b)) if a == b => ptr,
             // SAFETY: forwarded; both are page allocations.

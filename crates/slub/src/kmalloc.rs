@@ -143,6 +143,22 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
     }
 
+    /// The class for `size` and `align` that these caches can serve (the
+    /// class table, checked against each cache's real object alignment:
+    /// debug caches have red zones and owner records in the stride), or
+    /// `None` for whole pages.
+    #[inline]
+    pub fn class(&self, size: usize, align: usize) -> Option<usize> {
+        let mut i = kmalloc_class(size, align)?;
+        while i < self.caches.len() {
+            if self.caches[i].object_align() >= align {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
     /// The caches, smallest first.
     pub fn caches(&self) -> &[KmemCache<S, P, N>; 13] {
         &self.caches
@@ -162,7 +178,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         if size == 0 {
             return Some(ZERO_SIZE_PTR);
         }
-        match kmalloc_class(size, align) {
+        match self.class(size, align) {
             Some(i) => self.caches[i].alloc(),
             None => self.kmalloc_large(size, align, AllocFlags::NONE),
         }
@@ -175,7 +191,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         if size == 0 {
             return Some(ZERO_SIZE_PTR);
         }
-        match kmalloc_class(size, align) {
+        match self.class(size, align) {
             Some(i) => {
                 let p = self.caches[i].alloc()?;
                 // SAFETY: a fresh object of at least `size` bytes.
@@ -252,6 +268,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             let cache = self
                 .tagged_cache(tag)
                 .ok_or(FreeError::WrongCache(a, "a cache that is not kmalloc's"))?;
+            if cache.is_debug() {
+                // SAFETY: forwarded; the debug free validates everything.
+                return unsafe { cache.try_free(p) };
+            }
             let (s, obj) = cache.check_object(crate::slab::Slab(b.owner), b.head, b.order, p)?;
             // SAFETY: forwarded; validated.
             unsafe { cache.free_validated(s, obj) }
@@ -288,7 +308,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             let c = self
                 .tagged_cache(tag)
                 .filter(|c| {
-                    c.check_object(crate::slab::Slab(b.owner), b.head, b.order, ptr)
+                    // A debug object sits after its left red zone.
+                    let slot = NonNull::new(ptr.as_ptr().wrapping_sub(c.layout().red_left_pad))
+                        .unwrap_or(ptr);
+                    c.check_object(crate::slab::Slab(b.owner), b.head, b.order, slot)
                         .is_ok()
                 })
                 .unwrap_or_else(|| panic!("ksize({a:#x}): not an object of this kmalloc"));

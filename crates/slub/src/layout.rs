@@ -34,6 +34,31 @@ impl SlabFlags {
     /// handed out cannot be predicted from the previous one's address.
     pub const RANDOM_FREELIST: SlabFlags = SlabFlags(1 << 4);
 
+    /// `SLAB_CONSISTENCY_CHECKS` (`slub_debug=F`): on free, the object must
+    /// be inside a slab of this cache, on an object boundary, and not on
+    /// the slab's freelist (a full walk); `validate()` walks every slab.
+    pub const CONSISTENCY_CHECKS: SlabFlags = SlabFlags(1 << 8);
+    /// `SLAB_RED_ZONE` (`Z`): a word-aligned zone before and after each
+    /// object, 0xbb while free and 0xcc while allocated, checked on free and
+    /// allocation.
+    pub const RED_ZONE: SlabFlags = SlabFlags(1 << 9);
+    /// `SLAB_POISON` (`P`): a free object's body reads 0x6b with a final
+    /// 0xa5 (checked when it is allocated again: a write after free is
+    /// caught), padding 0x5a.
+    pub const POISON: SlabFlags = SlabFlags(1 << 10);
+    /// `SLAB_STORE_USER` (`U`): each object records who allocated and who
+    /// freed it last (call site, CPU, a counter as time), printed with any
+    /// corruption report.
+    pub const STORE_USER: SlabFlags = SlabFlags(1 << 11);
+    /// Every debug flag (`slub_debug` with no options: `FZPU`).
+    pub const DEBUG_ALL: SlabFlags = SlabFlags((1 << 8) | (1 << 9) | (1 << 10) | (1 << 11));
+
+    /// Whether any debug flag is set (`kmem_cache_debug`): such caches take
+    /// the locked path (no fast path, no CPU slabs or partial slabs).
+    pub const fn is_debug(self) -> bool {
+        self.0 & Self::DEBUG_ALL.0 != 0
+    }
+
     /// Both sets.
     pub const fn union(self, o: SlabFlags) -> SlabFlags {
         SlabFlags(self.0 | o.0)
@@ -131,6 +156,15 @@ pub struct CacheLayout {
     pub cpu_partial: usize,
     /// Slabs kept on a CPU partial list (`cpu_partial_slabs`).
     pub cpu_partial_slabs: usize,
+    /// Debug: bytes of red zone before the object (`red_left_pad`); the
+    /// object starts this far into its slot. 0 without `RED_ZONE`.
+    pub red_left_pad: usize,
+    /// Debug: end of the object and its right red zone, relative to the
+    /// object (`inuse`).
+    pub inuse: usize,
+    /// Debug: offset of the two owner records (alloc, free) from the
+    /// object, with `STORE_USER`.
+    pub track_offset: usize,
     /// `floor((2^64 - 1) / size) + 1`: `(off * reciprocal) >> 64` is
     /// `off / size` exactly for every offset inside a slab
     /// (`reciprocal_divide`).
@@ -138,6 +172,8 @@ pub struct CacheLayout {
 }
 
 const WORD: usize = core::mem::size_of::<usize>();
+/// Words of one owner record (`struct track`): call site, CPU, time.
+pub(crate) const TRACK_WORDS: usize = 3;
 /// Cache line size assumed for `SLAB_HWCACHE_ALIGN`.
 pub const CACHE_LINE: usize = 64;
 /// `MIN_PARTIAL`, `MAX_PARTIAL`.
@@ -273,15 +309,37 @@ pub const fn calculate_layout(
         return Err(CacheError::TooLarge(object_size));
     }
     // The free pointer sits inside the object, in the middle (away from
-    // small overflows of the neighbour), word aligned.
+    // small overflows of the neighbour), word aligned; after the object (and
+    // its red zone) when poisoning or red zoning need the whole object.
+    let align = calculate_alignment(flags, align, object_size);
     let mut size = align_up(object_size, WORD);
-    let offset = if object_size >= WORD {
+    if flags.contains(SlabFlags::RED_ZONE) && size == object_size {
+        // Room for the right red zone.
+        size += WORD;
+    }
+    let inuse = size;
+    let mut offset = if object_size >= WORD {
         (object_size / 2) & !(WORD - 1)
     } else {
         0
     };
-    let align = calculate_alignment(flags, align, object_size);
-    size = align_up(size, align);
+    if flags.contains(SlabFlags::POISON) || flags.contains(SlabFlags::RED_ZONE) {
+        offset = size;
+        size += WORD;
+    }
+    let track_offset = size;
+    if flags.contains(SlabFlags::STORE_USER) {
+        size += 2 * TRACK_WORDS * WORD;
+    }
+    let red_left_pad = if flags.contains(SlabFlags::RED_ZONE) {
+        align_up(WORD, align)
+    } else {
+        0
+    };
+    // Offsets so far are from the object; the slot begins red_left_pad
+    // earlier.
+    let offset = offset + red_left_pad;
+    size = align_up(size + red_left_pad, align);
     let order = match calculate_order(size, g) {
         Some(o) => o,
         None => return Err(CacheError::TooLarge(object_size)),
@@ -325,6 +383,9 @@ pub const fn calculate_layout(
         min_partial,
         cpu_partial,
         cpu_partial_slabs,
+        red_left_pad,
+        inuse,
+        track_offset,
         reciprocal: (u64::MAX / size as u64).wrapping_add(1),
     })
 }
@@ -403,6 +464,20 @@ mod tests {
                 assert_eq!(q, off / l.size, "size {size} off {off}");
             }
         }
+    }
+
+    #[test]
+    fn debug_layouts_follow_calculate_sizes() {
+        let g = Geometry::new(4);
+        let l = calculate_layout(64, 8, SlabFlags::DEBUG_ALL, &g).unwrap();
+        // [8 left red zone][64 object][8 right red zone][8 free pointer][2 x 24 tracks]
+        assert_eq!(l.red_left_pad, 8);
+        assert_eq!(l.inuse, 72);
+        assert_eq!(l.offset, 8 + 72);
+        assert_eq!(l.track_offset, 80);
+        assert_eq!(l.size, 8 + 80 + 48);
+        let l = calculate_layout(20, 8, SlabFlags::POISON, &g).unwrap();
+        assert_eq!((l.red_left_pad, l.inuse, l.offset, l.size), (0, 24, 24, 32));
     }
 
     #[test]

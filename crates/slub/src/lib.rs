@@ -76,6 +76,26 @@
 //! threads in the kernel; a platform that runs a handler on top of a holder
 //! of the same slot would deadlock (reported as a panic by the local lock).
 //!
+//! # Batching, hardening, debugging (issue #6)
+//!
+//! * **Bulk APIs**: [`KmemCache::alloc_bulk`] (one local-lock hold) and
+//!   [`KmemCache::free_bulk`] (detached freelists per slab, the kernel's
+//!   look-ahead).
+//! * **Sheaves** ([`KmemCache::with_sheaves`]): per-CPU main and spare
+//!   arrays of object pointers behind the local trylock, and a barn of full
+//!   and empty sheaves: a producer/consumer pair trades whole sheaves
+//!   instead of bouncing slab cache lines (seed 004).
+//! * **Hardening**: [`SlabFlags::HARDENED`] (obfuscated free pointers,
+//!   seeded by [`Platform::random_seed`](local_lock::Platform::random_seed))
+//!   and [`SlabFlags::RANDOM_FREELIST`].
+//! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
+//!   [`SlabFlags::RED_ZONE`], [`SlabFlags::POISON`],
+//!   [`SlabFlags::STORE_USER`]. Debug caches take the locked path: every
+//!   allocation and free under the list lock, no fast path, no CPU slabs;
+//!   a corruption names the cache, the object, what was expected and
+//!   found, and the recorded owners, then panics; [`KmemCache::validate`]
+//!   walks every slab (partial and full).
+//!
 //! # Bad input
 //!
 //! A free of a pointer outside this page allocator, inside an object, of

@@ -27,6 +27,8 @@ pub const TAG_LARGE: u32 = 0x1a60_0000;
 pub const TAG_SHEAF: u32 = 0x54ea_0000;
 /// Tag bit: the slab is on its cache's node partial list (list lock).
 pub const ON_PARTIAL: u32 = 1;
+/// Tag bit: the slab is on a debug cache's full list (list lock).
+pub const ON_FULL: u32 = 2;
 /// The kind part of a tag (the low 16 bits are the kind's own).
 pub const TAG_KIND: u32 = 0xffff_0000;
 
@@ -187,6 +189,8 @@ pub(crate) struct PartialList {
     pub(crate) head: usize,
     pub(crate) tail: usize,
     pub(crate) nr_partial: usize,
+    /// The tag bit of membership ([`ON_PARTIAL`], or [`ON_FULL`]).
+    bit: u32,
 }
 
 impl PartialList {
@@ -195,12 +199,23 @@ impl PartialList {
             head: 0,
             tail: 0,
             nr_partial: 0,
+            bit: ON_PARTIAL,
+        }
+    }
+
+    /// The full list of a debug cache (`n->full`).
+    pub(crate) const fn new_full() -> Self {
+        PartialList {
+            head: 0,
+            tail: 0,
+            nr_partial: 0,
+            bit: ON_FULL,
         }
     }
 
     /// `add_partial`: at the head, or at the tail.
     pub(crate) fn add(&mut self, s: Slab<'_>, tail: bool) {
-        debug_assert!(!s.on_partial());
+        debug_assert!(s.tag() & (ON_PARTIAL | ON_FULL) == 0);
         let a = s.addr();
         if self.head == 0 {
             s.set_next(0);
@@ -220,13 +235,13 @@ impl PartialList {
             unsafe { Slab::from_addr(self.head) }.set_prev(a);
             self.head = a;
         }
-        s.set_tag(s.tag() | ON_PARTIAL);
+        s.set_tag(s.tag() | self.bit);
         self.nr_partial += 1;
     }
 
     /// `remove_partial`.
     pub(crate) fn remove(&mut self, s: Slab<'_>) {
-        debug_assert!(s.on_partial());
+        debug_assert!(s.tag() & self.bit != 0);
         let (p, n) = (s.prev(), s.next());
         if p == 0 {
             self.head = n;
@@ -242,7 +257,7 @@ impl PartialList {
         }
         s.set_next(0);
         s.set_prev(0);
-        s.set_tag(s.tag() & !ON_PARTIAL);
+        s.set_tag(s.tag() & !self.bit);
         self.nr_partial -= 1;
     }
 }

@@ -116,7 +116,7 @@ struct Live {
 /// RT path), checking everything after every step.
 pub fn run_machine(ops: &[Op], p: TestPlatform) {
     let m = Mem::new(8);
-    let sizes = [24usize, 200, 3000];
+    let sizes = [24usize, 200, 3000, 40];
     let mut caches: Vec<Cache<'_>> = sizes
         .iter()
         .enumerate()
@@ -253,7 +253,7 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
                 unsafe { caches[c].free_bulk(&batch) };
             }
             Op::Shrink { c } => {
-                caches[c % 3].shrink();
+                caches[c % caches.len()].shrink();
             }
         }
         for c in &mut caches {
