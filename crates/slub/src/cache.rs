@@ -322,6 +322,9 @@ impl<T, P: Platform> Drop for IrqSpinGuard<'_, T, P> {
 const MODE_UNKNOWN: u8 = 0;
 const MODE_LOCKLESS: u8 = 1;
 const MODE_LOCKED: u8 = 2;
+/// `fast`: plain locked / lockless caches (no sheaves, no debug).
+const FAST_LOCKED: u8 = 1;
+const FAST_LOCKLESS: u8 = 2;
 /// Debug flags: every operation under the list lock with checks.
 const MODE_DEBUG: u8 = 3;
 
@@ -352,6 +355,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     geometry: Geometry,
     source: S,
     mode: AtomicU8,
+    /// Which fast path `alloc`/`free` take: `FAST_LOCKED`, `FAST_LOCKLESS`,
+    /// or 0 (first use, sheaves or debug: the out-of-line dispatcher).
+    dispatch: AtomicU8,
     cpu: LocalLock<CpuLocked, P, N>,
     fast: [CachePadded<CpuFast>; N],
     pub(crate) node: SpinLock<PartialList>,
@@ -386,6 +392,7 @@ macro_rules! build_cache {
             geometry: $g,
             source: $source,
             mode: AtomicU8::new(MODE_UNKNOWN),
+            dispatch: AtomicU8::new(0),
             cpu: $cpu,
             fast: $fast,
             node: SpinLock::new(PartialList::new()),
@@ -636,6 +643,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             MODE_LOCKED
         };
         self.mode.store(m, CoreOrdering::Relaxed);
+        let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
+        let f = match m {
+            MODE_LOCKED if plain => FAST_LOCKED,
+            MODE_LOCKLESS if plain => FAST_LOCKLESS,
+            _ => 0,
+        };
+        self.dispatch.store(f, CoreOrdering::Relaxed);
         m
     }
 
@@ -760,15 +774,26 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline]
     #[track_caller]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
+        match self.dispatch.load(CoreOrdering::Relaxed) {
+            FAST_LOCKED => self.alloc_locked(),
+            FAST_LOCKLESS => self.alloc_lockless(),
+            _ => self.alloc_special(core::panic::Location::caller()),
+        }
+    }
+
+    /// `alloc` on first use, with sheaves, or with debug flags.
+    #[inline(never)]
+    fn alloc_special(&self, loc: &'static core::panic::Location<'static>) -> Option<NonNull<u8>> {
+        let m = self.mode();
         if self.flags.is_debug() {
-            return self.alloc_debug(core::panic::Location::caller());
+            return self.alloc_debug(loc);
         }
         if self.sheaf_capacity != 0 {
             if let Some(o) = self.alloc_from_pcs() {
                 return Some(o);
             }
         }
-        if self.mode() == MODE_LOCKLESS {
+        if m == MODE_LOCKLESS {
             self.alloc_lockless()
         } else {
             self.alloc_locked()
@@ -1227,18 +1252,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline]
     #[track_caller]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        if self.flags.is_debug() {
-            return self.free_debug(ptr, core::panic::Location::caller());
+        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        if f == 0 {
+            // SAFETY: forwarded.
+            return unsafe { self.free_special(ptr, core::panic::Location::caller()) };
         }
-        if self.sheaf_capacity != 0 {
-            let (s, obj) = self.slab_of(ptr)?;
-            if self.free_to_pcs(obj)? {
-                return Ok(());
-            }
-            // SAFETY: validated.
-            return unsafe { self.free_validated(s, obj) };
-        }
-        if self.mode() != MODE_LOCKLESS {
+        if f == FAST_LOCKED {
             // Locked fast free: an object of the CPU slab is recognised by
             // its address (the CPU slab is this cache's, held by this CPU).
             let mut g = self.lock_cpu();
@@ -1262,6 +1281,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
         }
         let (s, obj) = self.slab_of(ptr)?;
+        // SAFETY: forwarded; validated.
+        unsafe { self.free_validated(s, obj) }
+    }
+
+    /// `try_free` on first use, with sheaves, or with debug flags.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free`](Self::try_free).
+    #[inline(never)]
+    unsafe fn free_special(
+        &self,
+        ptr: NonNull<u8>,
+        loc: &'static core::panic::Location<'static>,
+    ) -> Result<(), FreeError> {
+        self.mode();
+        if self.flags.is_debug() {
+            return self.free_debug(ptr, loc);
+        }
+        let (s, obj) = self.slab_of(ptr)?;
+        if self.sheaf_capacity != 0 && self.free_to_pcs(obj)? {
+            return Ok(());
+        }
         // SAFETY: forwarded; validated.
         unsafe { self.free_validated(s, obj) }
     }

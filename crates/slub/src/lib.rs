@@ -14,7 +14,7 @@
 //!   transaction id `tid` (starts at the CPU number, advances by
 //!   [`KmemCache::TID_STEP`], a power of two >= the slots, so `tid %
 //!   TID_STEP` names the CPU), the CPU partial slabs, statistics.
-//! * Per slab (the buddy's owner words, see [`slab`](crate::slab)):
+//! * Per slab (the buddy's owner words, see [`slab`]):
 //!   `freelist` and `counters` (`inuse`, `objects`, `frozen`) changed
 //!   together by one double-word compare-exchange; the cache; list links.
 //! * Per node (one node): `list_lock` and the partial list.
