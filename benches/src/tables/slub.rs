@@ -153,6 +153,34 @@ fn rpmalloc_thread_init<G: 'static>() {
 /// fast path).
 pub static GLOBAL_SLUB: GlobalSlub = GlobalSlub::new();
 
+/// `GlobalSlub` with per-CPU sheaves of [`SHEAF_CAPACITY`] objects on every
+/// cache (issue #6: the batching seed 004 asked for), beside the default.
+pub static GLOBAL_SLUB_SHEAVES: GlobalSlub =
+    GlobalSlub::with_config(SlabFlags::NONE, SHEAF_CAPACITY);
+/// Objects per sheaf of [`GLOBAL_SLUB_SHEAVES`].
+pub const SHEAF_CAPACITY: usize = 128;
+/// Its row name.
+pub const SHEAVES_ROW: &str = "GlobalSlub + sheaves(128)";
+
+/// [`GLOBAL_SLUB_SHEAVES`] as a value.
+pub struct SlubSheavesHeap;
+
+impl ObjHeap for SlubSheavesHeap {
+    #[inline(always)]
+    fn alloc(&self, l: Layout) -> NonNull<u8> {
+        // SAFETY: non-zero size.
+        match NonNull::new(unsafe { GLOBAL_SLUB_SHEAVES.alloc(l) }) {
+            Some(p) => p,
+            None => exhausted("GlobalSlub + sheaves", l),
+        }
+    }
+    #[inline(always)]
+    unsafe fn free(&self, p: NonNull<u8>, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { GLOBAL_SLUB_SHEAVES.dealloc(p.as_ptr(), l) }
+    }
+}
+
 /// [`GLOBAL_SLUB`] as a value.
 pub struct SlubHeap;
 
@@ -428,6 +456,7 @@ pub enum Caches {
 /// Every allocator of the SLUB tables.
 pub struct Competitors {
     slub: Arc<SlubHeap>,
+    sheaves: Arc<SlubSheavesHeap>,
     glibc: Arc<Heap<System>>,
     mi: Arc<Heap<mimalloc::MiMalloc>>,
     je: Arc<Heap<tikv_jemallocator::Jemalloc>>,
@@ -450,6 +479,7 @@ impl Competitors {
     pub fn new() -> Self {
         Competitors {
             slub: Arc::new(SlubHeap),
+            sheaves: Arc::new(SlubSheavesHeap),
             glibc: Arc::new(Heap(System)),
             mi: Arc::new(Heap(mimalloc::MiMalloc)),
             je: Arc::new(Heap(tikv_jemallocator::Jemalloc)),
@@ -465,6 +495,7 @@ impl Competitors {
     /// `caches` selects, and the peers, in print order.
     pub fn visit<V: Visit>(&self, size: usize, caches: Caches, v: &mut V) {
         v.visit(GLOBAL_SLUB_ROW, Kind::Slub, &self.slub);
+        v.visit(SHEAVES_ROW, Kind::Cache, &self.sheaves);
         if caches != Caches::None {
             v.visit(CACHE_ROW, Kind::Cache, &Arc::new(kmem_cache(size)));
             v.visit(
@@ -1303,6 +1334,9 @@ impl Table for SlubProdCons {
             let kcache = &GLOBAL_SLUB.kmalloc().caches()[class];
             let run = prodcons_stats(&SlubHeap, l, objects, kcache, 64, cpus, pin);
             runs.push((format!("{} (GlobalSlub)", kcache.name()), run));
+            let kcache = &GLOBAL_SLUB_SHEAVES.kmalloc().caches()[class];
+            let run = prodcons_stats(&SlubSheavesHeap, l, objects, kcache, 64, cpus, pin);
+            runs.push((format!("{} (GlobalSlub + sheaves)", kcache.name()), run));
             let kc = kernel_kmem_cache(size, FastPath::Lockless);
             let run = prodcons_stats(&kc, l, objects, kc.cache, 64, cpus, pin);
             runs.push((
