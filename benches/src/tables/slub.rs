@@ -1981,14 +1981,15 @@ mod tests {
                 checked: Vec::new(),
             };
             comp.visit(size, Caches::WithLocked, &mut c);
-            assert_eq!(c.checked.len(), 4 + PEERS.len());
+            // GlobalSlub, GlobalSlub + sheaves, three KmemCaches, the peers.
+            assert_eq!(c.checked.len(), 5 + PEERS.len());
         }
         let mut c = Check {
             sizes: vec![16, 24, 100, 520, 1000, 1024],
             checked: Vec::new(),
         };
         comp.visit(0, Caches::None, &mut c);
-        assert_eq!(c.checked.len(), 1 + PEERS.len());
+        assert_eq!(c.checked.len(), 2 + PEERS.len());
         assert!(
             kernel_kmem_cache(64, FastPath::Lockless).cache.lockless()
                 || !local_lock::sync::dwcas_is_lock_free()
