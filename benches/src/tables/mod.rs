@@ -26,6 +26,7 @@ pub mod pages;
 pub mod percpu;
 pub mod primitives;
 pub mod slub;
+pub mod slub_debug;
 pub mod zeroed;
 
 /// One reproducible table.
@@ -56,6 +57,7 @@ pub static TABLES: &[&dyn Table] = &[
     &slub::Slub2t,
     &slub::SlubProdCons,
     &slub::SlubLarson,
+    &slub_debug::SlubDebug,
 ];
 
 /// The table called `name`.

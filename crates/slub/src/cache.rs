@@ -466,7 +466,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// [`create`](Self::create) with an explicit geometry (e.g. another
-    /// `slub_max_order`).
+    /// `slub_max_order`). Both add the global default flags
+    /// ([`set_default_flags`](crate::layout::set_default_flags), the
+    /// `slub_debug` of this crate).
     pub fn create_with(
         name: &'static str,
         size: usize,
@@ -476,6 +478,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         source: S,
         platform: P,
     ) -> Result<Self, CacheError> {
+        let flags = flags.union(crate::layout::default_flags());
         let lay = calculate_layout(size, align, flags, &g)?;
         Ok(build_cache!(
             name,

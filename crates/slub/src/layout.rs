@@ -69,6 +69,24 @@ impl SlabFlags {
     }
 }
 
+static DEFAULT_FLAGS: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// `slub_debug=` (and hardening) as a global default: every cache made with
+/// [`KmemCache::create`](crate::KmemCache::create) /
+/// [`create_with`](crate::KmemCache::create_with) from now on gets `flags`
+/// in addition to its own. Caches built at compile time with the `const`
+/// constructors (`KmemCache::new`, `Kmalloc::new`, `GlobalSlub::new` in a
+/// `static`) cannot see it: give those their flags directly
+/// (`GlobalSlub::with_flags`).
+pub fn set_default_flags(flags: SlabFlags) {
+    DEFAULT_FLAGS.store(flags.0, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// The flags [`set_default_flags`] set (none by default).
+pub fn default_flags() -> SlabFlags {
+    SlabFlags(DEFAULT_FLAGS.load(core::sync::atomic::Ordering::Relaxed))
+}
+
 /// Slab order and objects per slab (`struct kmem_cache_order_objects`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OrderObjects {

@@ -129,7 +129,9 @@ pub use crate::kmalloc::{
     kmalloc_class, kmalloc_index, Kmalloc, Report, KMALLOC_MAX_CACHE_SIZE, KMALLOC_NAMES,
     KMALLOC_SIZES, ZERO_SIZE_PTR,
 };
-pub use crate::layout::{CacheError, CacheLayout, Geometry, OrderObjects, SlabFlags};
+pub use crate::layout::{
+    default_flags, set_default_flags, CacheError, CacheLayout, Geometry, OrderObjects, SlabFlags,
+};
 pub use crate::source::SlabSource;
 pub use crate::stats::{SlubStat, SlubStats};
 
