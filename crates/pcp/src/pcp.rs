@@ -54,6 +54,11 @@ impl<S: PageSource> PageSource for &S {
     }
 }
 
+/// Times an allocation asks its page source to grow before it fails: memory
+/// one `grow` added can be taken by other CPUs' refills before the retry
+/// (seen as a spurious out-of-memory in a 4-thread `GlobalPcp` test).
+pub const MAX_GROW_RETRIES: usize = 16;
+
 /// How the per-CPU lists are protected against interrupt handlers (seed
 /// 000 and its successors).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,7 +327,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if !self.uses_lists(order, flags) {
             return self.alloc_buddy(order, flags);
         }
-        for attempt in 0..2 {
+        let mut grown = 0;
+        loop {
             let Some(mut g) = self.lock() else {
                 self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
                 return self.alloc_buddy(order, flags);
@@ -334,11 +340,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                     return Some(self.prep_new_page(ptr, order, flags, known_zero))
                 }
                 None if flags.contains(AllocFlags::ONLY_ZERO) => return None,
-                None if attempt == 0 && self.source.grow(order) => continue,
+                // Other CPUs may take what `grow` added before our retry
+                // (their refills): retry while growing makes progress.
+                None if grown < MAX_GROW_RETRIES && self.source.grow(order) => grown += 1,
                 None => return None,
             }
         }
-        None
     }
 
     /// Clears what must be cleared, outside every lock (`prep_new_page`).
@@ -375,8 +382,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if let Some(p) = b.alloc_pages(order, zflags) {
             return Some(p);
         }
-        if self.source.grow(order) {
-            return b.alloc_pages(order, zflags);
+        for _ in 0..MAX_GROW_RETRIES {
+            if !self.source.grow(order) {
+                break;
+            }
+            if let Some(p) = b.alloc_pages(order, zflags) {
+                return Some(p);
+            }
         }
         None
     }

@@ -507,3 +507,99 @@ proptest! {
         run_machine(policy, locked, &ops);
     }
 }
+
+/// A page source whose first `grow` is raced: another CPU's refill takes
+/// all the memory it added before the allocation retries (what a 4-thread
+/// `GlobalPcp` test hit as a spurious out-of-memory when an allocation
+/// retried only once). The second `grow` adds memory for real.
+#[test]
+fn allocation_retries_while_growing_makes_progress() {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use buddy::{Buddy, Config, Order, Tunables};
+
+    const MAX: u8 = if cfg!(miri) { 4 } else { 10 };
+    let block = PAGE << MAX;
+    struct Racy {
+        buddy: Buddy<TestPlatform>,
+        regions: [*mut u8; 2],
+        len: usize,
+        calls: AtomicUsize,
+        stolen: Mutex<Vec<(NonNull<u8>, Order)>>,
+    }
+    // SAFETY: the regions are owned by the test and only handed to the
+    // buddy, which guards them.
+    unsafe impl Sync for Racy {}
+    impl crate::PageSource for Racy {
+        type P = TestPlatform;
+        fn buddy(&self) -> &Buddy<TestPlatform> {
+            &self.buddy
+        }
+        fn grow(&self, _order: buddy::Order) -> bool {
+            let k = self.calls.fetch_add(1, Ordering::Relaxed);
+            if k >= 2 {
+                return false;
+            }
+            // SAFETY: each region is added once and outlives the buddy's use.
+            unsafe {
+                self.buddy
+                    .add_region(self.regions[k], self.len, true)
+                    .unwrap()
+            };
+            if k == 0 {
+                // Another CPU's refill wins the race for all of it.
+                let mut s = self.stolen.lock().unwrap();
+                for k in (0..=self.buddy.config().max_order().get()).rev() {
+                    let o = Order::new(k).unwrap();
+                    while let Some(p) = self.buddy.alloc_pages(o, AllocFlags::NONE) {
+                        s.push((p.ptr, o));
+                    }
+                }
+            }
+            true
+        }
+    }
+    let layout = Layout::from_size_align(block, block).unwrap();
+    // SAFETY: non-zero sizes.
+    let regions = unsafe { [alloc_zeroed(layout), alloc_zeroed(layout)] };
+    assert!(!regions[0].is_null() && !regions[1].is_null());
+    let cfg = Config::new(PAGE, MAX).with_tunables(Tunables::NO_MIN);
+    let src = Racy {
+        buddy: Buddy::new(TestPlatform::pinned(1), cfg),
+        regions,
+        len: block,
+        calls: AtomicUsize::new(0),
+        stolen: Mutex::new(Vec::new()),
+    };
+    {
+        let pcp: crate::Pcp<&Racy, TestPlatform, 1> = crate::Pcp::new(
+            &src,
+            ZoneId::new(0),
+            TestPlatform::pinned(1),
+            Policy::IrqSafe,
+        );
+        let p = pcp
+            .alloc(O0, AllocFlags::NONE)
+            .expect("the second grow's memory");
+        assert_eq!(src.calls.load(Ordering::Relaxed), 2, "grew twice");
+        // And the buddy path (orders above the lists) retries the same way.
+        assert!(pcp
+            .alloc(Order::new(MAX).unwrap(), AllocFlags::NONE)
+            .is_none());
+        // SAFETY: allocated above, order 0.
+        unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+        pcp.drain_local();
+    }
+    for (p, o) in src.stolen.lock().unwrap().drain(..) {
+        // SAFETY: taken from this buddy at that order.
+        unsafe { src.buddy.free_pages(p, o) };
+    }
+    drop(src);
+    // SAFETY: allocated above with this layout; the buddy is gone.
+    unsafe {
+        dealloc(regions[0], layout);
+        dealloc(regions[1], layout);
+    }
+}
