@@ -806,6 +806,36 @@ impl<P: Platform> Buddy<P> {
         }
     }
 
+    /// `prep_compound_page` for a block the caller holds (allocated here,
+    /// or handed on by a per-CPU list that kept it): stamps its tail
+    /// descriptors, so [`owner_of`](Self::owner_of) from any address inside
+    /// it is two descriptor reads. What [`AllocFlags::COMP`] does at
+    /// allocation, for blocks that did not come straight from the buddy.
+    ///
+    /// # Panics
+    ///
+    /// If `ptr` is not the head of an allocated block of `order`.
+    pub fn prep_compound(&self, ptr: NonNull<u8>, order: Order) {
+        if order == Order::ZERO {
+            return;
+        }
+        let a = ptr.as_ptr() as usize;
+        let shift = self.cfg.page_shift();
+        let d = self
+            .spans
+            .find(a, shift)
+            .and_then(|f| f.desc_ptr(a >> shift));
+        let ok = d.is_some_and(|d| {
+            // SAFETY: a descriptor of a span's memmap.
+            let s = unsafe { (*d).state.load(Ordering::Acquire) };
+            kind(s) == KIND_ALLOC && order_of(s) == order && a & ((1 << shift) - 1) == 0
+        });
+        match d {
+            Some(d) if ok => self.stamp_tails(d, ptr.as_ptr(), order),
+            _ => panic!("buddy: prep_compound({ptr:p}, {order}): not the head of an allocated block of that order"),
+        }
+    }
+
     /// `prep_compound_page`: every tail descriptor points at the head.
     #[cold]
     fn stamp_tails(&self, desc: *mut PageDesc, head: *mut u8, order: Order) {
@@ -1202,8 +1232,38 @@ impl<P: Platform> Buddy<P> {
     /// Exact for blocks the caller holds (their descriptors cannot change
     /// under it); for other addresses the answer is a racy snapshot.
     /// `None` if no allocated block contains `addr`.
-    #[inline]
+    #[inline(always)]
     pub fn owner_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        // The common case inline (SLUB's free path asks on every free):
+        // the first span, a head page or a tail page of an allocated block.
+        let a = addr as usize;
+        let shift = self.cfg.page_shift();
+        if let Some(found) = self.spans.find_first(a, shift) {
+            let pfn = a >> shift;
+            if let Some(d) = found.desc(pfn) {
+                let s = d.state.load(Ordering::Acquire);
+                if kind(s) == KIND_ALLOC {
+                    if let Some(head) = NonNull::new(d.aux.load(Ordering::Relaxed)) {
+                        return Some(BlockRef {
+                            head,
+                            order: order_of(s),
+                            owner: d.owner(),
+                        });
+                    }
+                } else if kind(s) == KIND_TAIL {
+                    let h = d.aux.load(Ordering::Relaxed) as usize;
+                    if let Some(r) = self.block_at(&found, h >> shift, a) {
+                        return Some(r);
+                    }
+                }
+            }
+        }
+        self.owner_of_any(addr)
+    }
+
+    /// [`owner_of`](Self::owner_of) for any span and the slow cases.
+    #[inline(never)]
+    fn owner_of_any(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         let a = addr as usize;
         let shift = self.cfg.page_shift();
         let found = self.spans.find(a, shift)?;
@@ -1240,7 +1300,7 @@ impl<P: Platform> Buddy<P> {
     }
 
     /// The allocated block headed at `hpfn` if it contains `a`.
-    #[inline]
+    #[inline(always)]
     fn block_at(&self, found: &Found, hpfn: usize, a: usize) -> Option<BlockRef<'_>> {
         let d = found.desc(hpfn)?;
         let s = d.state.load(Ordering::Acquire);

@@ -168,6 +168,19 @@ impl SpanTable {
         None
     }
 
+    /// The first span if it covers `addr` (the common case of [`find`](Self::find),
+    /// without the loop).
+    #[inline(always)]
+    pub(crate) fn find_first(&self, addr: usize, page_shift: u32) -> Option<Found> {
+        if self.len() == 0 {
+            return None;
+        }
+        let f = self.get(0);
+        // `start` is `first_pfn << page_shift`: the index check of
+        // `Found::desc` on `addr >> page_shift` is the whole range check.
+        f.index(addr >> page_shift).map(|_| f)
+    }
+
     /// The span whose reserved capacity (not only its populated pages)
     /// covers `addr`.
     pub(crate) fn find_reserved(&self, addr: usize, page_shift: u32) -> Option<Found> {

@@ -436,9 +436,29 @@ impl<T, P: Platform, const N: usize> DerefMut for LocalGuard<'_, T, P, N> {
     }
 }
 
+impl<T, P: Platform, const N: usize> LocalGuard<'_, T, P, N> {
+    /// Releases the slot now (what dropping the guard does), inlined into
+    /// the caller: a fast path that ends with `g.unlock()` keeps the guard
+    /// in registers, where the compiler may otherwise call an outlined drop
+    /// glue with the guard spilled to the stack.
+    #[inline(always)]
+    pub fn unlock(self) {
+        let mut g = ManuallyDrop::new(self);
+        g.release();
+    }
+}
+
 impl<T, P: Platform, const N: usize> Drop for LocalGuard<'_, T, P, N> {
     #[inline(always)]
     fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl<T, P: Platform, const N: usize> LocalGuard<'_, T, P, N> {
+    /// The release (see `Drop`); called exactly once per guard.
+    #[inline(always)]
+    fn release(&mut self) {
         // SAFETY: `ptr` is not used after this point.
         unsafe { ManuallyDrop::drop(&mut self.ptr) };
         let platform = &self.lock.platform;

@@ -363,6 +363,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // SAFETY: the block is ours, `bytes` long.
             unsafe { ptr.as_ptr().write_bytes(0, bytes) };
         }
+        if flags.contains(AllocFlags::COMP) && order > Order::ZERO {
+            self.buddy().prep_compound(ptr, order);
+        }
         Page {
             ptr,
             order,

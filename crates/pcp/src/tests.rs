@@ -77,6 +77,46 @@ fn every_order_up_to_costly_uses_the_lists() {
 }
 
 #[test]
+fn compound_blocks_from_the_lists_have_their_tails_stamped() {
+    // `COMP` from a pcp list (not straight from the buddy): the tails still
+    // lead `owner_of` to the head, as SLUB's free path needs.
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::TaskOnly);
+    pcp.set_batch_high(Some((8, 64)));
+    for k in 1..=3u8 {
+        let warm = pcp.alloc(o(k), AllocFlags::NONE).unwrap();
+        // SAFETY: allocated just above.
+        unsafe { pcp.free(warm.ptr, o(k), FreeFlags::NONE) };
+        let p = pcp.alloc(o(k), AllocFlags::COMP).unwrap();
+        assert_eq!(
+            pcp.stats().get(PcpStat::ALLOC_HIT) as u8,
+            k * 2,
+            "from the list"
+        );
+        for page in 0..(1usize << k) {
+            // SAFETY: inside the block.
+            let inner = unsafe { p.ptr.as_ptr().add(page * PAGE + 8) };
+            let b = m.buddy.owner_of(inner).unwrap();
+            assert_eq!((b.head, b.order), (p.ptr, o(k)));
+        }
+        // SAFETY: allocated above.
+        unsafe { pcp.free(p.ptr, o(k), FreeFlags::NONE) };
+    }
+    pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+#[should_panic(expected = "not the head of an allocated block")]
+fn prep_compound_refuses_a_non_head() {
+    let m = Mem::new(8, false);
+    let p = m.buddy.alloc_pages(o(2), AllocFlags::NONE).unwrap();
+    // SAFETY: inside the block.
+    let inner = unsafe { NonNull::new_unchecked(p.ptr.as_ptr().add(PAGE)) };
+    m.buddy.prep_compound(inner, o(2));
+}
+
+#[test]
 fn hot_and_cold_ends() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);

@@ -325,6 +325,8 @@ const MODE_LOCKED: u8 = 2;
 /// `fast`: plain locked / lockless caches (no sheaves, no debug).
 const FAST_LOCKED: u8 = 1;
 const FAST_LOCKLESS: u8 = 2;
+/// `fast`: sheaves (either mode underneath), no debug.
+const FAST_SHEAVES: u8 = 3;
 /// Debug flags: every operation under the list lock with checks.
 const MODE_DEBUG: u8 = 3;
 
@@ -650,6 +652,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let f = match m {
             MODE_LOCKED if plain => FAST_LOCKED,
             MODE_LOCKLESS if plain => FAST_LOCKLESS,
+            MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 => FAST_SHEAVES,
             _ => 0,
         };
         self.dispatch.store(f, CoreOrdering::Relaxed);
@@ -774,13 +777,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Allocates an object (`kmem_cache_alloc`); `None` when the page
     /// allocator has no slab to give.
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
         match self.dispatch.load(CoreOrdering::Relaxed) {
+            FAST_SHEAVES => match self.alloc_from_pcs() {
+                Some(o) => Some(o),
+                None => self.alloc_pcs_fallback(),
+            },
             FAST_LOCKED => self.alloc_locked(),
             FAST_LOCKLESS => self.alloc_lockless(),
             _ => self.alloc_special(core::panic::Location::caller()),
+        }
+    }
+
+    /// The slab path of a sheaf cache (the trylock failed: re-entry from an
+    /// interrupt; or no sheaf could be had).
+    #[cold]
+    #[inline(never)]
+    fn alloc_pcs_fallback(&self) -> Option<NonNull<u8>> {
+        if self.mode() == MODE_LOCKLESS {
+            self.alloc_lockless()
+        } else {
+            self.alloc_slow_locked()
         }
     }
 
@@ -856,11 +875,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // it), so no CPU-naming start value is needed.
             g.tid = g.tid.wrapping_add(Self::TID_STEP);
             self.stat_cpu(cpu, SlubStat::ALLOC_FASTPATH);
+            g.unlock();
             return Some(Self::obj_ptr(fl));
         }
         // The slow path re-takes the lock: passing the guard along would
         // keep it in memory on the fast path.
-        drop(g);
+        g.unlock();
         self.alloc_slow_locked()
     }
 
@@ -1094,12 +1114,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let oo = self.lay.oo;
         let mut page = self
             .source
-            .alloc_block(Order::new(oo.order)?, AllocFlags::NONE);
+            .alloc_block(Order::new(oo.order)?, AllocFlags::COMP);
         let mut objects = oo.objects as usize;
         if page.is_none() && self.lay.min.order != oo.order {
             page = self
                 .source
-                .alloc_block(Order::new(self.lay.min.order)?, AllocFlags::NONE);
+                .alloc_block(Order::new(self.lay.min.order)?, AllocFlags::COMP);
             objects = self.lay.min.objects as usize;
             if page.is_some() {
                 self.stat_here(SlubStat::ORDER_FALLBACK);
@@ -1185,7 +1205,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     // ---------------------------------------------------------------- free
 
     /// Finds and validates the slab of an object of this cache.
-    #[inline]
+    #[inline(always)]
     fn slab_of(&self, ptr: NonNull<u8>) -> Result<(Slab<'_>, usize), FreeError> {
         let a = ptr.as_ptr().addr();
         let b = self
@@ -1197,7 +1217,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Validates `ptr` as an object of slab `s` (headed at `head`) of this
     /// cache.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_object<'s>(
         &self,
         s: Slab<'s>,
@@ -1252,13 +1272,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// # Safety
     ///
     /// As [`free`](Self::free), for a pointer that passes the checks.
-    #[inline]
+    #[inline(always)]
     #[track_caller]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
-        if f == 0 {
-            // SAFETY: forwarded.
-            return unsafe { self.free_special(ptr, core::panic::Location::caller()) };
+        if f == FAST_SHEAVES {
+            // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`.
+            let (s, obj) = self.slab_of(ptr)?;
+            if self.free_to_pcs(obj)? {
+                return Ok(());
+            }
+            // SAFETY: forwarded; validated.
+            return unsafe { self.free_pcs_fallback(s, obj) };
         }
         if f == FAST_LOCKED {
             // Locked fast free: an object of the CPU slab is recognised by
@@ -1274,14 +1299,38 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             {
                 let obj = ptr.as_ptr().expose_provenance();
                 if g.freelist == obj {
+                    g.unlock();
                     return Err(FreeError::DoubleFree(obj));
                 }
                 self.set_fp(obj, g.freelist);
                 g.freelist = obj;
                 g.tid = g.tid.wrapping_add(Self::TID_STEP);
                 self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
+                g.unlock();
                 return Ok(());
             }
+            g.unlock();
+        }
+        // SAFETY: forwarded.
+        unsafe { self.try_free_other(ptr, f, core::panic::Location::caller()) }
+    }
+
+    /// `try_free` beyond the inlined paths: the lockless mode, an object
+    /// outside the CPU slab on the locked mode, first use, debug caches.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free`](Self::try_free).
+    #[inline(never)]
+    unsafe fn try_free_other(
+        &self,
+        ptr: NonNull<u8>,
+        f: u8,
+        loc: &'static core::panic::Location<'static>,
+    ) -> Result<(), FreeError> {
+        if f == 0 {
+            // SAFETY: forwarded.
+            return unsafe { self.free_special(ptr, loc) };
         }
         let (s, obj) = self.slab_of(ptr)?;
         // SAFETY: forwarded; validated.
@@ -1293,7 +1342,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// # Safety
     ///
     /// As [`try_free`](Self::try_free).
-    #[inline(never)]
+    #[inline]
     unsafe fn free_special(
         &self,
         ptr: NonNull<u8>,
@@ -1308,6 +1357,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(());
         }
         // SAFETY: forwarded; validated.
+        unsafe { self.free_validated(s, obj) }
+    }
+
+    /// The slab path of a sheaf cache's free (failed trylock, no sheaf).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_validated`](Self::free_validated).
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_pcs_fallback(&self, s: Slab<'_>, obj: usize) -> Result<(), FreeError> {
+        // SAFETY: forwarded.
         unsafe { self.free_validated(s, obj) }
     }
 
@@ -1718,6 +1779,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 let o = main.get(n - 1);
                 main.set_size(n - 1);
                 self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
+                g.unlock();
                 return Some(Self::obj_ptr(o));
             }
         }
@@ -1808,13 +1870,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if g.main != 0 {
             let main = Sheaf(g.main);
             let n = main.size();
+            // The naive double-free check (the object is the last one
+            // freed), also when main is full and about to be swapped.
+            if n > 0 && main.get(n - 1) == obj {
+                g.unlock();
+                return Err(FreeError::DoubleFree(obj));
+            }
             if n < self.sheaf_capacity {
-                if n > 0 && main.get(n - 1) == obj {
-                    return Err(FreeError::DoubleFree(obj));
-                }
                 main.set(n, obj);
                 main.set_size(n + 1);
                 self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
+                g.unlock();
                 return Ok(true);
             }
         }

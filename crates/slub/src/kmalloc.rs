@@ -74,7 +74,18 @@ pub const fn kmalloc_class(size: usize, align: usize) -> Option<usize> {
     if size > KMALLOC_MAX_CACHE_SIZE {
         return None;
     }
-    let mut i = kmalloc_index(if size == 0 { 1 } else { size });
+    let i = kmalloc_index(if size == 0 { 1 } else { size });
+    if align <= KMALLOC_SIZES[0] {
+        // Every class is a multiple of 8 (the common case: no search).
+        return Some(i);
+    }
+    kmalloc_class_aligned(i, align)
+}
+
+/// [`kmalloc_class`] for alignments above 8: the first class from `i` on
+/// whose objects are aligned enough.
+#[inline(never)]
+const fn kmalloc_class_aligned(mut i: usize, align: usize) -> Option<usize> {
     while i < KMALLOC_SIZES.len() {
         let c = KMALLOC_SIZES[i];
         if c & c.wrapping_neg() >= align {
@@ -91,11 +102,32 @@ pub struct Kmalloc<S: SlabSource + Copy, P: Platform + Copy, const N: usize = 64
     source: S,
 }
 
+/// Bytes of objects one sheaf of a kmalloc cache holds at most: sheaves of
+/// large classes hold fewer objects, so a CPU's two sheaves keep at most
+/// 64 KiB per class (the kernel also sizes sheaves per cache).
+pub const KMALLOC_SHEAF_BYTES: usize = 32 << 10;
+
+/// The sheaf capacity of kmalloc class `i` when `capacity` is asked for
+/// every class: `capacity`, but at most [`KMALLOC_SHEAF_BYTES`] of objects
+/// (and at least 4 objects); 0 stays 0.
+pub const fn kmalloc_sheaf_capacity(i: usize, capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let by_bytes = KMALLOC_SHEAF_BYTES / KMALLOC_SIZES[i];
+    let by_bytes = if by_bytes < 4 { 4 } else { by_bytes };
+    if capacity < by_bytes {
+        capacity
+    } else {
+        by_bytes
+    }
+}
+
 macro_rules! kcache {
     ($i:expr, $s:expr, $p:expr, $g:expr, $f:expr, $sheaves:expr) => {
         KmemCache::new(KMALLOC_NAMES[$i], KMALLOC_SIZES[$i], 8, $f, $g, $s, $p)
             .with_kmalloc_index($i)
-            .with_sheaves($sheaves)
+            .with_sheaves(kmalloc_sheaf_capacity($i, $sheaves))
     };
 }
 
@@ -114,7 +146,8 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     }
 
     /// [`with_flags`](Self::with_flags) plus per-CPU sheaves of
-    /// `sheaf_capacity` objects on every cache (0: none).
+    /// `sheaf_capacity` objects on every cache (0: none), fewer for large
+    /// classes ([`kmalloc_sheaf_capacity`]).
     #[cfg(not(loom))]
     pub const fn with_config(
         source: S,

@@ -126,8 +126,8 @@ pub use crate::cache::{CacheBusy, FreeError, KmemCache, SlabInfo};
 pub use crate::global::{GlobalPages, GlobalSlub};
 #[cfg(not(loom))]
 pub use crate::kmalloc::{
-    kmalloc_class, kmalloc_index, Kmalloc, Report, KMALLOC_MAX_CACHE_SIZE, KMALLOC_NAMES,
-    KMALLOC_SIZES, ZERO_SIZE_PTR,
+    kmalloc_class, kmalloc_index, kmalloc_sheaf_capacity, Kmalloc, Report, KMALLOC_MAX_CACHE_SIZE,
+    KMALLOC_NAMES, KMALLOC_SHEAF_BYTES, KMALLOC_SIZES, ZERO_SIZE_PTR,
 };
 pub use crate::layout::{
     default_flags, set_default_flags, CacheError, CacheLayout, Geometry, OrderObjects, SlabFlags,

@@ -678,9 +678,21 @@ fn free_bulk_refuses_a_bad_window_untouched() {
 
 #[test]
 fn bad_frees_are_refused_with_a_reason() {
+    bad_frees(TestPlatform::pinned(CPUS), 0);
+}
+
+#[test]
+fn bad_frees_into_sheaves_are_refused_with_a_reason() {
+    // The sheaf fast path validates every free (the inline page-descriptor
+    // lookup) before pushing it.
+    bad_frees(TestPlatform::pinned(CPUS), 16);
+    bad_frees(TestPlatform::locked(CPUS), 16);
+}
+
+fn bad_frees(p: TestPlatform, sheaves: usize) {
     let m = Mem::new(4);
-    let c = cache(&m, 64, TestPlatform::pinned(CPUS), SlabFlags::NONE);
-    let other = cache(&m, 64, TestPlatform::pinned(CPUS), SlabFlags::NONE);
+    let c = cache(&m, 64, p, SlabFlags::NONE).with_sheaves(sheaves);
+    let other = cache(&m, 64, p, SlabFlags::NONE).with_sheaves(sheaves);
     let o = c.alloc().unwrap();
     let x = other.alloc().unwrap();
     let mut local = 0u64;
@@ -702,6 +714,34 @@ fn bad_frees_are_refused_with_a_reason() {
         assert_eq!(c.try_free(o), Ok(()));
         assert!(matches!(c.try_free(o), Err(FreeError::DoubleFree(_))));
         other.free(x);
+    }
+}
+
+#[test]
+fn objects_in_tail_pages_are_found_and_checked() {
+    // 1000 B objects: slabs of order > 0, allocated as compound blocks, so
+    // the inline lookup finds the head from a tail page's descriptor.
+    let m = Mem::new(16);
+    for sheaves in [0, 8] {
+        let c = cache(&m, 1000, TestPlatform::pinned(CPUS), SlabFlags::NONE).with_sheaves(sheaves);
+        let objs: Vec<_> = (0..64).map(|_| c.alloc().unwrap()).collect();
+        let tails = objs
+            .iter()
+            .filter(|o| {
+                let b = m.buddy.owner_of(o.as_ptr()).unwrap();
+                b.order.get() > 0 && o.as_ptr() as usize - b.head.as_ptr() as usize >= PAGE
+            })
+            .count();
+        assert!(tails > 0, "no object in a tail page");
+        for o in &objs {
+            // SAFETY: refused before any change.
+            let r = unsafe { c.try_free(NonNull::new_unchecked(o.as_ptr().add(8))) };
+            assert!(matches!(r, Err(FreeError::NotObjectStart(_, _))), "{r:?}");
+        }
+        for o in objs {
+            // SAFETY: allocated above, freed once.
+            unsafe { c.free(o) };
+        }
     }
 }
 

@@ -1,0 +1,73 @@
+//! Instruction counts of `GlobalSlub`'s paths, for callgrind:
+//!
+//! ```sh
+//! cargo build --release -p mm-bench --example pair_count
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/pair_count sheaves 64 pair 100000
+//! ```
+//!
+//! Run it twice with different counts: the difference of the totals over
+//! the difference of the counts is the cost of one operation, without the
+//! start-up. Configs: `plain` (`GlobalSlub::new()`), `sheaves`
+//! (128-object sheaves), `hardened`, `hardened-sheaves`, `nosheaves`
+//! (`GlobalSlub::with_config(NONE, 0)`). Shapes: `pair` (alloc + free),
+//! `batch64` (64 allocs then 64 frees, per object).
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::hint::black_box;
+
+use slub::{GlobalSlub, SlabFlags};
+
+static PLAIN: GlobalSlub = GlobalSlub::new();
+static NOSHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 0);
+static SHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 128);
+static HARDENED: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 0);
+static HARDENED_SHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 128);
+
+fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
+    match shape {
+        "pair" => {
+            for _ in 0..n {
+                // SAFETY: a non-zero layout; freed with the same layout.
+                unsafe {
+                    let p = black_box(h.alloc(l));
+                    h.dealloc(p, l);
+                }
+            }
+        }
+        "batch64" => {
+            let mut v = [core::ptr::null_mut::<u8>(); 64];
+            for _ in 0..n / 64 {
+                for s in v.iter_mut() {
+                    // SAFETY: as above.
+                    *s = black_box(unsafe { h.alloc(l) });
+                }
+                for s in v.iter() {
+                    // SAFETY: as above.
+                    unsafe { h.dealloc(*s, l) };
+                }
+            }
+        }
+        _ => panic!("unknown shape {shape:?} (pair, batch64)"),
+    }
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let cfg = a.get(1).map_or("plain", |s| s.as_str());
+    let size: usize = a.get(2).map_or(64, |s| s.parse().expect("size"));
+    let shape = a.get(3).map_or("pair", |s| s.as_str());
+    let n: usize = a.get(4).map_or(100_000, |s| s.parse().expect("count"));
+    let h = match cfg {
+        "plain" => &PLAIN,
+        "nosheaves" => &NOSHEAVES,
+        "sheaves" => &SHEAVES,
+        "hardened" => &HARDENED,
+        "hardened-sheaves" => &HARDENED_SHEAVES,
+        _ => panic!("unknown config {cfg:?}"),
+    };
+    let l = Layout::from_size_align(size, 8).expect("layout");
+    // Warm up: first use, slabs, sheaves.
+    run(h, l, shape, 4096);
+    run(h, l, shape, n);
+}
