@@ -20,9 +20,18 @@
 //!   them and passes them through a bounded single-producer single-consumer
 //!   ring ([`Ring`], 1024 entries, the depth of a NIC RX ring) to a
 //!   consumer thread on the other CPU, which reads and frees them. Every
-//!   free is remote. After the table, one fixed run per SLUB row prints the
-//!   SLUB statistics it caused, in the seed's `grep . *` format with per-CPU
-//!   splits, and per 1000 allocations beside the seed's skbuff_head_cache.
+//!   free is remote. Then the same in batches of 64 (the seed: "batch
+//!   things a bit like SLAB"): the producer allocates 64 at a time and the
+//!   consumer frees 64 at a time, the SLUB rows through
+//!   `kmem_cache_alloc_bulk` / `kmem_cache_free_bulk`
+//!   ([`ObjHeap::alloc_batch`], [`ObjHeap::free_batch`]; the peers, with no
+//!   bulk API, loop). Every section has a floor row, "ring only (no
+//!   allocator)": the same ring fed round-robin from a fixed pool, nothing
+//!   allocated or freed (the queue and the cache-line transfer alone; not a
+//!   peer). After the table, one fixed run per SLUB row (and per SLUB row
+//!   in batches at 256 B) prints the SLUB statistics it caused, in the
+//!   seed's `grep . *` format with per-CPU splits, and per 1000 allocations
+//!   (objects passed) beside the seed's skbuff_head_cache.
 //! * **`slub-larson`**: a Larson-style server churn: each of two threads
 //!   replaces random slots (its own region 7 times in 8, another thread's
 //!   1 in 8, so about a quarter of the frees are remote) of an array of
@@ -41,6 +50,7 @@
 //! measuring loops through [`ObjHeap`] (no `dyn` call per object).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::ptr::NonNull;
@@ -102,6 +112,68 @@ pub trait ObjHeap: Send + Sync + 'static {
     fn enter_thread(&self, t: usize) {
         let _ = t;
     }
+
+    /// Fills every slot of `out` with an object of `l` (never null:
+    /// exhaustion panics, as in [`alloc`](Self::alloc)). The default is one
+    /// [`alloc`](Self::alloc) per slot; the SLUB rows override it with
+    /// `kmem_cache_alloc_bulk`.
+    #[inline(always)]
+    fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
+        alloc_each(self, l, out)
+    }
+
+    /// Frees every object of `objs`. The default is one
+    /// [`free`](Self::free) per object; the SLUB rows override it with
+    /// `kmem_cache_free_bulk`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer came from this heap's `alloc` or `alloc_batch` with
+    /// `l`, appears once, and is not used afterwards.
+    #[inline(always)]
+    unsafe fn free_batch(&self, objs: &[NonNull<u8>], l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { free_each(self, objs, l) }
+    }
+}
+
+/// [`ObjHeap::alloc_batch`] as one [`ObjHeap::alloc`] per slot.
+#[inline(always)]
+fn alloc_each<A: ObjHeap + ?Sized>(a: &A, l: Layout, out: &mut [*mut u8]) {
+    for s in out.iter_mut() {
+        *s = a.alloc(l).as_ptr();
+    }
+}
+
+/// [`ObjHeap::free_batch`] as one [`ObjHeap::free`] per object.
+///
+/// # Safety
+///
+/// As [`ObjHeap::free_batch`].
+#[inline(always)]
+unsafe fn free_each<A: ObjHeap + ?Sized>(a: &A, objs: &[NonNull<u8>], l: Layout) {
+    for &p in objs {
+        // SAFETY: the caller's contract, object by object.
+        unsafe { a.free(p, l) };
+    }
+}
+
+/// `kmem_cache_alloc_bulk` of `cache` into `out`; the slots it did not fill
+/// (it fills all or, when the pages run out, none) one object at a time,
+/// panicking if memory is really exhausted.
+#[inline(always)]
+fn cache_alloc_bulk<S: slub::SlabSource, P: Platform, const N: usize>(
+    cache: &KmemCache<S, P, N>,
+    l: Layout,
+    out: &mut [*mut u8],
+) {
+    let got = cache.alloc_bulk(out);
+    for s in &mut out[got..] {
+        match cache.alloc() {
+            Some(p) => *s = p.as_ptr(),
+            None => exhausted(cache.name(), l),
+        }
+    }
 }
 
 #[cold]
@@ -150,34 +222,51 @@ fn rpmalloc_thread_init<G: 'static>() {
 /// The `GlobalSlub` every SLUB table measures: kmalloc (13 size classes)
 /// over per-thread pcp lists over the mmap-grown buddy, per-thread virtual
 /// CPUs (the local lock's pinned strategy, no atomic instruction on the
-/// fast path).
+/// fast path), per-CPU sheaves (the default).
 pub static GLOBAL_SLUB: GlobalSlub = GlobalSlub::new();
 
-/// `GlobalSlub` with per-CPU sheaves of [`SHEAF_CAPACITY`] objects on every
-/// cache (issue #6: the batching seed 004 asked for), beside the default.
-pub static GLOBAL_SLUB_SHEAVES: GlobalSlub =
-    GlobalSlub::with_config(SlabFlags::NONE, SHEAF_CAPACITY);
-/// Objects per sheaf of [`GLOBAL_SLUB_SHEAVES`].
-pub const SHEAF_CAPACITY: usize = 128;
+/// `GlobalSlub` without sheaves (the slab path only: per-CPU slab,
+/// partial slabs, remote frees by compare-exchange), beside the default,
+/// which has per-CPU sheaves (issue #6: the batching seed 004 asked for).
+pub static GLOBAL_SLUB_NO_SHEAVES: GlobalSlub =
+    GlobalSlub::with_config(GlobalSlub::DEFAULT_FLAGS, 0);
 /// Its row name.
-pub const SHEAVES_ROW: &str = "GlobalSlub + sheaves(128)";
+pub const NO_SHEAVES_ROW: &str = "GlobalSlub, no sheaves";
 
-/// [`GLOBAL_SLUB_SHEAVES`] as a value.
-pub struct SlubSheavesHeap;
+/// [`GLOBAL_SLUB_NO_SHEAVES`] as a value.
+pub struct SlubNoSheavesHeap;
 
-impl ObjHeap for SlubSheavesHeap {
+impl ObjHeap for SlubNoSheavesHeap {
     #[inline(always)]
     fn alloc(&self, l: Layout) -> NonNull<u8> {
         // SAFETY: non-zero size.
-        match NonNull::new(unsafe { GLOBAL_SLUB_SHEAVES.alloc(l) }) {
+        match NonNull::new(unsafe { GLOBAL_SLUB_NO_SHEAVES.alloc(l) }) {
             Some(p) => p,
-            None => exhausted("GlobalSlub + sheaves", l),
+            None => exhausted("GlobalSlub, no sheaves", l),
         }
     }
     #[inline(always)]
     unsafe fn free(&self, p: NonNull<u8>, l: Layout) {
         // SAFETY: forwarded contract.
-        unsafe { GLOBAL_SLUB_SHEAVES.dealloc(p.as_ptr(), l) }
+        unsafe { GLOBAL_SLUB_NO_SHEAVES.dealloc(p.as_ptr(), l) }
+    }
+    #[inline(always)]
+    fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
+        match slub::kmalloc_class(l.size(), l.align()) {
+            Some(c) => cache_alloc_bulk(&GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[c], l, out),
+            None => alloc_each(self, l, out),
+        }
+    }
+    #[inline(always)]
+    unsafe fn free_batch(&self, objs: &[NonNull<u8>], l: Layout) {
+        match slub::kmalloc_class(l.size(), l.align()) {
+            // SAFETY: forwarded contract: objects of `l` from this heap, i.e.
+            // of the kmalloc cache of `l`'s class (the one `alloc` and
+            // `alloc_batch` take them from).
+            Some(c) => unsafe { GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[c].free_bulk(objs) },
+            // SAFETY: forwarded contract.
+            None => unsafe { free_each(self, objs, l) },
+        }
     }
 }
 
@@ -197,6 +286,24 @@ impl ObjHeap for SlubHeap {
     unsafe fn free(&self, p: NonNull<u8>, l: Layout) {
         // SAFETY: forwarded contract.
         unsafe { GLOBAL_SLUB.dealloc(p.as_ptr(), l) }
+    }
+    #[inline(always)]
+    fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
+        match slub::kmalloc_class(l.size(), l.align()) {
+            Some(c) => cache_alloc_bulk(&GLOBAL_SLUB.kmalloc().caches()[c], l, out),
+            None => alloc_each(self, l, out),
+        }
+    }
+    #[inline(always)]
+    unsafe fn free_batch(&self, objs: &[NonNull<u8>], l: Layout) {
+        match slub::kmalloc_class(l.size(), l.align()) {
+            // SAFETY: forwarded contract: objects of `l` from this heap, i.e.
+            // of the kmalloc cache of `l`'s class (the one `alloc` and
+            // `alloc_batch` take them from).
+            Some(c) => unsafe { GLOBAL_SLUB.kmalloc().caches()[c].free_bulk(objs) },
+            // SAFETY: forwarded contract.
+            None => unsafe { free_each(self, objs, l) },
+        }
     }
 }
 
@@ -229,6 +336,18 @@ impl<P: Platform + Send + 'static> ObjHeap for CacheHeap<P> {
     }
     fn enter_thread(&self, t: usize) {
         (self.enter)(t)
+    }
+    #[inline(always)]
+    fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
+        debug_assert!(
+            l.size() <= self.cache.object_size() && l.align() <= self.cache.object_align()
+        );
+        cache_alloc_bulk(self.cache, l, out)
+    }
+    #[inline(always)]
+    unsafe fn free_batch(&self, objs: &[NonNull<u8>], _l: Layout) {
+        // SAFETY: forwarded contract (objects of this cache, each once).
+        unsafe { self.cache.free_bulk(objs) }
     }
 }
 
@@ -456,7 +575,7 @@ pub enum Caches {
 /// Every allocator of the SLUB tables.
 pub struct Competitors {
     slub: Arc<SlubHeap>,
-    sheaves: Arc<SlubSheavesHeap>,
+    sheaves: Arc<SlubNoSheavesHeap>,
     glibc: Arc<Heap<System>>,
     mi: Arc<Heap<mimalloc::MiMalloc>>,
     je: Arc<Heap<tikv_jemallocator::Jemalloc>>,
@@ -479,7 +598,7 @@ impl Competitors {
     pub fn new() -> Self {
         Competitors {
             slub: Arc::new(SlubHeap),
-            sheaves: Arc::new(SlubSheavesHeap),
+            sheaves: Arc::new(SlubNoSheavesHeap),
             glibc: Arc::new(Heap(System)),
             mi: Arc::new(Heap(mimalloc::MiMalloc)),
             je: Arc::new(Heap(tikv_jemallocator::Jemalloc)),
@@ -495,7 +614,7 @@ impl Competitors {
     /// `caches` selects, and the peers, in print order.
     pub fn visit<V: Visit>(&self, size: usize, caches: Caches, v: &mut V) {
         v.visit(GLOBAL_SLUB_ROW, Kind::Slub, &self.slub);
-        v.visit(SHEAVES_ROW, Kind::Cache, &self.sheaves);
+        v.visit(NO_SHEAVES_ROW, Kind::Cache, &self.sheaves);
         if caches != Caches::None {
             v.visit(CACHE_ROW, Kind::Cache, &Arc::new(kmem_cache(size)));
             v.visit(
@@ -739,38 +858,87 @@ impl Consumer<'_> {
 /// quotes 256 ... 4096).
 pub const RING: usize = 1024;
 
-/// The producer's half: `count` objects of `l` allocated, their first word
-/// written (the driver building the skb), pushed.
-#[inline(always)]
-fn produce<A: ObjHeap>(a: &A, l: Layout, ring: &Ring, count: u64) {
-    let mut tx = ring.producer();
-    for i in 0..count {
-        let p = a.alloc(l);
-        // SAFETY: a fresh object of at least 8 bytes, aligned to 8.
-        unsafe { p.as_ptr().cast::<u64>().write(i) };
-        tx.push(p.as_ptr());
-    }
-}
+/// Objects per batch of the batched producer/consumer shape (and the
+/// largest `batch` the producer and the consumer halves take).
+pub const BATCH: usize = 64;
 
-/// The consumer's half: `count` objects popped, their first word read
-/// (the socket reading the skb), freed.
+/// The producer's half: `count` objects of `l` allocated, their first word
+/// written (the driver building the skb), pushed; `batch` (1..=[`BATCH`])
+/// at a time through [`ObjHeap::alloc_batch`] when above 1 (the last batch
+/// may be short).
 #[inline(always)]
-fn consume<A: ObjHeap>(a: &A, l: Layout, ring: &Ring, count: u64) {
-    let mut rx = ring.consumer();
-    for _ in 0..count {
-        let p = rx.pop();
-        // SAFETY: an object the producer allocated with `l` and wrote, now
-        // ours (handed over through the ring's release/acquire); freed once.
-        unsafe {
-            black_box(p.cast::<u64>().read());
-            a.free(NonNull::new_unchecked(p), l);
+fn produce<A: ObjHeap>(a: &A, l: Layout, ring: &Ring, count: u64, batch: usize) {
+    assert!((1..=BATCH).contains(&batch), "mm-bench: batch {batch}");
+    let mut tx = ring.producer();
+    if batch == 1 {
+        for i in 0..count {
+            let p = a.alloc(l);
+            // SAFETY: a fresh object of at least 8 bytes, aligned to 8 (for
+            // the ring-only floor: a pool slot the consumer is done with,
+            // see `RingOnly`).
+            unsafe { p.as_ptr().cast::<u64>().write(i) };
+            tx.push(p.as_ptr());
+        }
+        return;
+    }
+    let mut buf = [core::ptr::null_mut::<u8>(); BATCH];
+    let mut i = 0u64;
+    while i < count {
+        let objs = &mut buf[..(count - i).min(batch as u64) as usize];
+        a.alloc_batch(l, objs);
+        for &p in objs.iter() {
+            // SAFETY: as above (`alloc_batch` fills every slot).
+            unsafe { p.cast::<u64>().write(i) };
+            tx.push(p);
+            i += 1;
         }
     }
 }
 
+/// The consumer's half: `count` objects popped, their first word read
+/// (the socket reading the skb), freed; `batch` at a time through
+/// [`ObjHeap::free_batch`] when above 1 (popped and read one by one, then
+/// freed together; the last batch may be short).
+#[inline(always)]
+fn consume<A: ObjHeap>(a: &A, l: Layout, ring: &Ring, count: u64, batch: usize) {
+    assert!((1..=BATCH).contains(&batch), "mm-bench: batch {batch}");
+    let mut rx = ring.consumer();
+    if batch == 1 {
+        for _ in 0..count {
+            let p = rx.pop();
+            // SAFETY: an object the producer allocated with `l` and wrote,
+            // now ours (handed over through the ring's release/acquire);
+            // freed once.
+            unsafe {
+                black_box(p.cast::<u64>().read());
+                a.free(NonNull::new_unchecked(p), l);
+            }
+        }
+        return;
+    }
+    let mut buf = [NonNull::<u8>::dangling(); BATCH];
+    let mut i = 0u64;
+    while i < count {
+        let n = (count - i).min(batch as u64) as usize;
+        for s in buf[..n].iter_mut() {
+            let p = rx.pop();
+            // SAFETY: as above; the pointer is an object, not null.
+            unsafe {
+                black_box(p.cast::<u64>().read());
+                *s = NonNull::new_unchecked(p);
+            }
+        }
+        // SAFETY: `n` distinct objects the producer allocated with `l`, now
+        // ours, each freed once here.
+        unsafe { a.free_batch(&buf[..n], l) };
+        i += n as u64;
+    }
+}
+
 /// A two-thread case: worker 0 produces `iters` objects, worker 1 consumes
-/// them; each times itself (the mean is the wall time per object).
-pub fn prodcons_case<A: ObjHeap>(name: &str, a: &Arc<A>, l: Layout) -> Case {
+/// them, `batch` at a time (1: one by one); each times itself (the mean is
+/// the wall time per object).
+pub fn prodcons_case<A: ObjHeap>(name: &str, a: &Arc<A>, l: Layout, batch: usize) -> Case {
     let a = a.clone();
     let ring = Arc::new(Ring::new(RING));
     Case::custom(name, move |t, iters| {
@@ -778,13 +946,101 @@ pub fn prodcons_case<A: ObjHeap>(name: &str, a: &Arc<A>, l: Layout) -> Case {
         pairs(&*a, l, WARM_PAIRS);
         let sw = Stopwatch::start();
         if t == 0 {
-            produce(&*a, l, &ring, iters);
+            produce(&*a, l, &ring, iters, batch);
         } else {
-            consume(&*a, l, &ring, iters);
+            consume(&*a, l, &ring, iters, batch);
         }
         sw.stop()
     })
     .threads(2)
+}
+
+/// Objects in the pool of the ring-only floor (`RingOnly`): four ring
+/// lengths, where the ring lets the producer run at most [`RING`] ahead.
+pub const POOL_OBJECTS: usize = 4 * RING;
+
+/// Alignment of the floor's pool (a cache line: a 64 B object owns its
+/// line, as in a kmalloc-64 slab).
+const POOL_ALIGN: usize = 64;
+
+/// Row name of the floor of `slub-prodcons`.
+pub const FLOOR_ROW: &str = "ring only (no allocator)";
+
+thread_local! {
+    /// The calling thread's next pool slot (of any [`RingOnly`]).
+    static POOL_CURSOR: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The floor of `slub-prodcons`: no allocator. `alloc` hands out the slots
+/// of a fixed pool of [`POOL_OBJECTS`] objects round-robin (a thread-local
+/// cursor: no shared write), `free` does nothing, so the producer/consumer
+/// case measures the ring and the transfer of each object's line alone.
+///
+/// Not a heap: a slot comes back after [`POOL_OBJECTS`] allocations of
+/// the same thread, live or not. The producer/consumer case makes that
+/// safe: when the producer writes its object `j`, its push of `j - 1` saw
+/// the consumer's head at `j - RING` or more (acquire), and the consumer
+/// reads each object before popping the next, so every object up to
+/// `j - RING - 2` has been read (and nothing later is touched again);
+/// `j` reuses the slot of `j - POOL_OBJECTS`, far below. Each sample runs
+/// on fresh threads, started after the previous ones were joined, and the
+/// consumer's own (warm-up) allocations write nothing.
+struct RingOnly {
+    base: NonNull<u8>,
+    size: usize,
+    block: Layout,
+}
+
+// SAFETY: the pool is plain memory owned by the struct; the struct itself
+// holds no thread-affine state (the cursor is thread-local), and who writes
+// which slot when is the producer/consumer protocol's business (see above).
+unsafe impl Send for RingOnly {}
+// SAFETY: as above.
+unsafe impl Sync for RingOnly {}
+
+impl RingOnly {
+    /// A pool of [`POOL_OBJECTS`] objects of `size` bytes (a multiple of
+    /// [`ALIGN`]), one block from `System`.
+    fn new(size: usize) -> RingOnly {
+        assert!(
+            size >= ALIGN && size.is_multiple_of(ALIGN),
+            "mm-bench: pool of {size} B"
+        );
+        let block = match Layout::from_size_align(POOL_OBJECTS * size, POOL_ALIGN) {
+            Ok(b) => b,
+            Err(_) => panic!("mm-bench: bad pool of {size} B"),
+        };
+        // SAFETY: a non-zero size.
+        let base = match NonNull::new(unsafe { System.alloc(block) }) {
+            Some(p) => p,
+            None => exhausted("System (ring-only pool)", block),
+        };
+        RingOnly { base, size, block }
+    }
+}
+
+impl Drop for RingOnly {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with `block`, freed once; nothing uses
+        // the pool once its owner is dropped.
+        unsafe { System.dealloc(self.base.as_ptr(), self.block) }
+    }
+}
+
+impl ObjHeap for RingOnly {
+    #[inline(always)]
+    fn alloc(&self, l: Layout) -> NonNull<u8> {
+        debug_assert!(l.size() <= self.size && l.align() <= POOL_ALIGN);
+        let i = POOL_CURSOR.with(|c| {
+            let i = c.get();
+            c.set(i.wrapping_add(1));
+            i
+        }) % POOL_OBJECTS;
+        // SAFETY: `i < POOL_OBJECTS`: slot `i` lies inside the block.
+        unsafe { self.base.add(i * self.size) }
+    }
+    #[inline(always)]
+    unsafe fn free(&self, _p: NonNull<u8>, _l: Layout) {}
 }
 
 // ---------------------------------------------------------------------------
@@ -1116,12 +1372,13 @@ pub const PRODCONS_SIZES: [usize; 2] = [64, 256];
 
 struct ProdConsCases {
     l: Layout,
+    batch: usize,
     cases: Vec<Case>,
 }
 
 impl Visit for ProdConsCases {
     fn visit<A: ObjHeap>(&mut self, name: &'static str, _kind: Kind, a: &Arc<A>) {
-        self.cases.push(prodcons_case(name, a, self.l));
+        self.cases.push(prodcons_case(name, a, self.l, self.batch));
     }
 }
 
@@ -1129,7 +1386,8 @@ impl Visit for ProdConsCases {
 pub struct StatsRun {
     /// Objects passed.
     pub objects: u64,
-    /// Wall time of the run.
+    /// Wall time of the run (the slower worker's, each timed from the
+    /// start barrier to its last object).
     pub secs: f64,
     /// The producer's and the consumer's CPU (slot) numbers.
     pub cpus: [usize; 2],
@@ -1140,12 +1398,16 @@ pub struct StatsRun {
 }
 
 /// Runs `objects` objects of `l` from a producer to a consumer (pinned to
-/// the first two allowed CPUs) and returns the statistics delta of
-/// `cache` (read per CPU slot `0..slots`).
+/// the first two allowed CPUs), `batch` at a time (1: one by one, else
+/// [`ObjHeap::alloc_batch`] / [`ObjHeap::free_batch`] of up to [`BATCH`]),
+/// and returns the statistics delta of `cache` (read per CPU slot
+/// `0..slots`).
+#[allow(clippy::too_many_arguments)]
 pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
     a: &A,
     l: Layout,
     objects: u64,
+    batch: usize,
     cache: &KmemCache<S, P>,
     slots: usize,
     cpus: &[usize],
@@ -1157,12 +1419,15 @@ pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
     let exit = Barrier::new(3);
     let snap = || -> Vec<SlubStats> { (0..slots).map(|c| cache.cpu_stats(c)).collect() };
     let ids = Mutex::new([0usize; 2]);
+    // Each worker's own time: the measuring thread is not pinned and, with
+    // the two workers on two CPUs, may run late (its clock would then start
+    // after most of the run).
+    let times = Mutex::new([0.0f64; 2]);
     let mut before = Vec::new();
     let mut after = Vec::new();
-    let mut secs = 0.0;
     std::thread::scope(|s| {
         for t in 0..2 {
-            let (ring, start, done, exit, ids) = (&ring, &start, &done, &exit, &ids);
+            let (ring, start, done, exit, ids, times) = (&ring, &start, &done, &exit, &ids, &times);
             s.spawn(move || {
                 if pin && !cpus.is_empty() {
                     let _ = pin_current_thread(cpus[t % cpus.len()]);
@@ -1170,11 +1435,13 @@ pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
                 a.enter_thread(t);
                 ids.lock().unwrap()[t] = cache.platform().current_cpu();
                 start.wait();
+                let t0 = Instant::now();
                 if t == 0 {
-                    produce(a, l, ring, objects);
+                    produce(a, l, ring, objects, batch);
                 } else {
-                    consume(a, l, ring, objects);
+                    consume(a, l, ring, objects, batch);
                 }
+                times.lock().unwrap()[t] = t0.elapsed().as_secs_f64();
                 done.wait();
                 // Stay alive (and keep the slot) until the snapshot is taken:
                 // a per-thread slot is flushed when its thread exits.
@@ -1183,9 +1450,7 @@ pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
         }
         before = snap();
         start.wait();
-        let t0 = Instant::now();
         done.wait();
-        secs = t0.elapsed().as_secs_f64();
         after = snap();
         exit.wait();
     });
@@ -1195,9 +1460,10 @@ pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
         total.add(d);
     }
     let cpus = *ids.lock().unwrap();
+    let [tp, tc] = *times.lock().unwrap();
     StatsRun {
         objects,
-        secs,
+        secs: tp.max(tc),
         cpus,
         per_cpu,
         total,
@@ -1267,10 +1533,17 @@ pub fn seed_format(run: &StatsRun) -> Vec<String> {
     out
 }
 
-/// Allocations a run made (fast + slow path).
-fn allocs(s: &SlubStats) -> f64 {
-    (s.get(SlubStat::ALLOC_FASTPATH) + s.get(SlubStat::ALLOC_SLOWPATH)) as f64
+/// Allocations a run's figures are per: the objects it passed (its only
+/// allocations: no warm-up). Not `alloc_fastpath + alloc_slowpath`, the
+/// seed's sum: allocations from a sheaf count as `alloc_pcs` instead, and
+/// objects of a bulk allocation taken from the CPU freelist count in
+/// neither.
+fn allocs(run: &StatsRun) -> f64 {
+    run.objects as f64
 }
+
+/// The shapes of `slub-prodcons`: objects per batch (1: one by one).
+pub const PRODCONS_BATCHES: [usize; 2] = [1, BATCH];
 
 /// The `slub-prodcons` table (see the module docs).
 pub struct SlubProdCons;
@@ -1281,73 +1554,139 @@ impl Table for SlubProdCons {
     }
 
     fn about(&self) -> &'static str {
-        "seed 004: producer thread allocs 64/256 B objects, consumer thread on the other CPU frees them (SPSC ring), ns per object, SLUB statistics: GlobalSlub, KmemCache, peers"
+        "seed 004: producer thread allocs 64/256 B objects (one by one, and in batches of 64), consumer thread on the other CPU frees them (SPSC ring), ns per object, SLUB statistics: GlobalSlub, KmemCache, peers, ring-only floor"
     }
 
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let comp = Competitors::new();
         let mut rows = Vec::new();
         let mut summary = Vec::new();
-        for size in PRODCONS_SIZES {
-            let section = format!(
-                "{size} B: producer allocs + writes, {RING}-entry ring, consumer reads + frees (ns per object)"
-            );
-            let mut v = ProdConsCases {
-                l: layout(size),
-                cases: Vec::new(),
-            };
-            comp.visit(size, Caches::Both, &mut v);
-            let cases: Vec<Case> = v
-                .cases
-                .into_iter()
-                .map(|c| c.section(section.clone()))
-                .collect();
-            let stats = cx.measure(&cases);
-            let mut these: Vec<Row> = cases
-                .into_iter()
-                .zip(stats)
-                .map(|(case, stats)| Row { case, stats })
-                .collect();
-            for r in these.iter_mut() {
-                r.case.note = format!("{} Mobj/s", fmt_num(1e3 / r.stats.ns.median));
-            }
-            if let Some((s, best)) = ratio_notes(&mut these) {
-                summary.push(format!(
-                    "  {size:>5}  {:>9} Mobj/s  {:>8} Mobj/s {:<34}  {:<6}",
-                    fmt_num(1e3 / s),
-                    fmt_num(1e3 / best.1),
-                    best.0,
-                    verdict(s <= best.1)
+        for batch in PRODCONS_BATCHES {
+            for size in PRODCONS_SIZES {
+                let (section, label) = if batch == 1 {
+                    (
+                        format!(
+                            "{size} B: producer allocs + writes, {RING}-entry ring, consumer reads + frees (ns per object)"
+                        ),
+                        format!("{size}"),
+                    )
+                } else {
+                    (
+                        format!(
+                            "{size} B, batches of {batch}: producer allocs {batch} (bulk) + writes them, {RING}-entry ring, \
+                             consumer reads {batch} + frees them as a batch (ns per object)"
+                        ),
+                        format!("{size} x{batch}"),
+                    )
+                };
+                let l = layout(size);
+                let mut v = ProdConsCases {
+                    l,
+                    batch,
+                    cases: Vec::new(),
+                };
+                comp.visit(size, Caches::Both, &mut v);
+                // The floor, in the same interleaved rounds (not a peer: its
+                // name is not in PEERS, so the ratios ignore it).
+                v.cases.push(prodcons_case(
+                    FLOOR_ROW,
+                    &Arc::new(RingOnly::new(size)),
+                    l,
+                    batch,
                 ));
+                let cases: Vec<Case> = v
+                    .cases
+                    .into_iter()
+                    .map(|c| c.section(section.clone()))
+                    .collect();
+                let stats = cx.measure(&cases);
+                let mut these: Vec<Row> = cases
+                    .into_iter()
+                    .zip(stats)
+                    .map(|(case, stats)| Row { case, stats })
+                    .collect();
+                for r in these.iter_mut() {
+                    r.case.note = format!("{} Mobj/s", fmt_num(1e3 / r.stats.ns.median));
+                }
+                if let Some((s, best)) = ratio_notes(&mut these) {
+                    let floor = median_of(&these, FLOOR_ROW).unwrap_or(f64::NAN);
+                    summary.push(format!(
+                        "  {label:>8}  {:>9} Mobj/s  {:>8} Mobj/s {:<34}  {:<6}  {:>9} Mobj/s",
+                        fmt_num(1e3 / s),
+                        fmt_num(1e3 / best.1),
+                        best.0,
+                        verdict(s <= best.1),
+                        fmt_num(1e3 / floor),
+                    ));
+                }
+                rows.extend(these);
             }
-            rows.extend(these);
         }
 
-        // The statistics: one fixed run per SLUB row and size.
+        // The statistics: one fixed run per SLUB row and size, one by one,
+        // then per SLUB row at 256 B in batches.
         let objects: u64 = if cx.cfg.quick { 1 << 16 } else { 1 << 21 };
         let cpus = &cx.machine.allowed_cpus;
         let pin = cx.cfg.pin;
-        let mut runs: Vec<(String, StatsRun)> = Vec::new();
-        for size in PRODCONS_SIZES {
+        // (name, short name for the per-1000 columns, run)
+        let mut runs: Vec<(String, String, StatsRun)> = Vec::new();
+        let shapes = PRODCONS_SIZES
+            .iter()
+            .map(|&size| (size, 1))
+            .chain([(256, BATCH)]);
+        for (size, batch) in shapes {
             let l = layout(size);
+            let (how, tag) = if batch == 1 {
+                (String::new(), format!("{size}"))
+            } else {
+                (format!(", batches of {batch}"), format!("{size}x{batch}"))
+            };
             let class = slub::kmalloc_class(size, ALIGN).expect("a kmalloc class");
             let kcache = &GLOBAL_SLUB.kmalloc().caches()[class];
-            let run = prodcons_stats(&SlubHeap, l, objects, kcache, 64, cpus, pin);
-            runs.push((format!("{} (GlobalSlub)", kcache.name()), run));
-            let kcache = &GLOBAL_SLUB_SHEAVES.kmalloc().caches()[class];
-            let run = prodcons_stats(&SlubSheavesHeap, l, objects, kcache, 64, cpus, pin);
-            runs.push((format!("{} (GlobalSlub + sheaves)", kcache.name()), run));
+            let run = prodcons_stats(&SlubHeap, l, objects, batch, kcache, 64, cpus, pin);
+            runs.push((
+                format!("{} (GlobalSlub{how})", kcache.name()),
+                format!("{tag} GS"),
+                run,
+            ));
+            let kcache = &GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[class];
+            let run = prodcons_stats(&SlubNoSheavesHeap, l, objects, batch, kcache, 64, cpus, pin);
+            runs.push((
+                format!("{} (GlobalSlub, no sheaves{how})", kcache.name()),
+                format!("{tag} GS-nosh"),
+                run,
+            ));
             let kc = kernel_kmem_cache(size, FastPath::Lockless);
-            let run = prodcons_stats(&kc, l, objects, kc.cache, 64, cpus, pin);
+            let run = prodcons_stats(&kc, l, objects, batch, kc.cache, 64, cpus, pin);
             runs.push((
                 format!(
-                    "{} (KmemCache, lockless, Kernel<UserHooks>)",
+                    "{} (KmemCache, lockless, Kernel<UserHooks>{how})",
                     kc.cache.name()
                 ),
+                format!("{tag} lockless"),
                 run,
             ));
         }
 
+        // Whether the bulk calls of the sheaves row went through its sheaves
+        // (the batched statistics run says).
+        let bulk_sheaves = match runs
+            .iter()
+            .find(|(_, short, _)| short.contains('x') && short.ends_with(" GS"))
+        {
+            Some((_, _, r))
+                if r.total.get(SlubStat::ALLOC_PCS) + r.total.get(SlubStat::FREE_PCS) == 0 =>
+            {
+                " Here alloc_bulk / free_bulk bypass the sheaves (the batched statistics run of GlobalSlub \
+                 counts no alloc_pcs and no free_pcs): in batches, that row is the slab path's bulk \
+                 calls, not the sheaves'."
+            }
+            Some(_) => {
+                " alloc_bulk / free_bulk take from and return to the sheaves first (alloc_pcs, free_pcs in the \
+                 batched statistics run of GlobalSlub)."
+            }
+            None => "",
+        };
         let mut notes = vec![
             format!(
                 "each object: the producer (worker 0, pinned to the first CPU) allocates it and writes its first word, pushes it \
@@ -1356,11 +1695,32 @@ impl Table for SlubProdCons {
                  (mean of the two threads' times, each after {WARM_PAIRS} untimed alloc + free pairs of its own); Mobj/s its inverse. Every free is remote: the object was allocated on the \
                  other CPU (seed 004: skbs built in softirq on CPU 0, freed by the socket's reader on another CPU)."
             ),
-            "2cpu: the runner's two-CPU check; with one CPU the ring degenerates to time-sharing hand-offs.".into(),
-            "summary (target: GlobalSlub's throughput >= the best peer's):".into(),
             format!(
-                "  {:>5}  {:>16}  {:<50}  {}",
-                "size", "GlobalSlub", "best peer", "verdict"
+                "batches of {BATCH} (seed 004: 'batch things a bit like SLAB'): the producer allocates {BATCH} objects at once, writes \
+                 and pushes each; the consumer pops and reads {BATCH}, then frees them together. ns/op stays per object. The \
+                 SLUB rows use the kernel's bulk API, as a network driver's NAPI skb cache does: kmem_cache_alloc_bulk and \
+                 kmem_cache_free_bulk (KmemCache::alloc_bulk / free_bulk; for both GlobalSlub rows on the \
+                 kmalloc cache of the size's class, the one their alloc takes objects from). The peers have no bulk API: \
+                 their batch is {BATCH} alloc calls, then {BATCH} free calls.{bulk_sheaves}"
+            ),
+            format!(
+                "'{FLOOR_ROW}': the floor, measured in the same interleaved rounds: the same producer, consumer and ring, but \
+                 no allocator: the producer takes objects round-robin from a fixed pool of {POOL_OBJECTS} objects of the \
+                 size (4 x the ring, one System block aligned to 64 B, allocated before the table; the ring keeps the \
+                 producer at most {RING} objects ahead, so a slot is never written while the consumer may still read it) \
+                 and writes the first word; the consumer reads it and frees nothing. What it shows is the cost of the queue \
+                 and of moving each object's cache line to the other CPU; an allocator row minus it is the allocator's \
+                 share. It is not a peer (not in the ratios). Its rounds can spread widely: when \
+                 the ring runs full or empty, the two CPUs work on the same line of slots at each hand-off; in \
+                 between, they pipeline."
+            ),
+            "2cpu: the runner's two-CPU check; with one CPU the ring degenerates to time-sharing hand-offs.".into(),
+            "summary (target: GlobalSlub's throughput >= the best peer's; x64 = batches of 64; last column: the ring-only \
+             floor):"
+                .into(),
+            format!(
+                "  {:>8}  {:>16}  {:<50}  {:<6}  {:>16}",
+                "size", "GlobalSlub", "best peer", "verdict", "ring only"
             ),
         ];
         notes.extend(summary);
@@ -1368,9 +1728,10 @@ impl Table for SlubProdCons {
         notes.push(format!(
             "SLUB statistics of one run of {objects} objects per cache after the table (producer on the first CPU, consumer on \
              the second; C<n> = the slot the thread ran on: a PerThread virtual CPU for GlobalSlub, the kernel platform's \
-             CPU 1 (producer) and 2 (consumer) for the KmemCache), in seed 004's `grep . *` format:"
+             CPU 1 (producer) and 2 (consumer) for the KmemCache), one by one at 64 and 256 B, then in batches of {BATCH} \
+             at 256 B (alloc_bulk / free_bulk), in seed 004's `grep . *` format:"
         ));
-        for (name, run) in &runs {
+        for (name, _, run) in &runs {
             notes.push(format!(
                 "-- {name}: producer C{}, consumer C{}; {:.1} ns/object ({} Mobj/s)",
                 run.cpus[0],
@@ -1381,32 +1742,29 @@ impl Table for SlubProdCons {
             notes.extend(seed_format(run).into_iter().map(|l| format!("   {l}")));
         }
         notes.push(String::new());
-        notes.push(
-            "per 1000 allocations, beside seed 004 (skbuff_head_cache, 192 B, 21 objects per slab, 93.6 M allocations; \
-             '-' = not counted by the 2011 kernel):"
-                .into(),
-        );
+        notes.push(format!(
+            "per 1000 allocations (objects passed), beside seed 004 (skbuff_head_cache, 192 B, 21 objects per slab, 93.6 M \
+             allocations; '-' = not counted by the 2011 kernel); columns: size (x{BATCH}: in batches), GS = GlobalSlub's \
+             kmalloc cache (sheaves), GS-nosh = GlobalSlub without sheaves, lockless = the KmemCache on Kernel<UserHooks>:"
+        ));
         let mut head = format!("  {:<24}", "item");
-        for (name, _) in &runs {
-            let short = name
-                .replace(" (GlobalSlub)", " GS")
-                .replace(" (KmemCache, lockless, Kernel<UserHooks>)", " lockless");
-            let _ = write!(head, " {short:>17}");
+        for (_, short, _) in &runs {
+            let _ = write!(head, " {short:>15}");
         }
         let _ = write!(head, " {:>12}", "seed 004");
         notes.push(head);
         let seed_allocs = 89_181_782.0 + 4_430_371.0;
         for &s in SlubStat::ALL {
             let seed = seed_004(s);
-            if runs.iter().all(|(_, r)| r.total.get(s) == 0) && seed.unwrap_or(0) == 0 {
+            if runs.iter().all(|(_, _, r)| r.total.get(s) == 0) && seed.unwrap_or(0) == 0 {
                 continue;
             }
             let mut line = format!("  {:<24}", s.name().to_lowercase());
-            for (_, r) in &runs {
+            for (_, _, r) in &runs {
                 let _ = write!(
                     line,
-                    " {:>17.2}",
-                    r.total.get(s) as f64 * 1000.0 / allocs(&r.total).max(1.0)
+                    " {:>15.2}",
+                    r.total.get(s) as f64 * 1000.0 / allocs(r).max(1.0)
                 );
             }
             match seed {
@@ -1962,9 +2320,116 @@ mod tests {
                     // SAFETY: allocated above with `l`, freed once.
                     unsafe { a.free(p, l) };
                 }
+                // The batch API (bulk for the SLUB rows): twice, so the
+                // second batch reuses what the first freed.
+                for round in 0..2u8 {
+                    let mut out = [core::ptr::null_mut::<u8>(); BATCH + 3];
+                    a.alloc_batch(l, &mut out);
+                    let mut addrs: Vec<usize> = out.iter().map(|p| p.addr()).collect();
+                    addrs.sort_unstable();
+                    assert!(addrs[0] != 0, "{name}: alloc_batch left a slot null");
+                    for w in addrs.windows(2) {
+                        assert!(w[0] + size <= w[1], "{name}: batch objects overlap");
+                    }
+                    for (k, &p) in out.iter().enumerate() {
+                        assert_eq!(p.addr() % ALIGN, 0, "{name}: batch misaligned");
+                        // SAFETY: an object of `size` bytes we hold.
+                        unsafe { p.write_bytes(round ^ k as u8, size) };
+                    }
+                    let objs: Vec<NonNull<u8>> = out
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &p)| {
+                            // SAFETY: ours, written above.
+                            let s = unsafe { core::slice::from_raw_parts(p, size) };
+                            assert!(
+                                s.iter().all(|&b| b == round ^ k as u8),
+                                "{name}: {size} B batch object clobbered"
+                            );
+                            NonNull::new(p).expect("checked above")
+                        })
+                        .collect();
+                    // SAFETY: allocated above with `l`, each freed once.
+                    unsafe { a.free_batch(&objs, l) };
+                }
             }
             self.checked.push(name);
         }
+    }
+
+    /// Passes `objects` through a producer and a consumer thread, `batch`
+    /// at a time, with the consumer checking every object's first word.
+    fn pass<A: ObjHeap>(a: &A, l: Layout, objects: u64, batch: usize) {
+        let ring = Ring::new(RING);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                a.enter_thread(0);
+                produce(a, l, &ring, objects, batch);
+            });
+            a.enter_thread(1);
+            let mut rx = ring.consumer();
+            let mut buf = Vec::new();
+            for i in 0..objects {
+                let p = rx.pop();
+                // SAFETY: an object the producer wrote, ours now.
+                assert_eq!(unsafe { p.cast::<u64>().read() }, i);
+                buf.push(NonNull::new(p).expect("not null"));
+                if buf.len() == batch {
+                    // SAFETY: objects of `a` with `l`, each freed once.
+                    unsafe { a.free_batch(&buf, l) };
+                    buf.clear();
+                }
+            }
+            // SAFETY: as above.
+            unsafe { a.free_batch(&buf, l) };
+        });
+    }
+
+    #[test]
+    fn producer_consumer_shapes_pass_every_object_in_order() {
+        // Counts that are not multiples of the batch: a short last batch.
+        let objects = 10 * RING as u64 + 37;
+        for batch in [1, 7, BATCH] {
+            for size in PRODCONS_SIZES {
+                let l = layout(size);
+                pass(&SlubHeap, l, objects, batch);
+                pass(&SlubNoSheavesHeap, l, objects, batch);
+                pass(&kmem_cache(size), l, objects, batch);
+                pass(&Heap(System), l, objects, batch);
+                pass(&RingOnly::new(size), l, objects, batch);
+            }
+        }
+        // The timed halves themselves, as the table runs them.
+        let ring = Ring::new(RING);
+        let pool = RingOnly::new(64);
+        for batch in [1, BATCH] {
+            std::thread::scope(|s| {
+                s.spawn(|| produce(&SlubHeap, layout(64), &ring, objects, batch));
+                s.spawn(|| consume(&SlubHeap, layout(64), &ring, objects, batch));
+            });
+            std::thread::scope(|s| {
+                s.spawn(|| produce(&pool, layout(64), &ring, objects, batch));
+                s.spawn(|| consume(&pool, layout(64), &ring, objects, batch));
+            });
+        }
+    }
+
+    #[test]
+    fn ring_only_pool_is_round_robin_per_thread() {
+        let pool = RingOnly::new(256);
+        let l = layout(256);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let first = pool.alloc(l);
+                for k in 1..POOL_OBJECTS {
+                    let p = pool.alloc(l);
+                    assert_eq!(p.as_ptr().addr(), first.as_ptr().addr() + k * 256);
+                    assert_eq!(p.as_ptr().addr() % POOL_ALIGN, 0);
+                }
+                // Back to the first slot after a full lap.
+                assert_eq!(pool.alloc(l), first);
+            });
+        });
     }
 
     #[test]
@@ -1981,7 +2446,7 @@ mod tests {
                 checked: Vec::new(),
             };
             comp.visit(size, Caches::WithLocked, &mut c);
-            // GlobalSlub, GlobalSlub + sheaves, three KmemCaches, the peers.
+            // GlobalSlub, GlobalSlub without sheaves, three KmemCaches, the peers.
             assert_eq!(c.checked.len(), 5 + PEERS.len());
         }
         let mut c = Check {

@@ -76,6 +76,14 @@ pub(crate) struct CpuLocked {
     /// to, and the spare.
     main: usize,
     spare: usize,
+    /// Sheaf frees: the slab the last looked-up free belonged to (its first
+    /// byte and object count) and the cache's discard count then. A free
+    /// inside it is validated by its address alone while no slab of the
+    /// cache has been discarded since (a discarded slab's memory may belong
+    /// to someone else now).
+    vbase: usize,
+    vobjects: usize,
+    vgen: usize,
 }
 
 impl ConstInit for CpuLocked {
@@ -86,6 +94,9 @@ impl ConstInit for CpuLocked {
         partial_slabs: 0,
         main: 0,
         spare: 0,
+        vbase: 0,
+        vobjects: 0,
+        vgen: 0,
     };
 }
 
@@ -369,6 +380,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     nr_partial: CoreAtomicUsize,
     nr_slabs: CoreAtomicUsize,
     total_objects: CoreAtomicUsize,
+    /// Slabs discarded so far (see `CpuLocked::vgen`).
+    discards: CoreAtomicUsize,
     /// Stats of contexts whose CPU is beyond `N` (locked platforms).
     spill_stats: StatCells,
 }
@@ -402,6 +415,7 @@ macro_rules! build_cache {
             nr_partial: CoreAtomicUsize::new(0),
             nr_slabs: CoreAtomicUsize::new(0),
             total_objects: CoreAtomicUsize::new(0),
+            discards: CoreAtomicUsize::new(0),
             spill_stats: StatCells::new(),
         }
     };
@@ -1195,6 +1209,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let base = s.base();
         s.set_tag(0);
         s.0.data().store(0, Ordering::Relaxed);
+        // Invalidates every CPU's validated range (sheaf frees).
+        self.discards.fetch_add(1, CoreOrdering::Relaxed);
         self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
         self.total_objects
             .fetch_sub(st.counters.objects as usize, CoreOrdering::Relaxed);
@@ -1278,12 +1294,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
         if f == FAST_SHEAVES {
             // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`.
-            let (s, obj) = self.slab_of(ptr)?;
-            if self.free_to_pcs(obj)? {
+            if self.free_to_pcs_ptr(ptr)? {
                 return Ok(());
             }
-            // SAFETY: forwarded; validated.
-            return unsafe { self.free_pcs_fallback(s, obj) };
+            // SAFETY: forwarded.
+            return unsafe { self.free_pcs_fallback(ptr) };
         }
         if f == FAST_LOCKED {
             // Locked fast free: an object of the CPU slab is recognised by
@@ -1367,9 +1382,74 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free_validated`](Self::free_validated).
     #[cold]
     #[inline(never)]
-    unsafe fn free_pcs_fallback(&self, s: Slab<'_>, obj: usize) -> Result<(), FreeError> {
-        // SAFETY: forwarded.
+    unsafe fn free_pcs_fallback(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let (s, obj) = self.slab_of(ptr)?;
+        // SAFETY: forwarded; validated.
         unsafe { self.free_validated(s, obj) }
+    }
+
+    /// The free path of a sheaf cache: validates `ptr` (by the CPU's
+    /// validated range, else the descriptor lookup) and pushes it onto the
+    /// main sheaf; `Ok(false)` sends the caller to the slab path.
+    #[inline(always)]
+    fn free_to_pcs_ptr(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
+        let Some(mut g) = self.try_lock_cpu() else {
+            return Ok(false);
+        };
+        let a = ptr.as_ptr().addr();
+        let gen = self.discards.load(CoreOrdering::Relaxed);
+        if self
+            .obj_index(a.wrapping_sub(g.vbase), g.vobjects)
+            .is_none()
+            || g.vgen != gen
+        {
+            match self.validate_range(ptr) {
+                Ok((base, objects)) => {
+                    g.vbase = base;
+                    g.vobjects = objects;
+                    g.vgen = gen;
+                }
+                Err(e) => {
+                    g.unlock();
+                    return Err(e);
+                }
+            }
+        }
+        let obj = ptr.as_ptr().expose_provenance();
+        if g.main != 0 {
+            let main = Sheaf(g.main);
+            let n = main.size();
+            if n > 0 && main.get(n - 1) == obj {
+                g.unlock();
+                return Err(FreeError::DoubleFree(obj));
+            }
+            if n < self.sheaf_capacity {
+                main.set(n, obj);
+                main.set_size(n + 1);
+                self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
+                g.unlock();
+                return Ok(true);
+            }
+        }
+        self.free_to_pcs_slow(g, obj)
+    }
+
+    /// The descriptor lookup of a sheaf free outside the CPU's validated
+    /// range: the slab's first byte and object count.
+    #[inline(never)]
+    fn validate_range(&self, ptr: NonNull<u8>) -> Result<(usize, usize), FreeError> {
+        let a = ptr.as_ptr().addr();
+        let b = self
+            .source
+            .block_of(ptr.as_ptr())
+            .ok_or(FreeError::NotAllocated(a))?;
+        self.check_object(Slab(b.owner), b.head, b.order, ptr)?;
+        let objects = if b.order.get() == self.lay.oo.order {
+            self.lay.oo.objects
+        } else {
+            self.lay.min.objects
+        };
+        Ok((b.head.as_ptr().addr(), objects as usize))
     }
 
     /// The free after validation (`do_slab_free` of one object).
@@ -1663,7 +1743,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // once; NonNull<u8> has the layout of *mut u8.
         let objs = unsafe { core::slice::from_raw_parts(sh.objects() as *const NonNull<u8>, n) };
         // SAFETY: as above.
-        if let Err(e) = unsafe { self.try_free_bulk(objs) } {
+        if let Err(e) = unsafe { self.free_bulk_slab(objs) } {
             panic!("{}: corrupted sheaf: {e}", self.name)
         }
         sh.set_size(0);
@@ -1676,7 +1756,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let cap = self.sheaf_capacity;
         // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
-        if self.alloc_bulk(out) == cap {
+        if self.alloc_bulk_slab(out) == cap {
             sh.set_size(cap);
             self.stat_here(SlubStat::SHEAF_REFILL);
             true
@@ -2428,6 +2508,154 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return out.len();
         }
+        // Sheaves first (`alloc_from_pcs_bulk`), then slabs for the rest.
+        let from_pcs = if self.sheaf_capacity != 0 {
+            self.alloc_from_pcs_bulk(out)
+        } else {
+            0
+        };
+        if from_pcs == out.len() {
+            return from_pcs;
+        }
+        if self.alloc_bulk_slab(&mut out[from_pcs..]) == 0 {
+            for p in &mut out[..from_pcs] {
+                // SAFETY: taken from this cache just above.
+                unsafe { self.free(NonNull::new_unchecked(*p)) };
+                *p = core::ptr::null_mut();
+            }
+            return 0;
+        }
+        out.len()
+    }
+
+    /// `alloc_from_pcs_bulk`: fills `out` from this CPU's sheaves (main,
+    /// then a non-empty spare, then full sheaves from the barn; no refill:
+    /// once the barn has no full sheaf the caller continues from slabs,
+    /// rather than copying pointers twice). Returns how many it filled.
+    fn alloc_from_pcs_bulk(&self, out: &mut [*mut u8]) -> usize {
+        let mut i = 0;
+        while i < out.len() {
+            let Some(mut g) = self.try_lock_cpu() else {
+                break;
+            };
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n > 0 {
+                    let batch = n.min(out.len() - i);
+                    for k in 0..batch {
+                        out[i + k] = core::ptr::with_exposed_provenance_mut(main.get(n - 1 - k));
+                    }
+                    main.set_size(n - batch);
+                    self.fast_of(g.cpu()).stats.add(SlubStat::ALLOC_PCS, batch);
+                    i += batch;
+                    g.unlock();
+                    continue;
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() > 0 {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    g.unlock();
+                    continue;
+                }
+            }
+            let empty = core::mem::take(&mut g.main);
+            g.unlock();
+            // A CPU's first sheaf (the kernel's CPUs always have a main).
+            let empty = if empty != 0 {
+                Sheaf(empty)
+            } else {
+                match self.new_sheaf() {
+                    Some(e) => e,
+                    None => break,
+                }
+            };
+            match self.barn_get_full(empty) {
+                Some(full) => self.install_main(full),
+                None => {
+                    self.install_main(empty);
+                    break;
+                }
+            }
+        }
+        i
+    }
+
+    /// Installs a detached sheaf as this CPU's main, or (another context
+    /// installed one meanwhile, or the trylock fails) retires it.
+    fn install_main(&self, sh: Sheaf) {
+        match self.try_lock_cpu() {
+            Some(mut g) if g.main == 0 => {
+                g.main = sh.0;
+                g.unlock();
+            }
+            Some(g) => {
+                g.unlock();
+                self.retire_sheaf(sh);
+            }
+            None => self.retire_sheaf(sh),
+        }
+    }
+
+    /// `free_to_pcs_bulk`: pushes validated objects onto this CPU's
+    /// sheaves (main, an empty-enough spare, empty sheaves traded at the
+    /// barn for full ones); returns how many it took (the rest go to
+    /// slabs: the barn has its limit of full sheaves, or no memory).
+    fn free_to_pcs_bulk(&self, objs: &[NonNull<u8>]) -> usize {
+        let cap = self.sheaf_capacity;
+        let mut i = 0;
+        while i < objs.len() {
+            let Some(mut g) = self.try_lock_cpu() else {
+                break;
+            };
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n < cap {
+                    let batch = (cap - n).min(objs.len() - i);
+                    for k in 0..batch {
+                        main.set(n + k, objs[i + k].as_ptr().expose_provenance());
+                    }
+                    main.set_size(n + batch);
+                    self.fast_of(g.cpu()).stats.add(SlubStat::FREE_PCS, batch);
+                    i += batch;
+                    g.unlock();
+                    continue;
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() < cap {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    g.unlock();
+                    continue;
+                }
+            }
+            let full = core::mem::take(&mut g.main);
+            g.unlock();
+            let empty = if full == 0 {
+                self.new_sheaf()
+            } else {
+                match self.barn_put_full(Sheaf(full)) {
+                    Ok(e) => Some(e),
+                    Err(f) => {
+                        self.install_main(f);
+                        None
+                    }
+                }
+            };
+            match empty {
+                Some(e) => self.install_main(e),
+                None => break,
+            }
+        }
+        i
+    }
+
+    /// The slab part of [`alloc_bulk`](Self::alloc_bulk): the CPU freelist
+    /// under one local-lock hold (one tid bump), the slow path as needed;
+    /// all or nothing.
+    fn alloc_bulk_slab(&self, out: &mut [*mut u8]) -> usize {
         let n = out.len();
         let mut i = 0;
         let mut g = self.lock_cpu();
@@ -2501,6 +2729,28 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return Ok(());
         }
+        // SAFETY: forwarded.
+        unsafe { self.free_bulk_windows(objs, self.sheaf_capacity != 0) }
+    }
+
+    /// The slab part of [`try_free_bulk`](Self::try_free_bulk) (a sheaf
+    /// flush).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_slab(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        // SAFETY: forwarded.
+        unsafe { self.free_bulk_windows(objs, false) }
+    }
+
+    /// Frees `objs` by windows of 64, each validated before any change:
+    /// first onto the sheaves (`pcs`), the rest as detached freelists.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_windows(&self, objs: &[NonNull<u8>], pcs: bool) -> Result<(), FreeError> {
         const W: usize = 64;
         for window in objs.rchunks(W) {
             // Validate the whole window first.
@@ -2509,6 +2759,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 slabs[k] = self.slab_of(*p)?.0.addr();
             }
             let mut done: u64 = 0;
+            if pcs {
+                let taken = self.free_to_pcs_bulk(window);
+                if taken == window.len() {
+                    continue;
+                }
+                done = (1u64 << taken) - 1;
+            }
             let len = window.len();
             let mut end = len;
             while end > 0 {

@@ -123,8 +123,14 @@ impl StatCells {
     /// The racy increment (`this_cpu_inc` without the atomic RMW).
     #[inline(always)]
     pub(crate) fn inc(&self, s: SlubStat) {
+        self.add(s, 1)
+    }
+
+    /// The racy addition (`stat_add`).
+    #[inline(always)]
+    pub(crate) fn add(&self, s: SlubStat, n: usize) {
         let c = &self.0[s as usize];
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> SlubStats {

@@ -659,6 +659,50 @@ fn bulk_alloc_and_free_across_slabs() {
 }
 
 #[test]
+fn bulk_calls_go_through_the_sheaves_first() {
+    // kmem_cache_alloc_bulk / kmem_cache_free_bulk with sheaves: the
+    // pointers are copied to and from the sheaves, full sheaves are traded
+    // at the barn, and only what they cannot take goes to slabs.
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        let m = Mem::new(16);
+        let c = cache(&m, 64, p, SlabFlags::NONE).with_sheaves(16);
+        let mut objs = vec![core::ptr::null_mut::<u8>(); 100];
+        assert_eq!(c.alloc_bulk(&mut objs), 100);
+        let mut addrs: Vec<usize> = objs.iter().map(|o| *o as usize).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        assert_eq!(addrs.len(), 100, "distinct objects");
+        p.set_cpu(1);
+        let nn: Vec<NonNull<u8>> = objs.iter().map(|o| NonNull::new(*o).unwrap()).collect();
+        let before = c.stats();
+        // SAFETY: allocated above, each once.
+        unsafe { c.free_bulk(&nn) };
+        let d = before.delta(&c.stats());
+        assert!(d.get(SlubStat::FREE_PCS) >= 64, "{d}");
+        assert!(d.get(SlubStat::BARN_PUT) >= 3, "{d}");
+        // The other CPU takes the full sheaves back in bulk: no slab work.
+        p.set_cpu(0);
+        let before = c.stats();
+        let mut again = vec![core::ptr::null_mut::<u8>(); 48];
+        assert_eq!(c.alloc_bulk(&mut again), 48);
+        let d = before.delta(&c.stats());
+        assert_eq!(d.get(SlubStat::ALLOC_PCS), 48, "{d}");
+        assert!(d.get(SlubStat::BARN_GET) >= 2, "{d}");
+        assert_eq!(d.get(SlubStat::ALLOC_SLOWPATH), 0, "{d}");
+        let nn: Vec<NonNull<u8>> = again.iter().map(|o| NonNull::new(*o).unwrap()).collect();
+        // SAFETY: allocated above, each once.
+        unsafe { c.free_bulk(&nn) };
+        for cpu in 0..CPUS {
+            p.set_cpu(cpu);
+            c.flush_local();
+        }
+        p.set_cpu(0);
+        c.shrink();
+        assert_eq!(c.nr_slabs(), 0, "everything returned: {}", c.slabinfo());
+    }
+}
+
+#[test]
 fn free_bulk_refuses_a_bad_window_untouched() {
     let m = Mem::new(4);
     let c = cache(&m, 64, TestPlatform::pinned(CPUS), SlabFlags::NONE);
