@@ -2544,7 +2544,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if n > 0 {
                     let batch = n.min(out.len() - i);
                     for k in 0..batch {
-                        out[i + k] = core::ptr::with_exposed_provenance_mut(main.get(n - 1 - k));
+                        out[i + k] = core::ptr::with_exposed_provenance_mut(main.get(n - batch + k));
                     }
                     main.set_size(n - batch);
                     self.fast_of(g.cpu()).stats.add(SlubStat::ALLOC_PCS, batch);
@@ -2652,6 +2652,53 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         i
     }
 
+    /// A window of [`free_bulk`](Self::free_bulk) onto the sheaves: every
+    /// pointer validated first (by the CPU's validated range, else the
+    /// descriptor lookup; an error leaves everything untouched), then as
+    /// many pushed as the sheaves take; returns how many.
+    fn free_window_to_pcs(&self, window: &[NonNull<u8>]) -> Result<usize, FreeError> {
+        let Some(mut g) = self.try_lock_cpu() else {
+            return Ok(0);
+        };
+        let gen = self.discards.load(CoreOrdering::Relaxed);
+        for p in window {
+            let a = p.as_ptr().addr();
+            if g.vgen != gen
+                || self
+                    .obj_index(a.wrapping_sub(g.vbase), g.vobjects)
+                    .is_none()
+            {
+                match self.validate_range(*p) {
+                    Ok((base, objects)) => {
+                        g.vbase = base;
+                        g.vobjects = objects;
+                        g.vgen = gen;
+                    }
+                    Err(e) => {
+                        g.unlock();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let mut taken = 0;
+        if g.main != 0 {
+            let main = Sheaf(g.main);
+            let n = main.size();
+            taken = (self.sheaf_capacity - n).min(window.len());
+            for (k, p) in window[..taken].iter().enumerate() {
+                main.set(n + k, p.as_ptr().expose_provenance());
+            }
+            main.set_size(n + taken);
+            self.fast_of(g.cpu()).stats.add(SlubStat::FREE_PCS, taken);
+        }
+        g.unlock();
+        if taken < window.len() {
+            taken += self.free_to_pcs_bulk(&window[taken..]);
+        }
+        Ok(taken)
+    }
+
     /// The slab part of [`alloc_bulk`](Self::alloc_bulk): the CPU freelist
     /// under one local-lock hold (one tid bump), the slow path as needed;
     /// all or nothing.
@@ -2753,18 +2800,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     unsafe fn free_bulk_windows(&self, objs: &[NonNull<u8>], pcs: bool) -> Result<(), FreeError> {
         const W: usize = 64;
         for window in objs.rchunks(W) {
-            // Validate the whole window first.
-            let mut slabs: [usize; W] = [0; W];
-            for (k, p) in window.iter().enumerate() {
-                slabs[k] = self.slab_of(*p)?.0.addr();
-            }
             let mut done: u64 = 0;
+            let mut first = 0;
             if pcs {
-                let taken = self.free_to_pcs_bulk(window);
+                // Validated as a whole first, then onto the sheaves.
+                let taken = self.free_window_to_pcs(window)?;
                 if taken == window.len() {
                     continue;
                 }
                 done = (1u64 << taken) - 1;
+                first = taken;
+            }
+            // Validate the whole (rest of the) window first.
+            let mut slabs: [usize; W] = [0; W];
+            for k in first..window.len() {
+                slabs[k] = self.slab_of(window[k])?.0.addr();
             }
             let len = window.len();
             let mut end = len;
