@@ -533,6 +533,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self
     }
 
+    /// The cache's flags.
+    pub fn flags(&self) -> SlabFlags {
+        self.flags
+    }
+
     /// Whether the cache has debug flags (every operation checked, under
     /// the list lock).
     pub fn is_debug(&self) -> bool {

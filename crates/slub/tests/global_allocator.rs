@@ -54,6 +54,18 @@ fn std_collections_and_threads_run_on_it() {
     let mid = vec![0u64; 5000];
     assert!(mid.iter().all(|&x| x == 0));
     let k = HEAP.kmalloc();
+    // The defaults: hardened free pointers, sheaves (fewer objects per
+    // sheaf for large classes).
+    for (i, c) in k.caches().iter().enumerate() {
+        assert!(c.flags().contains(slub::SlabFlags::HARDENED), "{}", c.name());
+        assert_eq!(
+            c.sheaf_capacity(),
+            slub::kmalloc_sheaf_capacity(i, slub::GlobalSlub::DEFAULT_SHEAVES)
+        );
+        assert!(c.sheaf_capacity() >= 4);
+    }
+    assert_eq!(k.caches()[3].sheaf_capacity(), 128, "kmalloc-64");
+    assert_eq!(k.caches()[12].sheaf_capacity(), 4, "kmalloc-8k");
     let s = k.stats();
     // The default has sheaves: most objects come from and go to them.
     let per_cpu = s.get(SlubStat::ALLOC_PCS) + s.get(SlubStat::ALLOC_FASTPATH);
