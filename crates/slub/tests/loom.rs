@@ -372,3 +372,85 @@ fn sheaf_model() {
         finish(&p, c, 2);
     }
 }
+
+/// The bulk calls through sheaves (capacity 2) on the locked strategy:
+/// CPU 1 frees three objects in one `free_bulk` (a window validated by the
+/// CPU's range, pushed onto its sheaves, a full sheaf traded at the barn)
+/// while CPU 0 takes two objects with `alloc_bulk` (from its sheaves or a
+/// full sheaf of the barn, else slabs) and gives them back with
+/// `free_bulk`; then CPU 1 flushes CPU 0 remotely.
+#[test]
+fn sheaf_bulk_vs_barn_trade_and_remote_flush() {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 20_000;
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = runs.clone();
+    let t0 = std::time::Instant::now();
+    b.check(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        spawn(sheaf_bulk_model).join().unwrap()
+    });
+    println!(
+        "loom sheaf_bulk_vs_barn_trade_and_remote_flush: {} executions (preemption bound {:?}) in {:.2?}",
+        runs.load(std::sync::atomic::Ordering::Relaxed),
+        b.preemption_bound,
+        t0.elapsed()
+    );
+}
+
+fn bulk_take(c: &Cache, out: &mut [*mut u8], v: u8) {
+    assert_eq!(c.alloc_bulk(out), out.len(), "the heap has room");
+    for p in out.iter() {
+        // SAFETY: ours.
+        unsafe { p.write_bytes(v, OBJ) };
+    }
+}
+
+fn bulk_give(c: &Cache, objs: &[*mut u8], v: u8) {
+    let nn: Vec<NonNull<u8>> = objs
+        .iter()
+        .map(|p| {
+            // SAFETY: ours until the free.
+            let s = unsafe { std::slice::from_raw_parts(*p, OBJ) };
+            assert!(s.iter().all(|&b| b == v), "object {p:p} handed out twice");
+            NonNull::new(*p).unwrap()
+        })
+        .collect();
+    // SAFETY: allocated from `c`, each once, freed once.
+    unsafe { c.free_bulk(&nn) };
+}
+
+fn sheaf_bulk_model() {
+    let p = LoomPlatform::new(2, Strategy::Locked);
+    let g = Geometry {
+        page_size: PAGE,
+        nr_cpus: 1,
+        max_order: 0,
+        page_max_order: 3,
+    };
+    let c = KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(&p), p.clone())
+        .unwrap()
+        .with_sheaves(2);
+    let c = Arc::new(c);
+    p.set_cpu(1);
+    let mut mine = [std::ptr::null_mut::<u8>(); 3];
+    bulk_take(&c, &mut mine, 0x60);
+    let t = {
+        let (p, c) = (p.clone(), c.clone());
+        spawn(move || {
+            p.set_cpu(0);
+            let mut two = [std::ptr::null_mut::<u8>(); 2];
+            bulk_take(&c, &mut two, 0x70);
+            bulk_give(&c, &two, 0x70);
+        })
+    };
+    bulk_give(&c, &mine, 0x60);
+    c.flush_cpu(0);
+    t.join().unwrap();
+    p.set_cpu(0);
+    c.shrink();
+    finish(&p, c, 2);
+}
