@@ -1398,7 +1398,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// main sheaf; `Ok(false)` sends the caller to the slab path.
     #[inline(always)]
     fn free_to_pcs_ptr(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
-        let Some(mut g) = self.try_lock_cpu() else {
+        let Some(g) = self.try_lock_cpu() else {
             return Ok(false);
         };
         let a = ptr.as_ptr().addr();
@@ -1408,17 +1408,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             .is_none()
             || g.vgen != gen
         {
-            match self.validate_range(ptr) {
-                Ok((base, objects)) => {
-                    g.vbase = base;
-                    g.vobjects = objects;
-                    g.vgen = gen;
-                }
-                Err(e) => {
-                    g.unlock();
-                    return Err(e);
-                }
-            }
+            // The lookup runs outside the lock: nothing that may unwind
+            // runs under it, so the guard stays in registers.
+            g.unlock();
+            return self.free_to_pcs_miss(ptr, gen);
         }
         let obj = ptr.as_ptr().expose_provenance();
         if g.main != 0 {
@@ -1436,7 +1429,34 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return Ok(true);
             }
         }
-        self.free_to_pcs_slow(g, obj)
+        // The slow path re-takes the lock: passing the guard along would
+        // keep it in memory on the fast path.
+        g.unlock();
+        self.free_to_pcs_relock(obj)
+    }
+
+    /// A sheaf free outside the CPU's validated range: the descriptor
+    /// lookup, then (under the lock again) the range recorded and the push.
+    #[inline(never)]
+    fn free_to_pcs_miss(&self, ptr: NonNull<u8>, gen: usize) -> Result<bool, FreeError> {
+        let (base, objects) = self.validate_range(ptr)?;
+        let Some(mut g) = self.try_lock_cpu() else {
+            return Ok(false);
+        };
+        g.vbase = base;
+        g.vobjects = objects;
+        g.vgen = gen;
+        self.free_to_pcs_slow(g, ptr.as_ptr().expose_provenance())
+    }
+
+    /// [`free_to_pcs_slow`](Self::free_to_pcs_slow) from scratch (the
+    /// state is re-read under the lock).
+    #[inline(never)]
+    fn free_to_pcs_relock(&self, obj: usize) -> Result<bool, FreeError> {
+        match self.try_lock_cpu() {
+            Some(g) => self.free_to_pcs_slow(g, obj),
+            None => Ok(false),
+        }
     }
 
     /// The descriptor lookup of a sheaf free outside the CPU's validated
@@ -1868,7 +1888,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return Some(Self::obj_ptr(o));
             }
         }
-        self.alloc_from_pcs_slow(g)
+        // The slow path re-takes the lock (see `free_to_pcs_ptr`).
+        g.unlock();
+        self.alloc_from_pcs_relock()
+    }
+
+    /// [`alloc_from_pcs_slow`](Self::alloc_from_pcs_slow) from scratch.
+    #[inline(never)]
+    fn alloc_from_pcs_relock(&self) -> Option<NonNull<u8>> {
+        self.alloc_from_pcs_slow(self.try_lock_cpu()?)
     }
 
     #[inline(never)]
@@ -2549,7 +2577,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if n > 0 {
                     let batch = n.min(out.len() - i);
                     for k in 0..batch {
-                        out[i + k] = core::ptr::with_exposed_provenance_mut(main.get(n - batch + k));
+                        out[i + k] =
+                            core::ptr::with_exposed_provenance_mut(main.get(n - batch + k));
                     }
                     main.set_size(n - batch);
                     self.fast_of(g.cpu()).stats.add(SlubStat::ALLOC_PCS, batch);
