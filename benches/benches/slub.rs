@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mm_bench::tables::slub::{layout, Heap, ObjHeap, SlubHeap};
+use mm_bench::tables::slub::{layout, Heap, ObjHeap, SlubHeap, GLOBAL_SLUB};
 
 /// `iters` alloc + free pairs of `size` bytes.
 fn pairs<A: ObjHeap>(a: &A, size: usize, iters: u64) -> Duration {
@@ -73,7 +73,7 @@ fn bench_one<A: ObjHeap>(c: &mut Criterion, name: &str, a: &A) {
 }
 
 fn slub(c: &mut Criterion) {
-    bench_one(c, "GlobalSlub", &SlubHeap);
+    bench_one(c, "GlobalSlub", &SlubHeap(&GLOBAL_SLUB));
     bench_one(c, "mimalloc", &Heap(mimalloc::MiMalloc));
     bench_one(c, "jemalloc", &Heap(tikv_jemallocator::Jemalloc));
     bench_one(c, "System", &Heap(System));

@@ -7,8 +7,7 @@
 //!
 //! Arguments: object size, batch (1 = one by one), `sheaves` or `nosheaves`.
 use mm_bench::tables::slub::{
-    layout, prodcons_stats, seed_format, SlubHeap, SlubNoSheavesHeap, GLOBAL_SLUB,
-    GLOBAL_SLUB_NO_SHEAVES,
+    layout, prodcons_stats, seed_format, SlubHeap, GLOBAL_SLUB, GLOBAL_SLUB_NO_SHEAVES,
 };
 
 fn main() {
@@ -22,10 +21,28 @@ fn main() {
     for round in 0..3 {
         let run = if which == "sheaves" {
             let c = &GLOBAL_SLUB.kmalloc().caches()[class];
-            prodcons_stats(&SlubHeap, l, objects, batch, c, 64, &[0, 1], true)
+            prodcons_stats(
+                &SlubHeap(&GLOBAL_SLUB),
+                l,
+                objects,
+                batch,
+                c,
+                64,
+                &[0, 1],
+                true,
+            )
         } else {
             let c = &GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[class];
-            prodcons_stats(&SlubNoSheavesHeap, l, objects, batch, c, 64, &[0, 1], true)
+            prodcons_stats(
+                &SlubHeap(&GLOBAL_SLUB_NO_SHEAVES),
+                l,
+                objects,
+                batch,
+                c,
+                64,
+                &[0, 1],
+                true,
+            )
         };
         println!(
             "round {round}: {size} B x{batch} {which}: {:.1} ns/object",

@@ -233,51 +233,15 @@ pub static GLOBAL_SLUB_NO_SHEAVES: GlobalSlub =
 /// Its row name.
 pub const NO_SHEAVES_ROW: &str = "GlobalSlub, no sheaves";
 
-/// [`GLOBAL_SLUB_NO_SHEAVES`] as a value.
-pub struct SlubNoSheavesHeap;
-
-impl ObjHeap for SlubNoSheavesHeap {
-    #[inline(always)]
-    fn alloc(&self, l: Layout) -> NonNull<u8> {
-        // SAFETY: non-zero size.
-        match NonNull::new(unsafe { GLOBAL_SLUB_NO_SHEAVES.alloc(l) }) {
-            Some(p) => p,
-            None => exhausted("GlobalSlub, no sheaves", l),
-        }
-    }
-    #[inline(always)]
-    unsafe fn free(&self, p: NonNull<u8>, l: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { GLOBAL_SLUB_NO_SHEAVES.dealloc(p.as_ptr(), l) }
-    }
-    #[inline(always)]
-    fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
-        match slub::kmalloc_class(l.size(), l.align()) {
-            Some(c) => cache_alloc_bulk(&GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[c], l, out),
-            None => alloc_each(self, l, out),
-        }
-    }
-    #[inline(always)]
-    unsafe fn free_batch(&self, objs: &[NonNull<u8>], l: Layout) {
-        match slub::kmalloc_class(l.size(), l.align()) {
-            // SAFETY: forwarded contract: objects of `l` from this heap, i.e.
-            // of the kmalloc cache of `l`'s class (the one `alloc` and
-            // `alloc_batch` take them from).
-            Some(c) => unsafe { GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[c].free_bulk(objs) },
-            // SAFETY: forwarded contract.
-            None => unsafe { free_each(self, objs, l) },
-        }
-    }
-}
-
-/// [`GLOBAL_SLUB`] as a value.
-pub struct SlubHeap;
+/// A `GlobalSlub` (a static: [`GLOBAL_SLUB`], [`GLOBAL_SLUB_NO_SHEAVES`])
+/// as a value; batches go through its kmalloc cache's bulk API.
+pub struct SlubHeap(pub &'static GlobalSlub);
 
 impl ObjHeap for SlubHeap {
     #[inline(always)]
     fn alloc(&self, l: Layout) -> NonNull<u8> {
         // SAFETY: non-zero size.
-        match NonNull::new(unsafe { GLOBAL_SLUB.alloc(l) }) {
+        match NonNull::new(unsafe { self.0.alloc(l) }) {
             Some(p) => p,
             None => exhausted("GlobalSlub", l),
         }
@@ -285,12 +249,12 @@ impl ObjHeap for SlubHeap {
     #[inline(always)]
     unsafe fn free(&self, p: NonNull<u8>, l: Layout) {
         // SAFETY: forwarded contract.
-        unsafe { GLOBAL_SLUB.dealloc(p.as_ptr(), l) }
+        unsafe { self.0.dealloc(p.as_ptr(), l) }
     }
     #[inline(always)]
     fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
         match slub::kmalloc_class(l.size(), l.align()) {
-            Some(c) => cache_alloc_bulk(&GLOBAL_SLUB.kmalloc().caches()[c], l, out),
+            Some(c) => cache_alloc_bulk(&self.0.kmalloc().caches()[c], l, out),
             None => alloc_each(self, l, out),
         }
     }
@@ -300,7 +264,7 @@ impl ObjHeap for SlubHeap {
             // SAFETY: forwarded contract: objects of `l` from this heap, i.e.
             // of the kmalloc cache of `l`'s class (the one `alloc` and
             // `alloc_batch` take them from).
-            Some(c) => unsafe { GLOBAL_SLUB.kmalloc().caches()[c].free_bulk(objs) },
+            Some(c) => unsafe { self.0.kmalloc().caches()[c].free_bulk(objs) },
             // SAFETY: forwarded contract.
             None => unsafe { free_each(self, objs, l) },
         }
@@ -575,7 +539,7 @@ pub enum Caches {
 /// Every allocator of the SLUB tables.
 pub struct Competitors {
     slub: Arc<SlubHeap>,
-    sheaves: Arc<SlubNoSheavesHeap>,
+    sheaves: Arc<SlubHeap>,
     glibc: Arc<Heap<System>>,
     mi: Arc<Heap<mimalloc::MiMalloc>>,
     je: Arc<Heap<tikv_jemallocator::Jemalloc>>,
@@ -597,8 +561,8 @@ impl Competitors {
     /// [`ARENA_BYTES`]).
     pub fn new() -> Self {
         Competitors {
-            slub: Arc::new(SlubHeap),
-            sheaves: Arc::new(SlubNoSheavesHeap),
+            slub: Arc::new(SlubHeap(&GLOBAL_SLUB)),
+            sheaves: Arc::new(SlubHeap(&GLOBAL_SLUB_NO_SHEAVES)),
             glibc: Arc::new(Heap(System)),
             mi: Arc::new(Heap(mimalloc::MiMalloc)),
             je: Arc::new(Heap(tikv_jemallocator::Jemalloc)),
@@ -661,6 +625,18 @@ fn ratio_notes(rows: &mut [Row]) -> Option<(f64, (&'static str, f64))> {
         );
     }
     Some((median_of(rows, GLOBAL_SLUB_ROW)?, best))
+}
+
+/// Measures `cases` (interleaved, as every table does) filed under
+/// `section`, as rows.
+fn measure_rows(cx: &Ctx<'_>, cases: Vec<Case>, section: &str) -> Vec<Row> {
+    let cases: Vec<Case> = cases.into_iter().map(|c| c.section(section)).collect();
+    let stats = cx.measure(&cases);
+    cases
+        .into_iter()
+        .zip(stats)
+        .map(|(case, stats)| Row { case, stats })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -1086,17 +1062,7 @@ impl Table for SlubPairs {
                 cases: Vec::new(),
             };
             comp.visit(size, Caches::WithLocked, &mut v);
-            let cases: Vec<Case> = v
-                .cases
-                .into_iter()
-                .map(|c| c.section(section.clone()))
-                .collect();
-            let stats = cx.measure(&cases);
-            let mut these: Vec<Row> = cases
-                .into_iter()
-                .zip(stats)
-                .map(|(case, stats)| Row { case, stats })
-                .collect();
+            let mut these = measure_rows(cx, v.cases, &section);
             if let Some((s, best)) = ratio_notes(&mut these) {
                 let lockless = median_of(&these, LOCKLESS_ROW).unwrap_or(f64::NAN);
                 let locked = median_of(&these, LOCKED_ROW).unwrap_or(f64::NAN);
@@ -1598,17 +1564,7 @@ impl Table for SlubProdCons {
                     l,
                     batch,
                 ));
-                let cases: Vec<Case> = v
-                    .cases
-                    .into_iter()
-                    .map(|c| c.section(section.clone()))
-                    .collect();
-                let stats = cx.measure(&cases);
-                let mut these: Vec<Row> = cases
-                    .into_iter()
-                    .zip(stats)
-                    .map(|(case, stats)| Row { case, stats })
-                    .collect();
+                let mut these = measure_rows(cx, v.cases, &section);
                 for r in these.iter_mut() {
                     r.case.note = format!("{} Mobj/s", fmt_num(1e3 / r.stats.ns.median));
                 }
@@ -1647,20 +1603,19 @@ impl Table for SlubProdCons {
                 (format!(", batches of {batch}"), format!("{size}x{batch}"))
             };
             let class = slub::kmalloc_class(size, ALIGN).expect("a kmalloc class");
-            let kcache = &GLOBAL_SLUB.kmalloc().caches()[class];
-            let run = prodcons_stats(&SlubHeap, l, objects, batch, kcache, 64, cpus, pin);
-            runs.push((
-                format!("{} (GlobalSlub{how})", kcache.name()),
-                format!("{tag} GS"),
-                run,
-            ));
-            let kcache = &GLOBAL_SLUB_NO_SHEAVES.kmalloc().caches()[class];
-            let run = prodcons_stats(&SlubNoSheavesHeap, l, objects, batch, kcache, 64, cpus, pin);
-            runs.push((
-                format!("{} (GlobalSlub, no sheaves{how})", kcache.name()),
-                format!("{tag} GS-nosh"),
-                run,
-            ));
+            for (heap, what, short) in [
+                (&GLOBAL_SLUB, "GlobalSlub", "GS"),
+                (&GLOBAL_SLUB_NO_SHEAVES, "GlobalSlub, no sheaves", "GS-nosh"),
+            ] {
+                let kcache = &heap.kmalloc().caches()[class];
+                let h = SlubHeap(heap);
+                let run = prodcons_stats(&h, l, objects, batch, kcache, 64, cpus, pin);
+                runs.push((
+                    format!("{} ({what}{how})", kcache.name()),
+                    format!("{tag} {short}"),
+                    run,
+                ));
+            }
             let kc = kernel_kmem_cache(size, FastPath::Lockless);
             let run = prodcons_stats(&kc, l, objects, batch, kc.cache, 64, cpus, pin);
             runs.push((
@@ -2398,8 +2353,8 @@ mod tests {
         for batch in [1, 7, BATCH] {
             for size in PRODCONS_SIZES {
                 let l = layout(size);
-                pass(&SlubHeap, l, objects, batch);
-                pass(&SlubNoSheavesHeap, l, objects, batch);
+                pass(&SlubHeap(&GLOBAL_SLUB), l, objects, batch);
+                pass(&SlubHeap(&GLOBAL_SLUB_NO_SHEAVES), l, objects, batch);
                 pass(&kmem_cache(size), l, objects, batch);
                 pass(&Heap(System), l, objects, batch);
                 pass(&RingOnly::new(size), l, objects, batch);
@@ -2410,8 +2365,8 @@ mod tests {
         let pool = RingOnly::new(64);
         for batch in [1, BATCH] {
             std::thread::scope(|s| {
-                s.spawn(|| produce(&SlubHeap, layout(64), &ring, objects, batch));
-                s.spawn(|| consume(&SlubHeap, layout(64), &ring, objects, batch));
+                s.spawn(|| produce(&SlubHeap(&GLOBAL_SLUB), layout(64), &ring, objects, batch));
+                s.spawn(|| consume(&SlubHeap(&GLOBAL_SLUB), layout(64), &ring, objects, batch));
             });
             std::thread::scope(|s| {
                 s.spawn(|| produce(&pool, layout(64), &ring, objects, batch));

@@ -1372,10 +1372,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.flags.is_debug() {
             return self.free_debug(ptr, loc);
         }
-        let (s, obj) = self.slab_of(ptr)?;
-        if self.sheaf_capacity != 0 && self.free_to_pcs(obj)? {
+        if self.sheaf_capacity != 0 && self.free_to_pcs_ptr(ptr)? {
             return Ok(());
         }
+        let (s, obj) = self.slab_of(ptr)?;
         // SAFETY: forwarded; validated.
         unsafe { self.free_validated(s, obj) }
     }
@@ -1971,35 +1971,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.free_sheaf(sh);
     }
 
-    /// Free into the per-CPU sheaves: push onto main; a full main is
-    /// swapped with an empty spare, traded at the barn for an empty sheaf,
-    /// or flushed to slabs by bulk free. `Ok(false)` sends the caller to
-    /// the slab path (a failed trylock; no memory for a sheaf).
-    #[inline(always)]
-    fn free_to_pcs(&self, obj: usize) -> Result<bool, FreeError> {
-        let Some(g) = self.try_lock_cpu() else {
-            return Ok(false);
-        };
-        if g.main != 0 {
-            let main = Sheaf(g.main);
-            let n = main.size();
-            // The naive double-free check (the object is the last one
-            // freed), also when main is full and about to be swapped.
-            if n > 0 && main.get(n - 1) == obj {
-                g.unlock();
-                return Err(FreeError::DoubleFree(obj));
-            }
-            if n < self.sheaf_capacity {
-                main.set(n, obj);
-                main.set_size(n + 1);
-                self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
-                g.unlock();
-                return Ok(true);
-            }
-        }
-        self.free_to_pcs_slow(g, obj)
-    }
-
+    /// Free into the per-CPU sheaves beyond the inline push: a full main
+    /// is swapped with an empty spare, traded at the barn for an empty
+    /// sheaf, or flushed to slabs by bulk free. `Ok(false)` sends the
+    /// caller to the slab path (a failed trylock; no memory for a sheaf).
     #[inline(never)]
     fn free_to_pcs_slow<'a>(
         &'a self,

@@ -79,8 +79,11 @@ fn flush_on_exit(_slot: usize) {
 /// # fn main() { let v = vec![1u8; 100]; assert_eq!(v[99], 1); }
 /// ```
 ///
-/// Requests up to 8 KiB (with an alignment the class guarantees) come from
-/// the kmalloc caches, larger ones from the pcp/buddy pages (known-zero
+/// [`new`](Self::new) gives the caches per-CPU sheaves and hardened free
+/// pointers ([`DEFAULT_SHEAVES`](Self::DEFAULT_SHEAVES),
+/// [`DEFAULT_FLAGS`](Self::DEFAULT_FLAGS)). Requests up to 8 KiB (with an
+/// alignment the class guarantees) come from the kmalloc caches, larger
+/// ones from the pcp/buddy pages (known-zero
 /// pages are not cleared for `alloc_zeroed`), beyond 4 MiB from direct
 /// mappings. Each live thread owns a virtual CPU; when it exits, its CPU
 /// slab and partial slabs go back to the node lists. Exhaustion returns

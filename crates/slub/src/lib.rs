@@ -78,16 +78,21 @@
 //!
 //! # Batching, hardening, debugging (issue #6)
 //!
-//! * **Bulk APIs**: [`KmemCache::alloc_bulk`] (one local-lock hold) and
-//!   [`KmemCache::free_bulk`] (detached freelists per slab, the kernel's
-//!   look-ahead).
+//! * **Bulk APIs**: [`KmemCache::alloc_bulk`] and [`KmemCache::free_bulk`]
+//!   go through the sheaves first (`alloc_from_pcs_bulk`,
+//!   `free_to_pcs_bulk`), then slabs: one local-lock hold for the CPU
+//!   freelist, detached freelists per slab with the kernel's look-ahead.
 //! * **Sheaves** ([`KmemCache::with_sheaves`]): per-CPU main and spare
 //!   arrays of object pointers behind the local trylock, and a barn of full
 //!   and empty sheaves: a producer/consumer pair trades whole sheaves
-//!   instead of bouncing slab cache lines (seed 004).
+//!   instead of bouncing slab cache lines (seed 004). A sheaf cache has its
+//!   own inline fast path; its frees are validated by the CPU's last
+//!   looked-up slab range (reset by any slab discard), else by the page
+//!   descriptor lookup (slabs are compound blocks). [`GlobalSlub`] has them.
 //! * **Hardening**: [`SlabFlags::HARDENED`] (obfuscated free pointers,
-//!   seeded by [`Platform::random_seed`](local_lock::Platform::random_seed))
-//!   and [`SlabFlags::RANDOM_FREELIST`].
+//!   seeded by [`Platform::random_seed`](local_lock::Platform::random_seed);
+//!   on in [`GlobalSlub`], where it costs under 1%) and
+//!   [`SlabFlags::RANDOM_FREELIST`].
 //! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
 //!   [`SlabFlags::RED_ZONE`], [`SlabFlags::POISON`],
 //!   [`SlabFlags::STORE_USER`]. Debug caches take the locked path: every

@@ -314,8 +314,13 @@ fn rt_slow_paths_on_one_cpu() {
 /// remotely, sheaves included.
 #[test]
 fn sheaf_swap_vs_barn_trade_and_remote_flush() {
-    // Sheaf pages, slabs and the final destroy make long executions: allow
-    // more branches per execution than loom's default 1000.
+    check_long("sheaf_swap_vs_barn_trade_and_remote_flush", sheaf_model);
+}
+
+/// Runs a model whose executions are long (sheaf pages, slabs and the final
+/// destroy): more branches per execution than loom's default 1000; prints
+/// the execution count.
+fn check_long(name: &'static str, model: fn()) {
     let mut b = loom::model::Builder::new();
     b.max_branches = 20_000;
     if b.preemption_bound.is_none() {
@@ -326,10 +331,10 @@ fn sheaf_swap_vs_barn_trade_and_remote_flush() {
     let t0 = std::time::Instant::now();
     b.check(move || {
         r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        spawn(sheaf_model).join().unwrap()
+        spawn(model).join().unwrap()
     });
     println!(
-        "loom sheaf_swap_vs_barn_trade_and_remote_flush: {} executions (preemption bound {:?}) in {:.2?}",
+        "loom {name}: {} executions (preemption bound {:?}) in {:.2?}",
         runs.load(std::sync::atomic::Ordering::Relaxed),
         b.preemption_bound,
         t0.elapsed()
@@ -339,17 +344,7 @@ fn sheaf_swap_vs_barn_trade_and_remote_flush() {
 fn sheaf_model() {
     {
         let p = LoomPlatform::new(2, Strategy::Locked);
-        let g = Geometry {
-            page_size: PAGE,
-            nr_cpus: 1,
-            max_order: 0,
-            page_max_order: 3,
-        };
-        let c =
-            KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(&p), p.clone())
-                .unwrap()
-                .with_sheaves(2);
-        let c = Arc::new(c);
+        let c = sheaf_cache(&p);
         p.set_cpu(1);
         let mine: Vec<usize> = (0..3).map(|i| take(&c, 0x60 + i as u8)).collect();
         let t = {
@@ -381,23 +376,9 @@ fn sheaf_model() {
 /// `free_bulk`; then CPU 1 flushes CPU 0 remotely.
 #[test]
 fn sheaf_bulk_vs_barn_trade_and_remote_flush() {
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 20_000;
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let r = runs.clone();
-    let t0 = std::time::Instant::now();
-    b.check(move || {
-        r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        spawn(sheaf_bulk_model).join().unwrap()
-    });
-    println!(
-        "loom sheaf_bulk_vs_barn_trade_and_remote_flush: {} executions (preemption bound {:?}) in {:.2?}",
-        runs.load(std::sync::atomic::Ordering::Relaxed),
-        b.preemption_bound,
-        t0.elapsed()
+    check_long(
+        "sheaf_bulk_vs_barn_trade_and_remote_flush",
+        sheaf_bulk_model,
     );
 }
 
@@ -423,18 +404,23 @@ fn bulk_give(c: &Cache, objs: &[*mut u8], v: u8) {
     unsafe { c.free_bulk(&nn) };
 }
 
-fn sheaf_bulk_model() {
-    let p = LoomPlatform::new(2, Strategy::Locked);
+/// A cache with sheaves of two objects on two CPUs of the locked strategy.
+fn sheaf_cache(p: &LoomPlatform) -> Arc<Cache> {
     let g = Geometry {
         page_size: PAGE,
         nr_cpus: 1,
         max_order: 0,
         page_max_order: 3,
     };
-    let c = KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(&p), p.clone())
+    let c = KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(p), p.clone())
         .unwrap()
         .with_sheaves(2);
-    let c = Arc::new(c);
+    Arc::new(c)
+}
+
+fn sheaf_bulk_model() {
+    let p = LoomPlatform::new(2, Strategy::Locked);
+    let c = sheaf_cache(&p);
     p.set_cpu(1);
     let mut mine = [std::ptr::null_mut::<u8>(); 3];
     bulk_take(&c, &mut mine, 0x60);
