@@ -57,7 +57,11 @@ fn std_collections_and_threads_run_on_it() {
     // The defaults: hardened free pointers, sheaves (fewer objects per
     // sheaf for large classes).
     for (i, c) in k.caches().iter().enumerate() {
-        assert!(c.flags().contains(slub::SlabFlags::HARDENED), "{}", c.name());
+        assert!(
+            c.flags().contains(slub::SlabFlags::HARDENED),
+            "{}",
+            c.name()
+        );
         assert_eq!(
             c.sheaf_capacity(),
             slub::kmalloc_sheaf_capacity(i, slub::GlobalSlub::DEFAULT_SHEAVES)
