@@ -117,20 +117,36 @@ struct Live {
 pub fn run_machine(ops: &[Op], p: TestPlatform) {
     let m = Mem::new(8);
     let sizes = [24usize, 200, 3000, 40];
+    // One cache per feature: sheaves of 4 objects (swaps, barn trades,
+    // refills and flushes come often), hardened free pointers, randomised
+    // freelists (hardened too), every debug flag.
+    let flags = [
+        SlabFlags::NONE,
+        SlabFlags::HARDENED,
+        SlabFlags::RANDOM_FREELIST.union(SlabFlags::HARDENED),
+        SlabFlags::DEBUG_ALL,
+    ];
     let mut caches: Vec<Cache<'_>> = sizes
         .iter()
+        .zip(flags)
         .enumerate()
-        .map(|(i, &s)| {
-            // The middle cache is hardened (obfuscated free pointers).
-            let f = if i == 1 {
-                SlabFlags::HARDENED
+        .map(|(i, (&s, f))| {
+            let c = KmemCache::create("prop", s, 8, f, &*m.buddy, p).unwrap();
+            if i == 0 {
+                c.with_sheaves(4)
             } else {
-                SlabFlags::NONE
-            };
-            KmemCache::create("prop", s, 8, f, &*m.buddy, p).unwrap()
+                c
+            }
         })
         .collect();
-    let k = Kmalloc::<_, _, CPUS>::new(&*m.buddy, p, Geometry::new(CPUS));
+    // kmalloc as GlobalSlub configures it: sheaves, hardened.
+    let k = Kmalloc::<_, _, CPUS>::with_config(
+        &*m.buddy,
+        p,
+        Geometry::new(CPUS),
+        SlabFlags::HARDENED,
+        8,
+    );
     let mut live: Vec<Live> = Vec::new();
     let mut ranges: BTreeMap<usize, usize> = BTreeMap::new();
     let mut tag = 0u8;
