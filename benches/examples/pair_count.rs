@@ -3,26 +3,25 @@
 //! ```sh
 //! cargo build --release -p mm-bench --example pair_count
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-//!     target/release/examples/pair_count sheaves 64 pair 100000
+//!     target/release/examples/pair_count default 64 pair 100000
 //! ```
 //!
 //! Run it twice with different counts: the difference of the totals over
 //! the difference of the counts is the cost of one operation, without the
-//! start-up. Configs: `plain` (`GlobalSlub::new()`), `sheaves`
-//! (128-object sheaves), `hardened`, `hardened-sheaves`, `nosheaves`
-//! (`GlobalSlub::with_config(NONE, 0)`). Shapes: `pair` (alloc + free),
-//! `batch64` (64 allocs then 64 frees, per object).
+//! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
+//! `plain` (sheaves, no hardening), `nosheaves` (neither),
+//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batch64` (64
+//! allocs then 64 frees, per object).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 
 use slub::{GlobalSlub, SlabFlags};
 
-static PLAIN: GlobalSlub = GlobalSlub::new();
+static DEFAULT: GlobalSlub = GlobalSlub::new();
+static PLAIN: GlobalSlub = GlobalSlub::with_flags(SlabFlags::NONE);
 static NOSHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 0);
-static SHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 128);
-static HARDENED: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 0);
-static HARDENED_SHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 128);
+static NOSHEAVES_HARDENED: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 0);
 
 fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
     match shape {
@@ -54,16 +53,15 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let cfg = a.get(1).map_or("plain", |s| s.as_str());
+    let cfg = a.get(1).map_or("default", |s| s.as_str());
     let size: usize = a.get(2).map_or(64, |s| s.parse().expect("size"));
     let shape = a.get(3).map_or("pair", |s| s.as_str());
     let n: usize = a.get(4).map_or(100_000, |s| s.parse().expect("count"));
     let h = match cfg {
+        "default" => &DEFAULT,
         "plain" => &PLAIN,
         "nosheaves" => &NOSHEAVES,
-        "sheaves" => &SHEAVES,
-        "hardened" => &HARDENED,
-        "hardened-sheaves" => &HARDENED_SHEAVES,
+        "nosheaves-hardened" => &NOSHEAVES_HARDENED,
         _ => panic!("unknown config {cfg:?}"),
     };
     let l = Layout::from_size_align(size, 8).expect("layout");
