@@ -1239,54 +1239,41 @@ impl<P: Platform> Buddy<P> {
         let a = addr as usize;
         let shift = self.cfg.page_shift();
         if let Some(found) = self.spans.find_first(a, shift) {
-            let pfn = a >> shift;
-            if let Some(d) = found.desc(pfn) {
-                let s = d.state.load(Ordering::Acquire);
-                if kind(s) == KIND_ALLOC {
-                    if let Some(head) = NonNull::new(d.aux.load(Ordering::Relaxed)) {
-                        return Some(BlockRef {
-                            head,
-                            order: order_of(s),
-                            owner: d.owner(),
-                        });
-                    }
-                } else if kind(s) == KIND_TAIL {
-                    let h = d.aux.load(Ordering::Relaxed) as usize;
-                    if let Some(r) = self.block_at(&found, h >> shift, a) {
-                        return Some(r);
-                    }
-                }
+            if let Some(r) = self.owner_in(&found, a, shift) {
+                return Some(r);
             }
         }
-        self.owner_of_any(addr)
+        self.owner_of_any(a)
     }
 
-    /// [`owner_of`](Self::owner_of) for any span and the slow cases.
-    #[inline(never)]
-    fn owner_of_any(&self, addr: *const u8) -> Option<BlockRef<'_>> {
-        let a = addr as usize;
-        let shift = self.cfg.page_shift();
-        let found = self.spans.find(a, shift)?;
-        let pfn = a >> shift;
-        let d = found.desc(pfn)?;
+    /// The allocated block containing `a` in span `found` when `a`'s page
+    /// is its head or a stamped tail (two descriptor reads at most).
+    #[inline(always)]
+    fn owner_in(&self, found: &Found, a: usize, shift: u32) -> Option<BlockRef<'_>> {
+        let d = found.desc(a >> shift)?;
         let s = d.state.load(Ordering::Acquire);
         match kind(s) {
-            KIND_ALLOC => {
-                return Some(BlockRef {
-                    head: NonNull::new(d.aux.load(Ordering::Relaxed))?,
-                    order: order_of(s),
-                    owner: d.owner(),
-                })
-            }
+            KIND_ALLOC => Some(BlockRef {
+                head: NonNull::new(d.aux.load(Ordering::Relaxed))?,
+                order: order_of(s),
+                owner: d.owner(),
+            }),
             KIND_TAIL => {
                 let h = d.aux.load(Ordering::Relaxed) as usize;
-                if let Some(r) = self.block_at(&found, h >> shift, a) {
-                    return Some(r);
-                }
+                self.block_at(found, h >> shift, a)
             }
-            _ => {}
+            _ => None,
         }
-        self.owner_of_slow(&found, pfn, a)
+    }
+
+    /// [`owner_of`](Self::owner_of) for any span and the slow cases
+    /// (unstamped tails: the candidate heads).
+    #[inline(never)]
+    fn owner_of_any(&self, a: usize) -> Option<BlockRef<'_>> {
+        let shift = self.cfg.page_shift();
+        let found = self.spans.find(a, shift)?;
+        self.owner_in(&found, a, shift)
+            .or_else(|| self.owner_of_slow(&found, a >> shift, a))
     }
 
     #[cold]

@@ -696,16 +696,33 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             // SAFETY: the caller installs a slab it holds.
             let s = unsafe { Slab::from_addr(slab) };
-            let objects = if s.0.order().map(|o| o.get()) == Some(self.lay.oo.order) {
-                self.lay.oo.objects
-            } else {
-                self.lay.min.objects
-            };
-            (s.base().addr(), objects as usize)
+            let order = s.0.order().expect("a slab is an allocated block");
+            (s.base().addr(), self.objects_of(order))
         };
         c.slab_base.store(base, CoreOrdering::Relaxed);
         c.slab_objects.store(objects, CoreOrdering::Relaxed);
         c.slab.store(slab, Ordering::Release);
+    }
+
+    /// Objects in a slab of `order` (the preferred order or the fallback):
+    /// from the block's order, no double-word load.
+    #[inline(always)]
+    fn objects_of(&self, order: Order) -> usize {
+        if order.get() == self.lay.oo.order {
+            self.lay.oo.objects as usize
+        } else {
+            self.lay.min.objects as usize
+        }
+    }
+
+    /// Whether `a` is an object of the CPU's validated slab range (sheaf
+    /// frees), recorded while the cache's discard count was `gen`.
+    #[inline(always)]
+    fn in_validated_range(&self, c: &CpuLocked, a: usize, gen: usize) -> bool {
+        c.vgen == gen
+            && self
+                .obj_index(a.wrapping_sub(c.vbase), c.vobjects)
+                .is_some()
     }
 
     /// The index of the object at offset `off` of a slab, if `off` is an
@@ -1228,12 +1245,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Finds and validates the slab of an object of this cache.
     #[inline(always)]
     fn slab_of(&self, ptr: NonNull<u8>) -> Result<(Slab<'_>, usize), FreeError> {
+        self.slab_block_of(ptr).map(|(s, obj, _)| (s, obj))
+    }
+
+    /// [`slab_of`](Self::slab_of) with the slab's block.
+    #[inline(always)]
+    fn slab_block_of(
+        &self,
+        ptr: NonNull<u8>,
+    ) -> Result<(Slab<'_>, usize, buddy::BlockRef<'_>), FreeError> {
         let a = ptr.as_ptr().addr();
         let b = self
             .source
             .block_of(ptr.as_ptr())
             .ok_or(FreeError::NotAllocated(a))?;
-        self.check_object(Slab(b.owner), b.head, b.order, ptr)
+        let (s, obj) = self.check_object(Slab(b.owner), b.head, b.order, ptr)?;
+        Ok((s, obj, b))
     }
 
     /// Validates `ptr` as an object of slab `s` (headed at `head`) of this
@@ -1257,12 +1284,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // Objects per slab from the block's order (no double-word load);
         // the index by reciprocal multiplication (`obj_to_index`), no
         // division on the free path.
-        let objects = if order.get() == self.lay.oo.order {
-            self.lay.oo.objects
-        } else {
-            self.lay.min.objects
-        } as usize;
-        if self.obj_index(off, objects).is_none() {
+        if self.obj_index(off, self.objects_of(order)).is_none() {
             return Err(FreeError::NotObjectStart(a, off));
         }
         Ok((s, ptr.as_ptr().expose_provenance()))
@@ -1302,8 +1324,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if self.free_to_pcs_ptr(ptr)? {
                 return Ok(());
             }
+            // The slab path (failed trylock, no sheaf).
             // SAFETY: forwarded.
-            return unsafe { self.free_pcs_fallback(ptr) };
+            return unsafe { self.try_free_other(ptr, f, core::panic::Location::caller()) };
         }
         if f == FAST_LOCKED {
             // Locked fast free: an object of the CPU slab is recognised by
@@ -1336,7 +1359,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// `try_free` beyond the inlined paths: the lockless mode, an object
-    /// outside the CPU slab on the locked mode, first use, debug caches.
+    /// outside the CPU slab on the locked mode, a sheaf free the sheaves
+    /// could not take, first use, debug caches.
     ///
     /// # Safety
     ///
@@ -1380,19 +1404,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         unsafe { self.free_validated(s, obj) }
     }
 
-    /// The slab path of a sheaf cache's free (failed trylock, no sheaf).
-    ///
-    /// # Safety
-    ///
-    /// As [`free_validated`](Self::free_validated).
-    #[cold]
-    #[inline(never)]
-    unsafe fn free_pcs_fallback(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        let (s, obj) = self.slab_of(ptr)?;
-        // SAFETY: forwarded; validated.
-        unsafe { self.free_validated(s, obj) }
-    }
-
     /// The free path of a sheaf cache: validates `ptr` (by the CPU's
     /// validated range, else the descriptor lookup) and pushes it onto the
     /// main sheaf; `Ok(false)` sends the caller to the slab path.
@@ -1403,11 +1414,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         let a = ptr.as_ptr().addr();
         let gen = self.discards.load(CoreOrdering::Relaxed);
-        if self
-            .obj_index(a.wrapping_sub(g.vbase), g.vobjects)
-            .is_none()
-            || g.vgen != gen
-        {
+        if !self.in_validated_range(&g, a, gen) {
             // The lookup runs outside the lock: nothing that may unwind
             // runs under it, so the guard stays in registers.
             g.unlock();
@@ -1463,18 +1470,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// range: the slab's first byte and object count.
     #[inline(never)]
     fn validate_range(&self, ptr: NonNull<u8>) -> Result<(usize, usize), FreeError> {
-        let a = ptr.as_ptr().addr();
-        let b = self
-            .source
-            .block_of(ptr.as_ptr())
-            .ok_or(FreeError::NotAllocated(a))?;
-        self.check_object(Slab(b.owner), b.head, b.order, ptr)?;
-        let objects = if b.order.get() == self.lay.oo.order {
-            self.lay.oo.objects
-        } else {
-            self.lay.min.objects
-        };
-        Ok((b.head.as_ptr().addr(), objects as usize))
+        let (_, _, b) = self.slab_block_of(ptr)?;
+        Ok((b.head.as_ptr().addr(), self.objects_of(b.order)))
     }
 
     /// The free after validation (`do_slab_free` of one object).
@@ -2664,19 +2661,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// A window of [`free_bulk`](Self::free_bulk) onto the sheaves: every
     /// pointer validated first (by the CPU's validated range, else the
     /// descriptor lookup; an error leaves everything untouched), then as
-    /// many pushed as the sheaves take; returns how many.
+    /// many pushed as the sheaves take ([`free_to_pcs_bulk`](Self::free_to_pcs_bulk));
+    /// returns how many.
     fn free_window_to_pcs(&self, window: &[NonNull<u8>]) -> Result<usize, FreeError> {
         let Some(mut g) = self.try_lock_cpu() else {
             return Ok(0);
         };
         let gen = self.discards.load(CoreOrdering::Relaxed);
         for p in window {
-            let a = p.as_ptr().addr();
-            if g.vgen != gen
-                || self
-                    .obj_index(a.wrapping_sub(g.vbase), g.vobjects)
-                    .is_none()
-            {
+            if !self.in_validated_range(&g, p.as_ptr().addr(), gen) {
                 match self.validate_range(*p) {
                     Ok((base, objects)) => {
                         g.vbase = base;
@@ -2690,22 +2683,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
             }
         }
-        let mut taken = 0;
-        if g.main != 0 {
-            let main = Sheaf(g.main);
-            let n = main.size();
-            taken = (self.sheaf_capacity - n).min(window.len());
-            for (k, p) in window[..taken].iter().enumerate() {
-                main.set(n + k, p.as_ptr().expose_provenance());
-            }
-            main.set_size(n + taken);
-            self.fast_of(g.cpu()).stats.add(SlubStat::FREE_PCS, taken);
-        }
         g.unlock();
-        if taken < window.len() {
-            taken += self.free_to_pcs_bulk(&window[taken..]);
-        }
-        Ok(taken)
+        Ok(self.free_to_pcs_bulk(window))
     }
 
     /// The slab part of [`alloc_bulk`](Self::alloc_bulk): the CPU freelist
