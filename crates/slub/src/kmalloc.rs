@@ -204,10 +204,15 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
 
     /// `kmalloc(size)` with at least `align` alignment (a power of two):
     /// a size class whose objects are aligned enough, else whole pages.
-    /// `None` when memory runs out or no order fits. Size 0 gives
-    /// [`ZERO_SIZE_PTR`].
+    /// `None` when memory runs out, no order fits (any size or alignment
+    /// beyond the largest block, up to `usize::MAX`, as Linux returns NULL),
+    /// or `align` is not a power of two (no address could honour it). Size
+    /// 0 gives [`ZERO_SIZE_PTR`].
     #[inline]
     pub fn kmalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        if !align.is_power_of_two() {
+            return None;
+        }
         if size == 0 {
             return Some(ZERO_SIZE_PTR);
         }
@@ -221,6 +226,9 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// allocator knows to be zero are not cleared again.
     #[inline]
     pub fn kzalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        if !align.is_power_of_two() {
+            return None;
+        }
         if size == 0 {
             return Some(ZERO_SIZE_PTR);
         }

@@ -223,12 +223,18 @@ const fn ilog2(x: usize) -> usize {
     fls(x) - 1
 }
 /// `get_order`: the smallest order whose block holds `size` bytes.
+///
+/// Computed without shifting the page size (which wraps to 0 for sizes
+/// above `usize::MAX / 2` and made the old loop spin forever): the order is
+/// `ceil(log2(pages))` for `pages = ceil(size / page_size)`, at most
+/// `usize::BITS`, so any size has an answer and callers reject orders
+/// their allocator does not have.
 pub(crate) const fn get_order(size: usize, page_size: usize) -> u8 {
-    let mut o = 0u8;
-    while (page_size << o) < size {
-        o += 1;
+    if size <= page_size {
+        return 0;
     }
-    o
+    let pages = (size - 1) / page_size + 1;
+    (usize::BITS - (pages - 1).leading_zeros()) as u8
 }
 const fn order_objects(order: u8, size: usize, page_size: usize) -> usize {
     (page_size << order) / size
