@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Instruction counts of GlobalSlub's paths under callgrind: exact and
+# repeatable, so this guard cannot be fooled by a noisy machine (the timed
+# tables live in mm-bench, never in tests). For each config, size and shape
+# it runs benches/examples/pair_count twice (N1 and N2 operations) and
+# takes (total2 - total1) / (N2 - N1): the cost of one operation without
+# start-up. It fails when a count exceeds its budget in
+# ci/icount-budget.txt ("config size shape max-instructions", one per line).
+#
+#   bash ci/icount.sh            # check against the budgets
+#   ICOUNT_PRINT=1 bash ci/icount.sh   # print the counts only
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+ci_header "callgrind instruction counts per GlobalSlub operation"
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    as_root=()
+    if [[ $(id -u) -ne 0 ]]; then
+        as_root=(sudo)
+    fi
+    step "${as_root[@]}" apt-get update -qq
+    step "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind
+fi
+step valgrind --version
+
+step cargo build --release -p mm-bench --example pair_count
+BIN="${CARGO_TARGET_DIR:-target}/release/examples/pair_count"
+N1=50000
+N2=150000
+
+# count CONFIG SIZE SHAPE: instructions per operation (pair = alloc+free;
+# batch64 = per object of 64 allocs then 64 frees).
+count() {
+    local t1 t2
+    t1=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN" "$1" "$2" "$3" $N1 2>&1 |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    t2=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN" "$1" "$2" "$3" $N2 2>&1 |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    echo $(((t2 - t1 + (N2 - N1) / 2) / (N2 - N1)))
+}
+
+BUDGET=ci/icount-budget.txt
+fail=0
+printf '%-20s %6s %-8s %8s %8s\n' config size shape count budget
+while read -r cfg size shape max; do
+    [[ -z $cfg || $cfg == \#* ]] && continue
+    n=$(count "$cfg" "$size" "$shape")
+    verdict=ok
+    if [[ -z ${ICOUNT_PRINT:-} && $n -gt $max ]]; then
+        verdict="OVER BUDGET"
+        fail=1
+    fi
+    printf '%-20s %6s %-8s %8s %8s  %s\n' "$cfg" "$size" "$shape" "$n" "$max" "$verdict"
+done <"$BUDGET"
+if [[ $fail -ne 0 ]]; then
+    echo "FAIL: an instruction count exceeds its budget in $BUDGET (a fast-path regression)"
+    exit 1
+fi
+ci_pass
