@@ -18,3 +18,11 @@ pub mod area_map;
 pub mod measure;
 pub mod tables;
 pub mod user_kernel;
+
+/// The README's Rust code blocks, compiled and run as doctests of this
+/// crate (it depends on every library crate with `std`), so the examples a
+/// new user copies cannot drift from the code: `cargo test --workspace`
+/// (ci/test.sh) runs them.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
