@@ -1,6 +1,9 @@
 //! The Linux kernel's zoned buddy page allocator, with known-zero page
 //! tracking (PG_zero, seed 003), `no_std`, over the `local-lock` platform.
 //!
+//! See also the project's design document, `docs/DESIGN.md`, for how this
+//! crate fits the others.
+//!
 //! # Design
 //!
 //! ```text

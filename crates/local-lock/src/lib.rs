@@ -1,6 +1,9 @@
 //! The Linux kernel's `local_lock`, modelled as traits, and the sync shim of
 //! the allocator family.
 //!
+//! See also the project's design document, `docs/DESIGN.md`, for how this
+//! crate fits the others.
+//!
 //! # What a local lock is
 //!
 //! Kernel per-CPU data is protected by keeping the running code on its CPU:

@@ -2,6 +2,9 @@
 //! with the protection policies of seed 000 and its successors and the
 //! hot/cold ordering and zero list of seed 003.
 //!
+//! See also the project's design document, `docs/DESIGN.md`, for how this
+//! crate fits the others.
+//!
 //! # Design
 //!
 //! ```text

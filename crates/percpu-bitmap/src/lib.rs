@@ -1,6 +1,9 @@
 //! The Linux percpu area allocator (`mm/percpu.c` after the 2017 bitmap
 //! rewrite, with the 2019 scan hints), as a `no_std` crate.
 //!
+//! See also the project's design document, `docs/DESIGN.md`, for how this
+//! crate fits the others.
+//!
 //! # Chunks and units
 //!
 //! ```text

@@ -2,6 +2,9 @@
 //! after the 2021 `local_lock` conversion (seed 001), over any page
 //! allocator ([`SlabSource`]: the pcp lists over the buddy by default).
 //!
+//! See also the project's design document, `docs/DESIGN.md`, for how this
+//! crate fits the others.
+//!
 //! # Structure
 //!
 //! * [`KmemCache`]: object size, alignment, slab order from
