@@ -103,6 +103,9 @@ pub struct GlobalBuddy {
     gen: AtomicUsize,
     /// Live direct mappings.
     direct: AtomicUsize,
+    /// Address → length of every live direct mapping (innermost lock: no
+    /// other lock is taken under it).
+    direct_table: SpinLock<DirectTable>,
 }
 
 /// The OS page size.
@@ -148,6 +151,157 @@ unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
     }
 }
 
+/// The record of the live direct mappings (address → length), so that a
+/// `dealloc` with a large layout unmaps only what this allocator mapped for
+/// that block: an open-addressing hash table (linear probing) in its own
+/// anonymous mapping (never the global allocator), doubled when half full.
+/// Slot `(0, _)` is empty, `(1, _)` a deleted entry (addresses are page
+/// aligned, so neither is a mapping).
+struct DirectTable {
+    /// `cap` slots of `(address, length)`; null before the first mapping.
+    slots: *mut [usize; 2],
+    /// Slots (a power of two, or 0).
+    cap: usize,
+    /// Live entries.
+    live: usize,
+    /// Live and deleted entries (the probe chains' length bound).
+    used: usize,
+}
+
+// SAFETY: the table's memory is an anonymous mapping owned by the table and
+// only touched under the `GlobalBuddy::direct_table` lock.
+unsafe impl Send for DirectTable {}
+
+/// A deleted slot.
+const TOMB: usize = 1;
+/// Slots of the first table (one 8 KiB mapping on 64-bit).
+const DIRECT_MIN_CAP: usize = 512;
+
+impl DirectTable {
+    const fn new() -> DirectTable {
+        DirectTable {
+            slots: ptr::null_mut(),
+            cap: 0,
+            live: 0,
+            used: 0,
+        }
+    }
+
+    #[inline]
+    fn hash(&self, addr: usize) -> usize {
+        let h = ((addr >> 12) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 32) as usize & (self.cap - 1)
+    }
+
+    /// The slot holding `addr`, if any.
+    fn find(&self, addr: usize) -> Option<usize> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut i = self.hash(addr);
+        for _ in 0..self.cap {
+            // SAFETY: `i < cap`, slots of our live table.
+            let [a, _] = unsafe { *self.slots.add(i) };
+            if a == addr {
+                return Some(i);
+            }
+            if a == 0 {
+                return None;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+        None
+    }
+
+    /// The length recorded for `addr`.
+    fn get(&self, addr: usize) -> Option<usize> {
+        // SAFETY: a slot index of our live table.
+        self.find(addr).map(|i| unsafe { (*self.slots.add(i))[1] })
+    }
+
+    /// Forgets `addr` (which is recorded).
+    fn remove(&mut self, addr: usize) {
+        if let Some(i) = self.find(addr) {
+            // SAFETY: a slot index of our live table.
+            unsafe { *self.slots.add(i) = [TOMB, 0] };
+            self.live -= 1;
+        }
+    }
+
+    /// Records `addr` (page aligned, not recorded) of `len` bytes; false if
+    /// the table could not grow.
+    fn insert(&mut self, addr: usize, len: usize) -> bool {
+        if (self.used + 1) * 2 > self.cap && !self.rehash() {
+            return false;
+        }
+        let mut i = self.hash(addr);
+        loop {
+            // SAFETY: `i < cap`, slots of our live table.
+            let slot = unsafe { &mut *self.slots.add(i) };
+            if slot[0] == 0 || slot[0] == TOMB {
+                if slot[0] == 0 {
+                    self.used += 1;
+                }
+                *slot = [addr, len];
+                self.live += 1;
+                return true;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+
+    /// Moves the live entries to a fresh table with room for twice as many
+    /// (dropping deleted slots); false if `mmap` refuses.
+    fn rehash(&mut self) -> bool {
+        let want = ((self.live + 1) * 4)
+            .next_power_of_two()
+            .max(DIRECT_MIN_CAP);
+        let slot = core::mem::size_of::<[usize; 2]>();
+        let Some(bytes) = want.checked_mul(slot) else {
+            return false;
+        };
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let p = unsafe {
+            map(
+                ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                0,
+            )
+        };
+        if p.is_null() {
+            return false;
+        }
+        let old = core::mem::replace(
+            self,
+            DirectTable {
+                slots: p.cast(),
+                cap: want,
+                live: 0,
+                used: 0,
+            },
+        );
+        for i in 0..old.cap {
+            // SAFETY: `i < old.cap`, slots of the old table.
+            let [a, l] = unsafe { *old.slots.add(i) };
+            if a > TOMB {
+                self.insert(a, l);
+            }
+        }
+        old.release();
+        true
+    }
+
+    /// Unmaps the table's memory.
+    fn release(&self) {
+        if !self.slots.is_null() {
+            let bytes = self.cap * core::mem::size_of::<[usize; 2]>();
+            // SAFETY: the table's own mapping, no longer used.
+            unsafe { libc::munmap(self.slots.cast(), bytes) };
+        }
+    }
+}
+
 /// A bad `dealloc`: report on stderr without allocating, then abort (a
 /// global allocator must not unwind).
 #[cold]
@@ -177,6 +331,7 @@ impl GlobalBuddy {
             }),
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
+            direct_table: SpinLock::new(DirectTable::new()),
         }
     }
 
@@ -210,6 +365,66 @@ impl GlobalBuddy {
                 return g;
             }
             self.buddy.platform().spin_wait(&backoff);
+        }
+    }
+
+    fn lock_direct(&self) -> SpinLockGuard<'_, DirectTable> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(g) = self.direct_table.try_lock() {
+                return g;
+            }
+            self.buddy.platform().spin_wait(&backoff);
+        }
+    }
+
+    /// Records the direct mapping `[p, p + len)`; on failure unmaps it and
+    /// returns null.
+    fn record_direct(&self, p: *mut u8, len: usize) -> *mut u8 {
+        if self.lock_direct().insert(p as usize, len) {
+            self.direct.fetch_add(1, Ordering::Relaxed);
+            p
+        } else {
+            // SAFETY: our own fresh mapping, never handed out.
+            unsafe { libc::munmap(p.cast(), len) };
+            ptr::null_mut()
+        }
+    }
+
+    /// `dealloc` of a layout above the largest block: unmaps `ptr` if it
+    /// is a live direct mapping of this allocator of the layout's length;
+    /// anything else aborts with a message (never an `munmap` of memory
+    /// this allocator did not map for that block).
+    #[cold]
+    fn dealloc_direct(&self, ptr: *mut u8, layout: Layout) {
+        let a = ptr as usize;
+        let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
+        let mut t = self.lock_direct();
+        match t.get(a) {
+            Some(len) if len == size => {
+                t.remove(a);
+                drop(t);
+                // SAFETY: our own live direct mapping of `len` bytes, given
+                // back by its holder (and forgotten above, so it is unmapped
+                // once).
+                unsafe { libc::munmap(ptr.cast(), len) };
+                self.direct.fetch_sub(1, Ordering::Relaxed);
+            }
+            Some(len) => {
+                drop(t);
+                local_lock::std_platform::die(format_args!(
+                    "GlobalBuddy: bad dealloc of {a:#x}: freed with size {} ({size} bytes mapped) but the direct mapping there is {len} bytes",
+                    layout.size()
+                ))
+            }
+            None => {
+                drop(t);
+                local_lock::std_platform::die(format_args!(
+                    "GlobalBuddy: bad dealloc of {a:#x} (size {}, align {}): not a direct mapping of this allocator (already freed, a heap block freed with a large layout, or foreign)",
+                    layout.size(),
+                    layout.align()
+                ))
+            }
         }
     }
 
@@ -374,10 +589,10 @@ impl GlobalBuddy {
         if align <= os {
             // SAFETY: a fresh mapping anywhere.
             let p = unsafe { map(ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, 0) };
-            if !p.is_null() {
-                self.direct.fetch_add(1, Ordering::Relaxed);
+            if p.is_null() {
+                return p;
             }
-            return p;
+            return self.record_direct(p, size);
         }
         let Some(over) = size.checked_add(align) else {
             return ptr::null_mut();
@@ -400,8 +615,7 @@ impl GlobalBuddy {
                 libc::munmap(p.add(head + size).cast(), tail);
             }
         }
-        self.direct.fetch_add(1, Ordering::Relaxed);
-        p.wrapping_add(head)
+        self.record_direct(p.wrapping_add(head), size)
     }
 }
 
@@ -424,6 +638,7 @@ impl Drop for GlobalBuddy {
     /// Unmaps the reservations (live direct mappings belong to their
     /// holders).
     fn drop(&mut self) {
+        self.direct_table.get_mut().release();
         let g = self.grow.get_mut();
         for r in g.res.iter().flatten() {
             // SAFETY: our own reservation; `&mut self` means no allocator
@@ -464,13 +679,9 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                     abort_bad_free(e)
                 }
             }
-            None => {
-                let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
-                // SAFETY: a layout above the largest block: a direct
-                // mapping of this size.
-                unsafe { libc::munmap(ptr.cast(), size) };
-                self.direct.fetch_sub(1, Ordering::Relaxed);
-            }
+            // A layout above the largest block: a direct mapping, checked
+            // against the record of them.
+            None => self.dealloc_direct(ptr, layout),
         }
     }
 

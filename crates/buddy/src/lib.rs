@@ -175,7 +175,7 @@ mod zone;
 pub mod testing;
 
 pub use crate::buddy::{BlockRef, Buddy, PageState, ZoneInfo};
-pub use crate::desc::Owner;
+pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};

@@ -77,7 +77,9 @@ pub mod stats;
 mod global;
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
-pub use crate::pcp::{BadFree, CpuPages, DrainError, PageSource, Pcp, Policy};
+pub use crate::pcp::{
+    BadFree, BatchHighError, CpuPages, DrainError, PageSource, Pcp, Policy, MAX_HIGH,
+};
 pub use crate::stats::{PcpStat, PcpStats};
 
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]

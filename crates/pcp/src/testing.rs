@@ -141,7 +141,7 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
         TestPlatform::pinned(CPUS)
     };
     let pcp = m.pcp(plat, policy);
-    pcp.set_batch_high(Some((5, 20)));
+    pcp.set_batch_high(Some((5, 20))).unwrap();
     let mut live: Vec<Live> = Vec::new();
     let mut model: BTreeMap<usize, usize> = BTreeMap::new(); // start -> end
     let mut byte = 1u8;
