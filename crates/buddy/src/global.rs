@@ -7,7 +7,7 @@
 //! `MAP_NORESERVE`: no memory, no commit charge):
 //!
 //! ```text
-//! reservation: [ memmap (PROT_NONE until needed) | pad | heap (MAX_ORDER-aligned) ... ]
+//! reservation: [ memmap (PROT_NONE until needed) | (pad, unmapped) | heap (MAX_ORDER-aligned) ... ]
 //!                 ^ descriptors of heap pages          ^ span start
 //! ```
 //!
@@ -17,8 +17,20 @@
 //! are added as known-zero), and the memmap pages that describe them (also
 //! fresh, and an all-zero descriptor is valid: only descriptors of mapped
 //! heap pages cost memory). When a reservation is full, another one becomes
-//! a new span. Requests above the largest block (or aligned beyond it) are
-//! direct mappings, unmapped on free.
+//! a new span. Under a finite `RLIMIT_AS` (reservations count against it)
+//! a reservation is sized to the heap so far, at most a sixteenth of the
+//! limit, so the rest stays available to direct mappings and the program;
+//! the alignment pad is unmapped again. A refused reservation is retried by
+//! later requests (each tries only the smallest reservation that serves it
+//! until one succeeds): growth resumes once memory is freed or limits are
+//! raised.
+//!
+//! Requests above the largest block (or aligned beyond it) are direct
+//! mappings, recorded (address → length, in a table in its own mapping) and
+//! unmapped on free only if the record agrees: a `dealloc` with a large
+//! layout of an address that is not a live direct mapping of this
+//! allocator, or with another length, aborts with a message naming
+//! `GlobalBuddy`, the address and the problem.
 //!
 //! # Rules kept on the allocation path
 //!
@@ -44,16 +56,39 @@ use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
 /// watermark (the heap grows instead of keeping a reserve).
 pub const GLOBAL_CONFIG: Config = Config::new(4096, 10).with_tunables(Tunables::NO_MIN);
 
-/// Heap bytes the first reservation tries for (halved until `mmap` agrees).
+/// Heap bytes a reservation tries for (halved until `mmap` agrees).
 const RESERVE_BYTES: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 28 };
+
+/// Under a finite `RLIMIT_AS` (which counts `PROT_NONE` reservations too),
+/// a reservation takes at most this fraction of the limit (at first 1/64,
+/// then as much as the heap has grown), so the address
+/// space the heap has not used yet stays available to direct mappings and
+/// the rest of the process; the heap grows by further reservations (up to
+/// [`MAX_SPANS`]).
+const RLIMIT_SHARE: usize = 16;
+
+/// The address-space limit (`RLIMIT_AS`), if finite.
+fn as_limit() -> Option<usize> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
+}
 
 /// One reserved range (see the module docs).
 #[derive(Clone, Copy, Debug)]
 struct Reservation {
     /// Start of the reservation (the memmap).
     base: *mut u8,
-    /// Bytes reserved.
-    len: usize,
+    /// Memmap bytes reserved at `base` (the alignment pad between them and
+    /// the heap, and the slack after the heap, are unmapped again).
+    mm_len: usize,
     /// First heap byte (the span start).
     heap: *mut u8,
     /// Heap bytes reserved.
@@ -74,8 +109,11 @@ struct Grow {
     nr: usize,
     /// Heap bytes mapped over all reservations.
     total: usize,
-    /// Set when the OS refused a reservation (no further tries).
-    exhausted: bool,
+    /// Set when the OS refused a reservation: later attempts try only the
+    /// smallest reservation that serves their request (one `mmap` each, the
+    /// back-off) until one succeeds; never a permanent stop, since memory
+    /// may be freed or limits raised meanwhile.
+    failed: bool,
 }
 
 // SAFETY: the raw pointers name OS mappings owned by the `GlobalBuddy`;
@@ -327,7 +365,7 @@ impl GlobalBuddy {
                 res: [None; MAX_SPANS],
                 nr: 0,
                 total: 0,
-                exhausted: false,
+                failed: false,
             }),
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
@@ -467,13 +505,14 @@ impl GlobalBuddy {
         let (mut r, idx) = match cur {
             Some(r) if r.cap - r.populated >= need => (r, g.nr - 1),
             _ => {
-                if g.exhausted || g.nr == MAX_SPANS {
+                if g.nr == MAX_SPANS {
                     return false;
                 }
-                let Some(r) = self.reserve(&cfg, need) else {
-                    g.exhausted = true;
+                let Some(r) = self.reserve(&cfg, need, g.total, g.failed) else {
+                    g.failed = true;
                     return false;
                 };
+                g.failed = false;
                 let n = g.nr;
                 g.res[n] = Some(r);
                 g.nr += 1;
@@ -536,20 +575,50 @@ impl GlobalBuddy {
         true
     }
 
-    /// Reserves a range for a heap of at least `need` bytes (the largest
-    /// that `mmap` grants, up to [`RESERVE_BYTES`]).
-    fn reserve(&self, cfg: &Config, need: usize) -> Option<Reservation> {
+    /// Reserves a range for a heap of at least `need` bytes: the largest
+    /// that `mmap` grants, up to [`RESERVE_BYTES`] and, under a finite
+    /// `RLIMIT_AS`, to the larger of the `heap` bytes mapped so far and
+    /// 1/64 of the limit, at most 1/[`RLIMIT_SHARE`] of it (halved until it
+    /// fits); only `need` when `min_only` (after a refusal). The alignment
+    /// pad is unmapped again, so a reservation costs its memmap and heap
+    /// only.
+    fn reserve(
+        &self,
+        cfg: &Config,
+        need: usize,
+        heap: usize,
+        min_only: bool,
+    ) -> Option<Reservation> {
         let unit = cfg.max_block_size().max(os_page());
         let desc = core::mem::size_of::<crate::desc::PageDesc>();
-        let mut cap = RESERVE_BYTES.max(need);
+        let top = match as_limit() {
+            // Geometric: as large as the heap so far, between 1/64 and
+            // 1/RLIMIT_SHARE of the limit.
+            Some(l) => (l / 64).max(heap).min(l / RLIMIT_SHARE) & !(unit - 1),
+            None => RESERVE_BYTES,
+        }
+        .clamp(unit, RESERVE_BYTES);
+        let mut cap = if min_only { need } else { top.max(need) };
         loop {
             let mm = round_up((cap >> cfg.page_shift()) * desc, os_page())?;
-            let len = mm.checked_add(cap)?.checked_add(unit)?;
+            let len = mm.checked_add(cap)?.checked_add(unit - os_page())?;
             // SAFETY: a fresh PROT_NONE reservation anywhere.
             let base = unsafe { map(ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_NORESERVE) };
             if !base.is_null() {
                 let heap_addr = round_up(base as usize + mm, unit)?;
                 let heap = base.wrapping_add(heap_addr - base as usize);
+                let pad = heap_addr - (base as usize + mm);
+                let tail = len - mm - pad - cap;
+                // SAFETY: trimming our own fresh reservation (page-aligned
+                // pieces outside the memmap and the heap).
+                unsafe {
+                    if pad > 0 {
+                        libc::munmap(base.add(mm).cast(), pad);
+                    }
+                    if tail > 0 {
+                        libc::munmap(heap.add(cap).cast(), tail);
+                    }
+                }
                 // SAFETY: the memmap will be mapped before the span covers
                 // any page; the range is fresh, so it overlaps no span.
                 let span = unsafe {
@@ -558,12 +627,15 @@ impl GlobalBuddy {
                 };
                 let Some(span) = span else {
                     // SAFETY: our own fresh mapping.
-                    unsafe { libc::munmap(base.cast(), len) };
+                    unsafe {
+                        libc::munmap(base.cast(), mm);
+                        libc::munmap(heap.cast(), cap);
+                    }
                     return None;
                 };
                 return Some(Reservation {
                     base,
-                    len,
+                    mm_len: mm,
                     heap,
                     cap,
                     populated: 0,
@@ -571,10 +643,10 @@ impl GlobalBuddy {
                     span,
                 });
             }
-            if cap / 2 < need || cap / 2 < unit {
+            if cap <= need {
                 return None;
             }
-            cap /= 2;
+            cap = ((cap / 2) & !(unit - 1)).max(need);
         }
     }
 
@@ -641,9 +713,13 @@ impl Drop for GlobalBuddy {
         self.direct_table.get_mut().release();
         let g = self.grow.get_mut();
         for r in g.res.iter().flatten() {
-            // SAFETY: our own reservation; `&mut self` means no allocator
-            // call is running, and blocks handed out die with the heap.
-            unsafe { libc::munmap(r.base.cast(), r.len) };
+            // SAFETY: our own reservation (memmap and heap); `&mut self`
+            // means no allocator call is running, and blocks handed out die
+            // with the heap.
+            unsafe {
+                libc::munmap(r.base.cast(), r.mm_len);
+                libc::munmap(r.heap.cast(), r.cap);
+            }
         }
     }
 }

@@ -391,6 +391,14 @@ fn child_scenarios() {
         "small_freed_as_large" => child_small_freed_as_large(),
         "large_freed_twice" => child_large_freed_twice(),
         "large_freed_with_wrong_size" => child_large_freed_with_wrong_size(),
+        "regrow_after_full_address_space" => {
+            child_regrow_after_full_address_space();
+            std::process::exit(0)
+        }
+        "direct_mappings_under_rlimit" => {
+            child_direct_mappings_under_rlimit();
+            std::process::exit(0)
+        }
         other => panic!("unknown scenario {other}"),
     }
     // Reaching here means the misuse was not caught.
@@ -490,4 +498,179 @@ fn global_dealloc_of_a_large_block_with_another_size_aborts() {
     assert!(err.contains("GlobalBuddy"), "{err}");
     assert!(err.contains(&addr), "address {addr} not named:\n{err}");
     assert!(err.contains("bytes"), "{err}");
+}
+
+// --- item 8: growth after a failure, and RLIMIT_AS ---------------------------
+
+/// Runs `name` in a child and asserts it exited successfully; returns its
+/// stderr.
+#[cfg(unix)]
+fn run_child_ok(name: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_scenarios",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, name)
+        .output()
+        .expect("spawn the child");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "scenario {name} failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    stderr
+}
+
+/// The process's address space now (bytes), from `/proc/self/statm`.
+fn vm_size() -> usize {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = s.split_whitespace().next().unwrap().parse().unwrap();
+    pages * PAGE
+}
+
+/// Sets `RLIMIT_AS` to the current address space plus `extra` bytes.
+fn limit_address_space(extra: usize) {
+    let lim = (vm_size() + extra) as libc::rlim_t;
+    let r = libc::rlimit {
+        rlim_cur: lim,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) }, 0);
+}
+
+const CHUNK: usize = 8 << 20;
+
+/// Maps 8 MiB chunks until `mmap` refuses; returns them (the Vec's room is
+/// reserved before the limit is set by the caller).
+fn fill_with_mmap(out: &mut Vec<*mut libc::c_void>) {
+    while out.len() < out.capacity() {
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CHUNK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        out.push(p);
+    }
+}
+
+fn unmap_all(v: &mut Vec<*mut libc::c_void>) {
+    for p in v.drain(..) {
+        // SAFETY: our own chunk.
+        unsafe { libc::munmap(p, CHUNK) };
+    }
+}
+
+fn child_regrow_after_full_address_space() {
+    static HEAP: GlobalBuddy = GlobalBuddy::new();
+    let block = Layout::from_size_align(64 << 10, 8).unwrap();
+    let mut chunks = Vec::with_capacity(4096);
+    let mut blocks = Vec::with_capacity(1 << 16);
+    limit_address_space(256 << 20);
+    // Someone else fills the address space.
+    fill_with_mmap(&mut chunks);
+    eprintln!("filled with {} chunks", chunks.len());
+    // The heap cannot grow now: null, no crash.
+    loop {
+        // SAFETY: a valid layout.
+        let p = unsafe { HEAP.alloc(block) };
+        if p.is_null() || blocks.len() == blocks.capacity() {
+            break;
+        }
+        blocks.push(p);
+    }
+    let before = blocks.len();
+    eprintln!("blocks while full: {before}");
+    // The other mappings go away: the heap must grow again.
+    unmap_all(&mut chunks);
+    loop {
+        // SAFETY: a valid layout.
+        let p = unsafe { HEAP.alloc(block) };
+        if p.is_null() || blocks.len() == blocks.capacity() {
+            break;
+        }
+        blocks.push(p);
+    }
+    let after = blocks.len() - before;
+    eprintln!("blocks after the address space was freed: {after}");
+    // 256 MiB of room: most of it as 64 KiB blocks (glibc: ~3000).
+    assert!(
+        after >= 2000,
+        "only {after} blocks after the address space was freed"
+    );
+    for p in blocks {
+        // SAFETY: ours, with this layout.
+        unsafe { HEAP.dealloc(p, block) };
+    }
+}
+
+fn child_direct_mappings_under_rlimit() {
+    static HEAP: GlobalBuddy = GlobalBuddy::new();
+    let big = Layout::from_size_align(CHUNK, 8).unwrap();
+    let small = Layout::from_size_align(100, 8).unwrap();
+    let mut chunks = Vec::with_capacity(4096);
+    let mut blocks = Vec::with_capacity(4096);
+    limit_address_space(256 << 20);
+    fill_with_mmap(&mut chunks);
+    let plain = chunks.len();
+    unmap_all(&mut chunks);
+    // A program's first small allocation reserves the heap.
+    // SAFETY: a valid layout.
+    let s = unsafe { HEAP.alloc(small) };
+    assert!(!s.is_null(), "the first small allocation failed");
+    loop {
+        // SAFETY: a valid layout.
+        let p = unsafe { HEAP.alloc(big) };
+        if p.is_null() || blocks.len() == blocks.capacity() {
+            break;
+        }
+        blocks.push(p);
+    }
+    let ours = blocks.len();
+    eprintln!("8 MiB mappings: plain mmap {plain}, GlobalBuddy {ours}");
+    assert!(
+        ours + 2 >= plain,
+        "GlobalBuddy fits {ours} direct mappings of 8 MiB where mmap fits {plain}"
+    );
+    for p in blocks {
+        // SAFETY: ours, with this layout.
+        unsafe { HEAP.dealloc(p, big) };
+    }
+    // SAFETY: ours.
+    unsafe { HEAP.dealloc(s, small) };
+    // Still usable: the small path and the direct path.
+    // SAFETY: a valid layout.
+    let p = unsafe { HEAP.alloc(big) };
+    assert!(!p.is_null());
+    // SAFETY: ours.
+    unsafe { HEAP.dealloc(p, big) };
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
+fn growth_after_the_address_space_was_full_and_freed_succeeds() {
+    let err = run_child_ok("regrow_after_full_address_space");
+    eprintln!("{err}");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
+fn direct_mappings_under_rlimit_as_fit_about_as_many_as_plain_mmap() {
+    let err = run_child_ok("direct_mappings_under_rlimit");
+    eprintln!("{err}");
 }
