@@ -537,6 +537,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The bad-input mode: a third of the operations are misuse.
+fn bad_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
+        3 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
+        1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
+        5 => (0..CPUS, 0u8..7, any::<usize>()).prop_map(|(cpu, kind, idx)| Op::Bad { cpu, kind, idx }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 1 } else { 48 }, ..ProptestConfig::default() })]
 
@@ -544,6 +555,14 @@ proptest! {
     fn state_machine(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
                      locked in any::<bool>(),
                      ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 8 } else { 120 })) {
+        run_machine(policy, locked, &ops);
+    }
+
+    /// Bad-input mode: every misuse refused, the lists and the buddy intact.
+    #[test]
+    fn state_machine_under_bad_input(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
+                     locked in any::<bool>(),
+                     ops in proptest::collection::vec(bad_op(), 1..if cfg!(miri) { 8 } else { 120 })) {
         run_machine(policy, locked, &ops);
     }
 }
