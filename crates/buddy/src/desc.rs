@@ -233,8 +233,10 @@ impl PageDesc {
 ///
 /// **The owner words belong to whoever holds the allocated block**, from
 /// the allocation that handed it out to the free that returns it. The buddy
-/// clears them (all zero, tag 0) when it hands a block out and never reads or
-/// writes them while the block is allocated; after the free they are the
+/// clears them (all zero, tag 0) when it hands a block out and never writes
+/// them while the block is allocated (it reads one thing: on a free, a tag
+/// of the form [`PCP_TAG`] means the block sits on a per-CPU list, and the
+/// free is refused); after the free they are the
 /// buddy's again and their contents are lost. A holder that passes the block
 /// on (pcp handing a page to SLUB) passes the words with it; the next holder
 /// must not assume them zero unless the previous holder promised so
@@ -244,7 +246,7 @@ impl PageDesc {
 ///
 /// | user | `pair` (16-byte aligned) | `data` | `link` | `prev` | `tag` |
 /// |---|---|---|---|---|---|
-/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id |
+/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id ([`PCP_TAG`] form) |
 /// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list next link | partial-list prev link | "slab" |
 /// | SLUB large kmalloc | — | size | — | — | "large" |
 ///
