@@ -25,6 +25,11 @@
 //! until one succeeds): growth resumes once memory is freed or limits are
 //! raised.
 //!
+//! When no reservation can be made (the address space left is too small
+//! or fragmented), a request that fits a block is served by a direct
+//! mapping of the block's size instead of failing, as long as `mmap` grants
+//! one; its `dealloc` finds it in the record below.
+//!
 //! Requests above the largest block (or aligned beyond it) are direct
 //! mappings, recorded (address → length, in a table in its own mapping) and
 //! unmapped on free only if the record agrees: a `dealloc` with a large
@@ -479,9 +484,52 @@ impl GlobalBuddy {
                 return p.ptr.as_ptr();
             }
             if !self.grow(cfg.block_size(order), gen) {
-                return ptr::null_mut();
+                return self.alloc_block_direct(order, layout.align());
             }
         }
+    }
+
+    /// A block of `order` (aligned to `align`) as a direct mapping of its
+    /// own, for when the heap cannot grow (no reservation fits the address
+    /// space left, e.g. under `RLIMIT_AS`): small requests keep working as
+    /// long as `mmap` grants small mappings. Recorded like any direct
+    /// mapping (its length is the block size, so `realloc` within the order
+    /// stays in place); freed by [`free_block_direct`](Self::free_block_direct).
+    /// Fresh anonymous memory: it reads as zero. Null if `mmap` refuses.
+    #[cold]
+    pub fn alloc_block_direct(&self, order: Order, align: usize) -> *mut u8 {
+        let size = self.buddy.config().block_size(order);
+        match Layout::from_size_align(size, align.max(1)) {
+            Ok(l) => self.alloc_direct(l),
+            Err(_) => ptr::null_mut(),
+        }
+    }
+
+    /// Unmaps a block [`alloc_block_direct`](Self::alloc_block_direct)
+    /// returned for `order`; false (and nothing happens) if `ptr` is no
+    /// such live mapping.
+    ///
+    /// # Safety
+    ///
+    /// If `ptr` is such a mapping, the caller holds it and will not use it
+    /// again.
+    #[cold]
+    pub unsafe fn free_block_direct(&self, ptr: *mut u8, order: Order) -> bool {
+        let Some(len) = round_up(self.buddy.config().block_size(order), os_page()) else {
+            return false;
+        };
+        let a = ptr as usize;
+        let mut t = self.lock_direct();
+        if t.get(a) != Some(len) {
+            return false;
+        }
+        t.remove(a);
+        drop(t);
+        // SAFETY: our own live direct mapping of `len` bytes, given back by
+        // its holder and forgotten above (unmapped once).
+        unsafe { libc::munmap(ptr.cast(), len) };
+        self.direct.fetch_sub(1, Ordering::Relaxed);
+        true
     }
 
     /// Maps more heap (at least `need` bytes) unless another thread grew it
@@ -752,6 +800,15 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                 // order never go to a direct mapping). A bad pointer is
                 // caught by the descriptor check.
                 if let Err(e) = unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
+                    // Not in the heap: a block served as a direct mapping
+                    // when the heap could not grow?
+                    if !self.buddy.owns(ptr) {
+                        // SAFETY: GlobalAlloc's contract: if `ptr` is such
+                        // a mapping, it is this block, given up.
+                        if unsafe { self.free_block_direct(ptr, order) } {
+                            return;
+                        }
+                    }
                     abort_bad_free(e)
                 }
             }

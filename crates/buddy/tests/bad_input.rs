@@ -399,6 +399,10 @@ fn child_scenarios() {
             child_direct_mappings_under_rlimit();
             std::process::exit(0)
         }
+        "small_requests_without_room_for_a_reservation" => {
+            child_small_requests_without_room_for_a_reservation();
+            std::process::exit(0)
+        }
         other => panic!("unknown scenario {other}"),
     }
     // Reaching here means the misuse was not caught.
@@ -568,10 +572,54 @@ fn fill_with_mmap(out: &mut Vec<*mut libc::c_void>) {
 }
 
 fn unmap_all(v: &mut Vec<*mut libc::c_void>) {
+    unmap_all_of(v, CHUNK);
+}
+
+fn unmap_all_of(v: &mut Vec<*mut libc::c_void>, len: usize) {
     for p in v.drain(..) {
+        // SAFETY: our own chunk of `len` bytes.
+        unsafe { libc::munmap(p, len) };
+    }
+}
+
+/// Fills the address space (8 MiB chunks, then 64 KiB ones) and frees
+/// eight 64 KiB pieces again: room for small mappings, none for a heap
+/// reservation. Returns the chunks (8 MiB, 64 KiB) to unmap later.
+pub fn leave_only_small_room() -> (Vec<*mut libc::c_void>, Vec<*mut libc::c_void>) {
+    let mut big = Vec::with_capacity(4096);
+    let mut small = Vec::with_capacity(1 << 15);
+    limit_address_space(256 << 20);
+    fill_with_mmap(&mut big);
+    // What is left is less than 8 MiB; make it 8 MiB and fill that with
+    // 64 KiB pieces (no 4 MiB-aligned reservation fits between them).
+    if let Some(p) = big.pop() {
         // SAFETY: our own chunk.
         unsafe { libc::munmap(p, CHUNK) };
     }
+    while small.len() < small.capacity() {
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                64 << 10,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            break;
+        }
+        small.push(p);
+    }
+    for _ in 0..8 {
+        if let Some(p) = small.pop() {
+            // SAFETY: our own chunk.
+            unsafe { libc::munmap(p, 64 << 10) };
+        }
+    }
+    (big, small)
 }
 
 fn child_regrow_after_full_address_space() {
@@ -672,5 +720,73 @@ fn growth_after_the_address_space_was_full_and_freed_succeeds() {
 #[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
 fn direct_mappings_under_rlimit_as_fit_about_as_many_as_plain_mmap() {
     let err = run_child_ok("direct_mappings_under_rlimit");
+    eprintln!("{err}");
+}
+
+fn child_small_requests_without_room_for_a_reservation() {
+    static HEAP: GlobalBuddy = GlobalBuddy::new();
+    let page = Layout::from_size_align(PAGE, PAGE).unwrap();
+    let two = Layout::from_size_align(5000, 8).unwrap();
+    let (mut big, mut small) = leave_only_small_room();
+    eprintln!(
+        "address space filled: {} x 8 MiB, {} x 64 KiB",
+        big.len(),
+        small.len()
+    );
+    let mut got = [std::ptr::null_mut(); 16];
+    for (i, g) in got.iter_mut().enumerate() {
+        // SAFETY: a valid layout.
+        let p = unsafe {
+            if i % 2 == 0 {
+                HEAP.alloc(page)
+            } else {
+                HEAP.alloc_zeroed(page)
+            }
+        };
+        assert!(
+            !p.is_null(),
+            "small request {i} failed with room for small mappings"
+        );
+        // SAFETY: ours, one page.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, PAGE) };
+        if i % 2 == 1 {
+            assert!(s.iter().all(|&b| b == 0), "alloc_zeroed not zero");
+        }
+        s.fill(i as u8);
+        *g = p;
+    }
+    // Two pages (order 1), grown in place within its block.
+    // SAFETY: a valid layout.
+    let q = unsafe { HEAP.alloc(two) };
+    assert!(!q.is_null());
+    // SAFETY: ours; 8000 bytes still fit the order-1 block.
+    let q2 = unsafe { HEAP.realloc(q, two, 8000) };
+    assert_eq!(q2, q, "realloc within the block moved");
+    // SAFETY: ours, with the layout of the realloc.
+    unsafe { HEAP.dealloc(q2, Layout::from_size_align(8000, 8).unwrap()) };
+    for (i, p) in got.into_iter().enumerate() {
+        // SAFETY: ours, one page.
+        let s = unsafe { std::slice::from_raw_parts(p, PAGE) };
+        assert!(s.iter().all(|&b| b == i as u8), "contents lost");
+        // SAFETY: ours, with its layout.
+        unsafe { HEAP.dealloc(p, page) };
+    }
+    assert_eq!(HEAP.direct_mappings(), 0, "direct mappings left");
+    unmap_all(&mut big);
+    unmap_all_of(&mut small, 64 << 10);
+    // With room again, the heap grows as usual.
+    // SAFETY: a valid layout.
+    let p = unsafe { HEAP.alloc(page) };
+    assert!(!p.is_null());
+    assert!(HEAP.buddy().owns(p), "not from the heap once it could grow");
+    // SAFETY: ours.
+    unsafe { HEAP.dealloc(p, page) };
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
+fn small_requests_without_room_for_a_reservation_are_served_by_small_mappings() {
+    let err = run_child_ok("small_requests_without_room_for_a_reservation");
     eprintln!("{err}");
 }

@@ -252,6 +252,10 @@ fn child_scenarios() {
         "listed_page_to_global_buddy" => child_listed_page_to_global_buddy(),
         "global_pcp_double_free" => child_global_pcp_double_free(),
         "global_pcp_large_freed_twice" => child_global_pcp_large_freed_twice(),
+        "small_requests_without_room_for_a_reservation" => {
+            child_small_requests_without_room_for_a_reservation();
+            std::process::exit(0)
+        }
         other => panic!("unknown scenario {other}"),
     }
     eprintln!("scenario {name}: no abort");
@@ -340,4 +344,103 @@ fn global_pcp_large_block_freed_twice_aborts() {
     assert!(err.contains("GlobalBuddy"), "{err}");
     assert!(err.contains(&addr), "address {addr} not named:\n{err}");
     assert!(err.contains("not a direct mapping"), "{err}");
+}
+
+// --- growth failures: small requests still served ----------------------------
+
+/// Maps `len`-byte chunks until `mmap` refuses (at most the Vec's room).
+fn fill(out: &mut Vec<*mut libc::c_void>, len: usize) {
+    while out.len() < out.capacity() {
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        out.push(p);
+    }
+}
+
+fn child_small_requests_without_room_for_a_reservation() {
+    const BIG: usize = 8 << 20;
+    const SMALL: usize = 64 << 10;
+    let mut big = Vec::with_capacity(4096);
+    let mut small = Vec::with_capacity(1 << 15);
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let vm: usize = statm.split_whitespace().next().unwrap().parse().unwrap();
+    let r = libc::rlimit {
+        rlim_cur: (vm * PAGE + (256 << 20)) as libc::rlim_t,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: a valid rlimit.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) }, 0);
+    // Fill the address space, leaving room for small mappings only.
+    fill(&mut big, BIG);
+    let p = big.pop().unwrap();
+    // SAFETY: our own chunk.
+    unsafe { libc::munmap(p, BIG) };
+    fill(&mut small, SMALL);
+    for _ in 0..8 {
+        let p = small.pop().unwrap();
+        // SAFETY: our own chunk.
+        unsafe { libc::munmap(p, SMALL) };
+    }
+    let mut got = Vec::with_capacity(16);
+    for i in 0..16 {
+        // SAFETY: a valid layout.
+        let p = unsafe { HEAP.alloc_zeroed(page_layout()) };
+        assert!(
+            !p.is_null(),
+            "small request {i} failed with room for small mappings"
+        );
+        // SAFETY: ours, one page.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, PAGE) };
+        assert!(s.iter().all(|&b| b == 0));
+        s.fill(i as u8);
+        got.push(p);
+    }
+    for (i, p) in got.into_iter().enumerate() {
+        // SAFETY: ours.
+        let s = unsafe { std::slice::from_raw_parts(p, PAGE) };
+        assert!(s.iter().all(|&b| b == i as u8));
+        // SAFETY: ours, with its layout.
+        unsafe { HEAP.dealloc(p, page_layout()) };
+    }
+    assert_eq!(HEAP.pcp().source().direct_mappings(), 0);
+    for (v, len) in [(&mut big, BIG), (&mut small, SMALL)] {
+        for p in v.drain(..) {
+            // SAFETY: our own chunk.
+            unsafe { libc::munmap(p, len) };
+        }
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+#[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
+fn global_pcp_small_requests_without_room_for_a_reservation_are_served() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_scenarios",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SCENARIO, "small_requests_without_room_for_a_reservation")
+        .output()
+        .expect("spawn the child");
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
