@@ -3,9 +3,12 @@
 //! both, then the free lists are compared block by block with the model's
 //! canonical decomposition, allocation outcomes (zone, failure) with the
 //! model's prediction, contents and owner words with what was written, and
-//! the invariant checker runs. Bad frees go through `try_free_pages` (the
-//! fuzzer aborts on panics) and must be rejected with the predicted error
-//! and no change.
+//! the invariant checker runs. Bad input (the bad-input mode of the
+//! harness: foreign, misaligned, interior, wrong-order, huge-order, double,
+//! ABA and duplicate-in-bulk frees, frees of blocks tagged as on a per-CPU
+//! list, regions added twice or overlapping) goes through the `try_`
+//! variants (the fuzzer aborts on panics) and must be rejected with the
+//! predicted error and no change the model does not predict.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -57,6 +60,10 @@ enum FuzzOp {
     SetMinFree {
         pct: u8,
     },
+    BadAddRegion {
+        kind: u8,
+        at: u16,
+    },
 }
 
 impl From<FuzzOp> for Op {
@@ -88,6 +95,7 @@ impl From<FuzzOp> for Op {
             FuzzOp::BadFree { kind, idx } => Op::BadFree { kind, idx },
             FuzzOp::AddRegion => Op::AddRegion,
             FuzzOp::SetMinFree { pct } => Op::SetMinFree { pct },
+            FuzzOp::BadAddRegion { kind, at } => Op::BadAddRegion { kind, at },
         }
     }
 }

@@ -3,6 +3,10 @@
 //! only-zero, cold; orders 0..=4), frees (still-zero, cold), drains,
 //! background zeroing and bulk allocation across simulated CPUs and
 //! interrupt contexts, under each policy and both local-lock strategies.
+//! Bad input (the harness's bad-input mode): double and ABA frees to the
+//! pcp and straight to the buddy of a page on a per-CPU list, interior,
+//! wrong-order, huge-order and foreign frees, nonsense `set_batch_high`:
+//! each must be refused (`Err`), the state intact.
 //! After every operation: no overlap, alignment, contents preserved, zeroed
 //! reads as zero, every page accounted for, each CPU's list invariants; at
 //! the end everything merges back in the buddy.
@@ -46,6 +50,11 @@ enum FuzzOp {
         cpu: u8,
         n: u8,
     },
+    Bad {
+        cpu: u8,
+        kind: u8,
+        idx: u16,
+    },
 }
 
 impl From<FuzzOp> for Op {
@@ -83,6 +92,11 @@ impl From<FuzzOp> for Op {
             FuzzOp::Bulk { cpu: c, n } => Op::Bulk {
                 cpu: cpu(c),
                 n: 1 + n as usize % 16,
+            },
+            FuzzOp::Bad { cpu: c, kind, idx } => Op::Bad {
+                cpu: cpu(c),
+                kind,
+                idx: idx as usize,
             },
         }
     }

@@ -11,7 +11,9 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::sync::{SpinLock, SpinLockGuard};
 use local_lock::{IrqFlags, Platform};
 
-use crate::desc::{kind, order_of, Owner, PageDesc, KIND_ALLOC, KIND_FREE, KIND_TAIL, ZERO_FULL};
+use crate::desc::{
+    is_pcp_tag, kind, order_of, Owner, PageDesc, KIND_ALLOC, KIND_FREE, KIND_TAIL, ZERO_FULL,
+};
 use crate::desc::{KIND_NONE, ZERO_HI, ZERO_LO};
 use crate::error::{FreeError, FreeErrorKind, RegionError};
 use crate::span::{Found, SpanInfo, SpanTable, MAX_SPANS};
@@ -314,11 +316,20 @@ impl<P: Platform> Buddy<P> {
     ///
     /// Regions may be added at any time, concurrently with allocation.
     ///
+    /// # Errors
+    ///
+    /// Nothing is added on error. [`RegionError::Overlap`] if any page of
+    /// the region was added before (the same region twice, or an
+    /// overlapping one) or the region holds a span's memmap;
+    /// [`RegionError::Unpopulated`], [`TooSmall`](RegionError::TooSmall),
+    /// [`TooManySpans`](RegionError::TooManySpans),
+    /// [`Overflow`](RegionError::Overflow) as described there.
+    ///
     /// # Safety
     ///
     /// The memory is valid for reads and writes for as long as the
-    /// allocator lives, nobody else uses it, and it was not added before.
-    /// If `zeroed`, it reads as zero.
+    /// allocator lives, nobody else uses it, and, if `zeroed`, it reads as
+    /// zero. (A region added before is refused, not a safety matter.)
     pub unsafe fn add_region(
         &self,
         start: *mut u8,
@@ -454,6 +465,11 @@ impl<P: Platform> Buddy<P> {
         if s >= e {
             return Err(RegionError::TooSmall);
         }
+        // A region must not hold a memmap (a carved span's, or one placed
+        // by `add_span`): its descriptors are not memory to hand out.
+        if self.spans.overlaps_memmap(s, e) {
+            return Err(RegionError::Overlap);
+        }
         // Plan: pieces inside existing spans, and gaps that become new spans
         // carving their memmap from their own start. Validate everything
         // before changing anything.
@@ -482,6 +498,9 @@ impl<P: Platform> Buddy<P> {
                 let pe = e.min(cap_end);
                 if pe > f.end(shift) {
                     return Err(RegionError::Unpopulated);
+                }
+                if self.already_added(&f, cur, pe) {
+                    return Err(RegionError::Overlap);
                 }
                 plan[n] = Piece {
                     start: cur,
@@ -526,6 +545,7 @@ impl<P: Platform> Buddy<P> {
                     added += unsafe {
                         self.free_range(&f, ptr_at(piece.start), piece.start, piece.end, zeroed)
                     };
+                    self.spans.note_added(idx, piece.start, piece.end);
                 }
                 None => {
                     let pages = (piece.end - piece.start) >> shift;
@@ -546,6 +566,8 @@ impl<P: Platform> Buddy<P> {
                     // overlaps no span (planned in a gap); room checked.
                     let idx =
                         unsafe { self.spans.push(info, pages) }.ok_or(RegionError::TooManySpans)?;
+                    // The whole span is in use: its memmap, then its pages.
+                    self.spans.note_added(idx, piece.start, piece.end);
                     let f = self.spans.get(idx);
                     let free_start =
                         align_up(mm_addr + pages * desc_size, page).unwrap_or(piece.end);
@@ -558,6 +580,46 @@ impl<P: Platform> Buddy<P> {
             }
         }
         Ok(added)
+    }
+
+    /// Whether any page of `[a, b)` (page aligned, in the populated part
+    /// of span `f`) was added before: it heads a block, lies in a block
+    /// that starts before `a`, or is a (stamped) tail. Pages never added
+    /// keep their all-zero descriptors, and added pages always lie in a
+    /// free or allocated block, whose head is either in the range or the
+    /// block covering `a`. Only the part inside the hull of the regions
+    /// added to the span so far is scanned (none for a heap that grows at
+    /// its end). Resize lock held; reads under the zone locks.
+    fn already_added(&self, f: &Found, a: usize, b: usize) -> bool {
+        let (lo, hi) = self.spans.added(f.idx);
+        let (a, b) = (a.max(lo), b.min(hi));
+        if a >= b {
+            return false;
+        }
+        let shift = self.cfg.page_shift();
+        let mut cur = a;
+        while cur < b {
+            let zi = self.cfg.zone_of_addr(cur).index();
+            let zend = if zi + 1 == self.cfg.nr_zones() {
+                usize::MAX
+            } else {
+                self.cfg.zones()[zi].end
+            };
+            let pe = b.min(zend);
+            let _g = self.lock_zone(zi);
+            if self.covering_head(f, cur >> shift).is_some() {
+                return true;
+            }
+            for pfn in cur >> shift..pe >> shift {
+                if f.desc(pfn)
+                    .is_some_and(|d| kind(d.load_state()) != KIND_NONE)
+                {
+                    return true;
+                }
+            }
+            cur = pe;
+        }
+        false
     }
 
     /// Frees the pages `[a, b)` of span `f` (first byte `p`) as fresh
@@ -1033,8 +1095,14 @@ impl<P: Platform> Buddy<P> {
     }
 
     /// `free_pcppages_bulk`: frees every block `pages` yields into `zone`
-    /// under **one** acquisition of its lock (`Page::zero`: still reads as
-    /// zero). Returns how many it freed.
+    /// under **one** acquisition of its lock. Returns how many it freed.
+    ///
+    /// Every block is freed as **not known zero**: `Page::zero` is ignored.
+    /// A `Page` from [`alloc_bulk`](Self::alloc_bulk) says what the block was
+    /// when it was handed out, not what it is after its holder used it, so
+    /// handing it back must not make a claim about its contents. A caller
+    /// that keeps blocks it knows still read as zero (pcp's zero lists) says
+    /// so explicitly with [`free_bulk_keep_zero`](Self::free_bulk_keep_zero).
     ///
     /// The iterator runs under the zone lock with IRQs saved: it must not
     /// call into this allocator.
@@ -1051,14 +1119,46 @@ impl<P: Platform> Buddy<P> {
     #[track_caller]
     pub unsafe fn free_bulk<I: IntoIterator<Item = Page>>(&self, zone: ZoneId, pages: I) -> usize {
         // SAFETY: caller's contract.
-        match unsafe { self.try_free_bulk(zone, pages) } {
+        match unsafe { self.free_bulk_inner(zone, pages, false) } {
+            Ok(n) => n,
+            Err(e) => bad_free(e),
+        }
+    }
+
+    /// [`free_bulk`](Self::free_bulk) that trusts `Page::zero`: a block
+    /// yielded with `zero: true` keeps PG_zero (as
+    /// [`free_pages_zeroed`](Self::free_pages_zeroed)) and serves a later
+    /// zeroed request without clearing. For a caller that tracks which of
+    /// its blocks still read as zero (pcp's zero lists, whose pages nobody
+    /// wrote since they were known zero); never for `Page`s passed through
+    /// from [`alloc_bulk`](Self::alloc_bulk) after use. Checked builds
+    /// (`invariants`) verify each such block reads as zero.
+    ///
+    /// # Panics
+    ///
+    /// As [`free_bulk`](Self::free_bulk) (and, in checked builds, on a block
+    /// claimed zero that is not).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk), and every block yielded with
+    /// `zero: true` reads as zero.
+    #[track_caller]
+    pub unsafe fn free_bulk_keep_zero<I: IntoIterator<Item = Page>>(
+        &self,
+        zone: ZoneId,
+        pages: I,
+    ) -> usize {
+        // SAFETY: caller's contract.
+        match unsafe { self.free_bulk_inner(zone, pages, true) } {
             Ok(n) => n,
             Err(e) => bad_free(e),
         }
     }
 
     /// [`free_bulk`](Self::free_bulk) that returns the first bad block's
-    /// error instead of panicking (the blocks before it are freed).
+    /// error instead of panicking (the blocks before it are freed). Every
+    /// block is freed as not known zero.
     ///
     /// # Safety
     ///
@@ -1068,10 +1168,43 @@ impl<P: Platform> Buddy<P> {
         zone: ZoneId,
         pages: I,
     ) -> Result<usize, FreeError> {
+        // SAFETY: caller's contract.
+        unsafe { self.free_bulk_inner(zone, pages, false) }
+    }
+
+    /// [`free_bulk_keep_zero`](Self::free_bulk_keep_zero) that returns the
+    /// first bad block's error instead of panicking (the blocks before it
+    /// are freed).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk_keep_zero`](Self::free_bulk_keep_zero).
+    pub unsafe fn try_free_bulk_keep_zero<I: IntoIterator<Item = Page>>(
+        &self,
+        zone: ZoneId,
+        pages: I,
+    ) -> Result<usize, FreeError> {
+        // SAFETY: caller's contract.
+        unsafe { self.free_bulk_inner(zone, pages, true) }
+    }
+
+    /// The bulk free; `keep_zero`: trust `Page::zero`.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk_keep_zero`](Self::free_bulk_keep_zero) if `keep_zero`,
+    /// else as [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_inner<I: IntoIterator<Item = Page>>(
+        &self,
+        zone: ZoneId,
+        pages: I,
+        keep_zero: bool,
+    ) -> Result<usize, FreeError> {
         let mut g = self.lock_zone(zone.index());
         let mut n = 0;
         for p in pages {
             let addr = p.addr();
+            let zero = keep_zero && p.zero;
             let (found, pfn) = self.locate(addr, p.order)?;
             let actual = self.cfg.zone_of_addr(addr);
             if actual != zone {
@@ -1086,11 +1219,11 @@ impl<P: Platform> Buddy<P> {
             }
             let desc = self.check_free_locked(&found, pfn, addr, p.order)?;
             #[cfg(any(test, feature = "invariants"))]
-            if p.zero {
+            if zero {
                 self.verify_zero_free(p.ptr, p.order)?;
             }
             g.count(Stat::Free, 1);
-            if p.zero {
+            if zero {
                 g.count(Stat::FreeZero, 1);
             }
             // SAFETY: validated as in `try_free_pages`.
@@ -1102,7 +1235,7 @@ impl<P: Platform> Buddy<P> {
                     p.ptr.as_ptr(),
                     pfn,
                     p.order,
-                    if p.zero { ZERO_FULL } else { 0 },
+                    if zero { ZERO_FULL } else { 0 },
                     false,
                 )
             };
@@ -1145,8 +1278,14 @@ impl<P: Platform> Buddy<P> {
     ) -> Result<*mut PageDesc, FreeError> {
         if let Some(d) = found.desc_ptr(pfn) {
             // SAFETY: in the span's memmap.
-            let s = unsafe { (*d).load_state() };
-            if kind(s) == KIND_ALLOC && order_of(s) == order {
+            let d_ref = unsafe { &*d };
+            let s = d_ref.load_state();
+            // A page on a per-CPU list is held by the lists, not the caller.
+            // The tag shares the state's cache line: one more load.
+            if kind(s) == KIND_ALLOC
+                && order_of(s) == order
+                && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed))
+            {
                 return Ok(d);
             }
         }
@@ -1158,7 +1297,14 @@ impl<P: Platform> Buddy<P> {
     #[inline(never)]
     fn diagnose_free(&self, found: &Found, pfn: usize, addr: usize, order: Order) -> FreeError {
         let shift = self.cfg.page_shift();
-        let kind_ = match found.desc(pfn).map(|d| d.load_state()) {
+        let desc = found.desc(pfn);
+        let kind_ = match desc.map(|d| d.load_state()) {
+            Some(s)
+                if kind(s) == KIND_ALLOC
+                    && desc.is_some_and(|d| is_pcp_tag(d.tag.load(Ordering::Relaxed))) =>
+            {
+                FreeErrorKind::OnPcpList
+            }
             Some(s) if kind(s) == KIND_ALLOC => FreeErrorKind::WrongOrder {
                 actual: order_of(s),
             },

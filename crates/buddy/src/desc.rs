@@ -69,6 +69,24 @@ pub(crate) const fn make_state(kind: u32, order: Order, zero: u32) -> u32 {
     kind | ((order.get() as u32) << ORDER_SHIFT) | (zero & ZERO_FULL)
 }
 
+/// The owner tag of a block on a per-CPU page list (pcp): `tag &
+/// PCP_TAG_MASK == PCP_TAG` (the low byte is the list's id). A block so
+/// tagged is allocated in the buddy's eyes but held by the per-CPU lists,
+/// not by any caller: the buddy refuses to free it
+/// ([`FreeErrorKind::OnPcpList`](crate::FreeErrorKind::OnPcpList)). The
+/// pcp stamps it when it links the page (its list id, a store it does
+/// anyway) and clears it when it hands the page out; other owners never use
+/// tags of this form.
+pub const PCP_TAG: u32 = 0x5043_0000;
+/// The mask of [`PCP_TAG`] (the low byte is free for a list id).
+pub const PCP_TAG_MASK: u32 = 0xffff_ff00;
+
+/// Whether an owner tag says "on a per-CPU list" ([`PCP_TAG`]).
+#[inline(always)]
+pub const fn is_pcp_tag(tag: u32) -> bool {
+    tag & PCP_TAG_MASK == PCP_TAG
+}
+
 /// The per-page descriptor. See the module docs for the layout and the
 /// meaning of each word.
 ///
@@ -215,8 +233,10 @@ impl PageDesc {
 ///
 /// **The owner words belong to whoever holds the allocated block**, from
 /// the allocation that handed it out to the free that returns it. The buddy
-/// clears them (all zero, tag 0) when it hands a block out and never reads or
-/// writes them while the block is allocated; after the free they are the
+/// clears them (all zero, tag 0) when it hands a block out and never writes
+/// them while the block is allocated (it reads one thing: on a free, a tag
+/// of the form [`PCP_TAG`] means the block sits on a per-CPU list, and the
+/// free is refused); after the free they are the
 /// buddy's again and their contents are lost. A holder that passes the block
 /// on (pcp handing a page to SLUB) passes the words with it; the next holder
 /// must not assume them zero unless the previous holder promised so
@@ -226,7 +246,7 @@ impl PageDesc {
 ///
 /// | user | `pair` (16-byte aligned) | `data` | `link` | `prev` | `tag` |
 /// |---|---|---|---|---|---|
-/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id |
+/// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id ([`PCP_TAG`] form) |
 /// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list next link | partial-list prev link | "slab" |
 /// | SLUB large kmalloc | — | size | — | — | "large" |
 ///

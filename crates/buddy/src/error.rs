@@ -56,6 +56,10 @@ pub enum FreeErrorKind {
     /// Freed as still zero, but it does not read as zero (checked in test
     /// and `invariants` builds only).
     NotZero,
+    /// The block heads an allocated block that sits on a per-CPU page list
+    /// (its owner tag is [`PCP_TAG`](crate::PCP_TAG)): the pcp holds it, not
+    /// the caller (a double free that has not reached the buddy yet).
+    OnPcpList,
     /// A bulk free for one zone got a block of another zone.
     WrongZone {
         /// The zone the bulk free was for.
@@ -92,6 +96,9 @@ impl fmt::Display for FreeError {
                 f,
                 "double free: already in the free block at {block:#x} ({order})"
             ),
+            FreeErrorKind::OnPcpList => f.write_str(
+                "the page is on a per-CPU (pcp) list: the per-CPU lists hold it, not the caller (double free?)",
+            ),
             FreeErrorKind::NotZero => f.write_str("freed as zero but does not read as zero"),
             FreeErrorKind::WrongZone { expected, actual } => write!(
                 f,
@@ -111,7 +118,8 @@ pub enum RegionError {
     TooSmall,
     /// The span table is full ([`MAX_SPANS`](crate::MAX_SPANS)).
     TooManySpans,
-    /// The span overlaps an existing span.
+    /// The span overlaps an existing span, or the region overlaps memory
+    /// added before (or a memmap).
     Overlap,
     /// The region lies in a span's reserved but not yet populated part.
     Unpopulated,
@@ -127,7 +135,9 @@ impl fmt::Display for RegionError {
         f.write_str(match self {
             RegionError::TooSmall => "buddy: region too small (nothing left after trimming)",
             RegionError::TooManySpans => "buddy: too many spans",
-            RegionError::Overlap => "buddy: span overlaps an existing span",
+            RegionError::Overlap => {
+                "buddy: overlap: the span or region overlaps an existing span, memory added before, or a memmap"
+            }
             RegionError::Unpopulated => "buddy: region in an unpopulated part of a span",
             RegionError::BadSpan => "buddy: span or memmap misaligned or too small",
             RegionError::Overflow => "buddy: region wraps the address space",

@@ -7,7 +7,7 @@
 //! `MAP_NORESERVE`: no memory, no commit charge):
 //!
 //! ```text
-//! reservation: [ memmap (PROT_NONE until needed) | pad | heap (MAX_ORDER-aligned) ... ]
+//! reservation: [ memmap (PROT_NONE until needed) | (pad, unmapped) | heap (MAX_ORDER-aligned) ... ]
 //!                 ^ descriptors of heap pages          ^ span start
 //! ```
 //!
@@ -17,8 +17,25 @@
 //! are added as known-zero), and the memmap pages that describe them (also
 //! fresh, and an all-zero descriptor is valid: only descriptors of mapped
 //! heap pages cost memory). When a reservation is full, another one becomes
-//! a new span. Requests above the largest block (or aligned beyond it) are
-//! direct mappings, unmapped on free.
+//! a new span. Under a finite `RLIMIT_AS` (reservations count against it)
+//! a reservation is sized to the heap so far, at most a sixteenth of the
+//! limit, so the rest stays available to direct mappings and the program;
+//! the alignment pad is unmapped again. A refused reservation is retried by
+//! later requests (each tries only the smallest reservation that serves it
+//! until one succeeds): growth resumes once memory is freed or limits are
+//! raised.
+//!
+//! When no reservation can be made (the address space left is too small
+//! or fragmented), a request that fits a block is served by a direct
+//! mapping of the block's size instead of failing, as long as `mmap` grants
+//! one; its `dealloc` finds it in the record below.
+//!
+//! Requests above the largest block (or aligned beyond it) are direct
+//! mappings, recorded (address → length, in a table in its own mapping) and
+//! unmapped on free only if the record agrees: a `dealloc` with a large
+//! layout of an address that is not a live direct mapping of this
+//! allocator, or with another length, aborts with a message naming
+//! `GlobalBuddy`, the address and the problem.
 //!
 //! # Rules kept on the allocation path
 //!
@@ -44,16 +61,39 @@ use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
 /// watermark (the heap grows instead of keeping a reserve).
 pub const GLOBAL_CONFIG: Config = Config::new(4096, 10).with_tunables(Tunables::NO_MIN);
 
-/// Heap bytes the first reservation tries for (halved until `mmap` agrees).
+/// Heap bytes a reservation tries for (halved until `mmap` agrees).
 const RESERVE_BYTES: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 28 };
+
+/// Under a finite `RLIMIT_AS` (which counts `PROT_NONE` reservations too),
+/// a reservation takes at most this fraction of the limit (at first 1/64,
+/// then as much as the heap has grown), so the address
+/// space the heap has not used yet stays available to direct mappings and
+/// the rest of the process; the heap grows by further reservations (up to
+/// [`MAX_SPANS`]).
+const RLIMIT_SHARE: usize = 16;
+
+/// The address-space limit (`RLIMIT_AS`), if finite.
+fn as_limit() -> Option<usize> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    Some(usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
+}
 
 /// One reserved range (see the module docs).
 #[derive(Clone, Copy, Debug)]
 struct Reservation {
     /// Start of the reservation (the memmap).
     base: *mut u8,
-    /// Bytes reserved.
-    len: usize,
+    /// Memmap bytes reserved at `base` (the alignment pad between them and
+    /// the heap, and the slack after the heap, are unmapped again).
+    mm_len: usize,
     /// First heap byte (the span start).
     heap: *mut u8,
     /// Heap bytes reserved.
@@ -74,8 +114,11 @@ struct Grow {
     nr: usize,
     /// Heap bytes mapped over all reservations.
     total: usize,
-    /// Set when the OS refused a reservation (no further tries).
-    exhausted: bool,
+    /// Set when the OS refused a reservation: later attempts try only the
+    /// smallest reservation that serves their request (one `mmap` each, the
+    /// back-off) until one succeeds; never a permanent stop, since memory
+    /// may be freed or limits raised meanwhile.
+    failed: bool,
 }
 
 // SAFETY: the raw pointers name OS mappings owned by the `GlobalBuddy`;
@@ -103,6 +146,9 @@ pub struct GlobalBuddy {
     gen: AtomicUsize,
     /// Live direct mappings.
     direct: AtomicUsize,
+    /// Address → length of every live direct mapping (innermost lock: no
+    /// other lock is taken under it).
+    direct_table: SpinLock<DirectTable>,
 }
 
 /// The OS page size.
@@ -148,6 +194,157 @@ unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
     }
 }
 
+/// The record of the live direct mappings (address → length), so that a
+/// `dealloc` with a large layout unmaps only what this allocator mapped for
+/// that block: an open-addressing hash table (linear probing) in its own
+/// anonymous mapping (never the global allocator), doubled when half full.
+/// Slot `(0, _)` is empty, `(1, _)` a deleted entry (addresses are page
+/// aligned, so neither is a mapping).
+struct DirectTable {
+    /// `cap` slots of `(address, length)`; null before the first mapping.
+    slots: *mut [usize; 2],
+    /// Slots (a power of two, or 0).
+    cap: usize,
+    /// Live entries.
+    live: usize,
+    /// Live and deleted entries (the probe chains' length bound).
+    used: usize,
+}
+
+// SAFETY: the table's memory is an anonymous mapping owned by the table and
+// only touched under the `GlobalBuddy::direct_table` lock.
+unsafe impl Send for DirectTable {}
+
+/// A deleted slot.
+const TOMB: usize = 1;
+/// Slots of the first table (one 8 KiB mapping on 64-bit).
+const DIRECT_MIN_CAP: usize = 512;
+
+impl DirectTable {
+    const fn new() -> DirectTable {
+        DirectTable {
+            slots: ptr::null_mut(),
+            cap: 0,
+            live: 0,
+            used: 0,
+        }
+    }
+
+    #[inline]
+    fn hash(&self, addr: usize) -> usize {
+        let h = ((addr >> 12) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> 32) as usize & (self.cap - 1)
+    }
+
+    /// The slot holding `addr`, if any.
+    fn find(&self, addr: usize) -> Option<usize> {
+        if self.cap == 0 {
+            return None;
+        }
+        let mut i = self.hash(addr);
+        for _ in 0..self.cap {
+            // SAFETY: `i < cap`, slots of our live table.
+            let [a, _] = unsafe { *self.slots.add(i) };
+            if a == addr {
+                return Some(i);
+            }
+            if a == 0 {
+                return None;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+        None
+    }
+
+    /// The length recorded for `addr`.
+    fn get(&self, addr: usize) -> Option<usize> {
+        // SAFETY: a slot index of our live table.
+        self.find(addr).map(|i| unsafe { (*self.slots.add(i))[1] })
+    }
+
+    /// Forgets `addr` (which is recorded).
+    fn remove(&mut self, addr: usize) {
+        if let Some(i) = self.find(addr) {
+            // SAFETY: a slot index of our live table.
+            unsafe { *self.slots.add(i) = [TOMB, 0] };
+            self.live -= 1;
+        }
+    }
+
+    /// Records `addr` (page aligned, not recorded) of `len` bytes; false if
+    /// the table could not grow.
+    fn insert(&mut self, addr: usize, len: usize) -> bool {
+        if (self.used + 1) * 2 > self.cap && !self.rehash() {
+            return false;
+        }
+        let mut i = self.hash(addr);
+        loop {
+            // SAFETY: `i < cap`, slots of our live table.
+            let slot = unsafe { &mut *self.slots.add(i) };
+            if slot[0] == 0 || slot[0] == TOMB {
+                if slot[0] == 0 {
+                    self.used += 1;
+                }
+                *slot = [addr, len];
+                self.live += 1;
+                return true;
+            }
+            i = (i + 1) & (self.cap - 1);
+        }
+    }
+
+    /// Moves the live entries to a fresh table with room for twice as many
+    /// (dropping deleted slots); false if `mmap` refuses.
+    fn rehash(&mut self) -> bool {
+        let want = ((self.live + 1) * 4)
+            .next_power_of_two()
+            .max(DIRECT_MIN_CAP);
+        let slot = core::mem::size_of::<[usize; 2]>();
+        let Some(bytes) = want.checked_mul(slot) else {
+            return false;
+        };
+        // SAFETY: a fresh anonymous mapping anywhere.
+        let p = unsafe {
+            map(
+                ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                0,
+            )
+        };
+        if p.is_null() {
+            return false;
+        }
+        let old = core::mem::replace(
+            self,
+            DirectTable {
+                slots: p.cast(),
+                cap: want,
+                live: 0,
+                used: 0,
+            },
+        );
+        for i in 0..old.cap {
+            // SAFETY: `i < old.cap`, slots of the old table.
+            let [a, l] = unsafe { *old.slots.add(i) };
+            if a > TOMB {
+                self.insert(a, l);
+            }
+        }
+        old.release();
+        true
+    }
+
+    /// Unmaps the table's memory.
+    fn release(&self) {
+        if !self.slots.is_null() {
+            let bytes = self.cap * core::mem::size_of::<[usize; 2]>();
+            // SAFETY: the table's own mapping, no longer used.
+            unsafe { libc::munmap(self.slots.cast(), bytes) };
+        }
+    }
+}
+
 /// A bad `dealloc`: report on stderr without allocating, then abort (a
 /// global allocator must not unwind).
 #[cold]
@@ -173,10 +370,11 @@ impl GlobalBuddy {
                 res: [None; MAX_SPANS],
                 nr: 0,
                 total: 0,
-                exhausted: false,
+                failed: false,
             }),
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
+            direct_table: SpinLock::new(DirectTable::new()),
         }
     }
 
@@ -213,6 +411,66 @@ impl GlobalBuddy {
         }
     }
 
+    fn lock_direct(&self) -> SpinLockGuard<'_, DirectTable> {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(g) = self.direct_table.try_lock() {
+                return g;
+            }
+            self.buddy.platform().spin_wait(&backoff);
+        }
+    }
+
+    /// Records the direct mapping `[p, p + len)`; on failure unmaps it and
+    /// returns null.
+    fn record_direct(&self, p: *mut u8, len: usize) -> *mut u8 {
+        if self.lock_direct().insert(p as usize, len) {
+            self.direct.fetch_add(1, Ordering::Relaxed);
+            p
+        } else {
+            // SAFETY: our own fresh mapping, never handed out.
+            unsafe { libc::munmap(p.cast(), len) };
+            ptr::null_mut()
+        }
+    }
+
+    /// `dealloc` of a layout above the largest block: unmaps `ptr` if it
+    /// is a live direct mapping of this allocator of the layout's length;
+    /// anything else aborts with a message (never an `munmap` of memory
+    /// this allocator did not map for that block).
+    #[cold]
+    fn dealloc_direct(&self, ptr: *mut u8, layout: Layout) {
+        let a = ptr as usize;
+        let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
+        let mut t = self.lock_direct();
+        match t.get(a) {
+            Some(len) if len == size => {
+                t.remove(a);
+                drop(t);
+                // SAFETY: our own live direct mapping of `len` bytes, given
+                // back by its holder (and forgotten above, so it is unmapped
+                // once).
+                unsafe { libc::munmap(ptr.cast(), len) };
+                self.direct.fetch_sub(1, Ordering::Relaxed);
+            }
+            Some(len) => {
+                drop(t);
+                local_lock::std_platform::die(format_args!(
+                    "GlobalBuddy: bad dealloc of {a:#x}: freed with size {} ({size} bytes mapped) but the direct mapping there is {len} bytes",
+                    layout.size()
+                ))
+            }
+            None => {
+                drop(t);
+                local_lock::std_platform::die(format_args!(
+                    "GlobalBuddy: bad dealloc of {a:#x} (size {}, align {}): not a direct mapping of this allocator (already freed, a heap block freed with a large layout, or foreign)",
+                    layout.size(),
+                    layout.align()
+                ))
+            }
+        }
+    }
+
     /// Allocates `layout` with `flags`; null on exhaustion.
     #[inline]
     fn alloc_flags(&self, layout: Layout, flags: AllocFlags) -> *mut u8 {
@@ -226,9 +484,52 @@ impl GlobalBuddy {
                 return p.ptr.as_ptr();
             }
             if !self.grow(cfg.block_size(order), gen) {
-                return ptr::null_mut();
+                return self.alloc_block_direct(order, layout.align());
             }
         }
+    }
+
+    /// A block of `order` (aligned to `align`) as a direct mapping of its
+    /// own, for when the heap cannot grow (no reservation fits the address
+    /// space left, e.g. under `RLIMIT_AS`): small requests keep working as
+    /// long as `mmap` grants small mappings. Recorded like any direct
+    /// mapping (its length is the block size, so `realloc` within the order
+    /// stays in place); freed by [`free_block_direct`](Self::free_block_direct).
+    /// Fresh anonymous memory: it reads as zero. Null if `mmap` refuses.
+    #[cold]
+    pub fn alloc_block_direct(&self, order: Order, align: usize) -> *mut u8 {
+        let size = self.buddy.config().block_size(order);
+        match Layout::from_size_align(size, align.max(1)) {
+            Ok(l) => self.alloc_direct(l),
+            Err(_) => ptr::null_mut(),
+        }
+    }
+
+    /// Unmaps a block [`alloc_block_direct`](Self::alloc_block_direct)
+    /// returned for `order`; false (and nothing happens) if `ptr` is no
+    /// such live mapping.
+    ///
+    /// # Safety
+    ///
+    /// If `ptr` is such a mapping, the caller holds it and will not use it
+    /// again.
+    #[cold]
+    pub unsafe fn free_block_direct(&self, ptr: *mut u8, order: Order) -> bool {
+        let Some(len) = round_up(self.buddy.config().block_size(order), os_page()) else {
+            return false;
+        };
+        let a = ptr as usize;
+        let mut t = self.lock_direct();
+        if t.get(a) != Some(len) {
+            return false;
+        }
+        t.remove(a);
+        drop(t);
+        // SAFETY: our own live direct mapping of `len` bytes, given back by
+        // its holder and forgotten above (unmapped once).
+        unsafe { libc::munmap(ptr.cast(), len) };
+        self.direct.fetch_sub(1, Ordering::Relaxed);
+        true
     }
 
     /// Maps more heap (at least `need` bytes) unless another thread grew it
@@ -252,13 +553,14 @@ impl GlobalBuddy {
         let (mut r, idx) = match cur {
             Some(r) if r.cap - r.populated >= need => (r, g.nr - 1),
             _ => {
-                if g.exhausted || g.nr == MAX_SPANS {
+                if g.nr == MAX_SPANS {
                     return false;
                 }
-                let Some(r) = self.reserve(&cfg, need) else {
-                    g.exhausted = true;
+                let Some(r) = self.reserve(&cfg, need, g.total, g.failed) else {
+                    g.failed = true;
                     return false;
                 };
+                g.failed = false;
                 let n = g.nr;
                 g.res[n] = Some(r);
                 g.nr += 1;
@@ -321,20 +623,50 @@ impl GlobalBuddy {
         true
     }
 
-    /// Reserves a range for a heap of at least `need` bytes (the largest
-    /// that `mmap` grants, up to [`RESERVE_BYTES`]).
-    fn reserve(&self, cfg: &Config, need: usize) -> Option<Reservation> {
+    /// Reserves a range for a heap of at least `need` bytes: the largest
+    /// that `mmap` grants, up to [`RESERVE_BYTES`] and, under a finite
+    /// `RLIMIT_AS`, to the larger of the `heap` bytes mapped so far and
+    /// 1/64 of the limit, at most 1/[`RLIMIT_SHARE`] of it (halved until it
+    /// fits); only `need` when `min_only` (after a refusal). The alignment
+    /// pad is unmapped again, so a reservation costs its memmap and heap
+    /// only.
+    fn reserve(
+        &self,
+        cfg: &Config,
+        need: usize,
+        heap: usize,
+        min_only: bool,
+    ) -> Option<Reservation> {
         let unit = cfg.max_block_size().max(os_page());
         let desc = core::mem::size_of::<crate::desc::PageDesc>();
-        let mut cap = RESERVE_BYTES.max(need);
+        let top = match as_limit() {
+            // Geometric: as large as the heap so far, between 1/64 and
+            // 1/RLIMIT_SHARE of the limit.
+            Some(l) => (l / 64).max(heap).min(l / RLIMIT_SHARE) & !(unit - 1),
+            None => RESERVE_BYTES,
+        }
+        .clamp(unit, RESERVE_BYTES);
+        let mut cap = if min_only { need } else { top.max(need) };
         loop {
             let mm = round_up((cap >> cfg.page_shift()) * desc, os_page())?;
-            let len = mm.checked_add(cap)?.checked_add(unit)?;
+            let len = mm.checked_add(cap)?.checked_add(unit - os_page())?;
             // SAFETY: a fresh PROT_NONE reservation anywhere.
             let base = unsafe { map(ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_NORESERVE) };
             if !base.is_null() {
                 let heap_addr = round_up(base as usize + mm, unit)?;
                 let heap = base.wrapping_add(heap_addr - base as usize);
+                let pad = heap_addr - (base as usize + mm);
+                let tail = len - mm - pad - cap;
+                // SAFETY: trimming our own fresh reservation (page-aligned
+                // pieces outside the memmap and the heap).
+                unsafe {
+                    if pad > 0 {
+                        libc::munmap(base.add(mm).cast(), pad);
+                    }
+                    if tail > 0 {
+                        libc::munmap(heap.add(cap).cast(), tail);
+                    }
+                }
                 // SAFETY: the memmap will be mapped before the span covers
                 // any page; the range is fresh, so it overlaps no span.
                 let span = unsafe {
@@ -343,12 +675,15 @@ impl GlobalBuddy {
                 };
                 let Some(span) = span else {
                     // SAFETY: our own fresh mapping.
-                    unsafe { libc::munmap(base.cast(), len) };
+                    unsafe {
+                        libc::munmap(base.cast(), mm);
+                        libc::munmap(heap.cast(), cap);
+                    }
                     return None;
                 };
                 return Some(Reservation {
                     base,
-                    len,
+                    mm_len: mm,
                     heap,
                     cap,
                     populated: 0,
@@ -356,10 +691,10 @@ impl GlobalBuddy {
                     span,
                 });
             }
-            if cap / 2 < need || cap / 2 < unit {
+            if cap <= need {
                 return None;
             }
-            cap /= 2;
+            cap = ((cap / 2) & !(unit - 1)).max(need);
         }
     }
 
@@ -374,10 +709,10 @@ impl GlobalBuddy {
         if align <= os {
             // SAFETY: a fresh mapping anywhere.
             let p = unsafe { map(ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, 0) };
-            if !p.is_null() {
-                self.direct.fetch_add(1, Ordering::Relaxed);
+            if p.is_null() {
+                return p;
             }
-            return p;
+            return self.record_direct(p, size);
         }
         let Some(over) = size.checked_add(align) else {
             return ptr::null_mut();
@@ -400,8 +735,7 @@ impl GlobalBuddy {
                 libc::munmap(p.add(head + size).cast(), tail);
             }
         }
-        self.direct.fetch_add(1, Ordering::Relaxed);
-        p.wrapping_add(head)
+        self.record_direct(p.wrapping_add(head), size)
     }
 }
 
@@ -424,11 +758,16 @@ impl Drop for GlobalBuddy {
     /// Unmaps the reservations (live direct mappings belong to their
     /// holders).
     fn drop(&mut self) {
+        self.direct_table.get_mut().release();
         let g = self.grow.get_mut();
         for r in g.res.iter().flatten() {
-            // SAFETY: our own reservation; `&mut self` means no allocator
-            // call is running, and blocks handed out die with the heap.
-            unsafe { libc::munmap(r.base.cast(), r.len) };
+            // SAFETY: our own reservation (memmap and heap); `&mut self`
+            // means no allocator call is running, and blocks handed out die
+            // with the heap.
+            unsafe {
+                libc::munmap(r.base.cast(), r.mm_len);
+                libc::munmap(r.heap.cast(), r.cap);
+            }
         }
     }
 }
@@ -461,16 +800,21 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                 // order never go to a direct mapping). A bad pointer is
                 // caught by the descriptor check.
                 if let Err(e) = unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
+                    // Not in the heap: a block served as a direct mapping
+                    // when the heap could not grow?
+                    if !self.buddy.owns(ptr) {
+                        // SAFETY: GlobalAlloc's contract: if `ptr` is such
+                        // a mapping, it is this block, given up.
+                        if unsafe { self.free_block_direct(ptr, order) } {
+                            return;
+                        }
+                    }
                     abort_bad_free(e)
                 }
             }
-            None => {
-                let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
-                // SAFETY: a layout above the largest block: a direct
-                // mapping of this size.
-                unsafe { libc::munmap(ptr.cast(), size) };
-                self.direct.fetch_sub(1, Ordering::Relaxed);
-            }
+            // A layout above the largest block: a direct mapping, checked
+            // against the record of them.
+            None => self.dealloc_direct(ptr, layout),
         }
     }
 

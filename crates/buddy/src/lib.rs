@@ -68,7 +68,12 @@
 //!   zero; [`free_pages_zeroed`](Buddy::free_pages_zeroed) keeps it.
 //! * **Bulk** for pcp: [`alloc_bulk`](Buddy::alloc_bulk) (`rmqueue_bulk`) and
 //!   [`free_bulk`](Buddy::free_bulk) (`free_pcppages_bulk`), each under one
-//!   zone-lock acquisition, each block with its known-zero bit.
+//!   zone-lock acquisition. `alloc_bulk` tells each block's known-zero bit;
+//!   `free_bulk` ignores `Page::zero` (a `Page` says what the block was when
+//!   handed out, not after its holder wrote it), and only
+//!   [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), whose caller
+//!   states its zero-flagged blocks still read as zero (pcp's zero lists),
+//!   keeps PG_zero.
 //! * **Owner words** ([`Owner`]): the head descriptor of an allocated block
 //!   holds a 16-byte-aligned [`AtomicDWord`](local_lock::sync::AtomicDWord)
 //!   plus two `AtomicUsize` and a tag, **which belong to whoever holds the
@@ -95,7 +100,10 @@
 //! # Checking ladder
 //!
 //! 1. Always: the descriptor check of every free (head, order, alignment,
-//!    ownership, double free), reported with the address and the problem.
+//!    ownership, double free, a block on a per-CPU list: owner tag
+//!    [`PCP_TAG`]), reported with the address and the problem; a region
+//!    added twice or overlapping memory added before (or a memmap) is
+//!    refused with [`RegionError::Overlap`].
 //! 2. `invariants` (and tests): the full checker, plus verification that
 //!    every block handed out as known zero and every block freed as zero
 //!    reads as zero.
@@ -106,7 +114,7 @@
 //! |---|---|
 //! | memory | [`add_region`](Buddy::add_region), [`add_span`](Buddy::add_span), [`GlobalBuddy`] |
 //! | one block | [`alloc_pages`](Buddy::alloc_pages), [`alloc_pages_zone`](Buddy::alloc_pages_zone), [`free_pages`](Buddy::free_pages), [`free_pages_zeroed`](Buddy::free_pages_zeroed), [`free_pages_flags`](Buddy::free_pages_flags), [`try_free_pages`](Buddy::try_free_pages) |
-//! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk) |
+//! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk), [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), [`try_free_bulk_keep_zero`](Buddy::try_free_bulk_keep_zero) |
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
 //! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
 //! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |
@@ -178,7 +186,7 @@ mod zone;
 pub mod testing;
 
 pub use crate::buddy::{BlockRef, Buddy, PageState, ZoneInfo};
-pub use crate::desc::Owner;
+pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};

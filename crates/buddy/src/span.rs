@@ -102,6 +102,13 @@ pub(crate) struct SpanTable {
     pages: [AtomicUsize; MAX_SPANS],
     /// Published slots.
     len: AtomicUsize,
+    /// Per span, the smallest start and largest end of the regions added
+    /// to it (`usize::MAX`, 0 when none): pages outside `[lo, hi)` were
+    /// never added, so a new region there needs no descriptor scan (resize
+    /// lock).
+    added_lo: [AtomicUsize; MAX_SPANS],
+    /// See `added_lo`.
+    added_hi: [AtomicUsize; MAX_SPANS],
 }
 
 // SAFETY: the raw memmap pointers are only dereferenced as documented in
@@ -120,12 +127,16 @@ impl SpanTable {
                 info: [const { UnsafeCell::new(SpanInfo::EMPTY) }; MAX_SPANS],
                 pages: [const { AtomicUsize::new(0) }; MAX_SPANS],
                 len: AtomicUsize::new(0),
+                added_lo: [const { AtomicUsize::new(usize::MAX) }; MAX_SPANS],
+                added_hi: [const { AtomicUsize::new(0) }; MAX_SPANS],
             };
             #[cfg(loom)]
             return SpanTable {
                 info: core::array::from_fn(|_| UnsafeCell::new(SpanInfo::EMPTY)),
                 pages: core::array::from_fn(|_| AtomicUsize::new(0)),
                 len: AtomicUsize::new(0),
+                added_lo: core::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
+                added_hi: core::array::from_fn(|_| AtomicUsize::new(0)),
             };
         }
     }
@@ -206,6 +217,33 @@ impl SpanTable {
             }
         }
         best
+    }
+
+    /// The hull `[lo, hi)` of the regions added to span `idx` (empty:
+    /// `lo >= hi`). Resize lock.
+    pub(crate) fn added(&self, idx: usize) -> (usize, usize) {
+        (
+            self.added_lo[idx].load(Ordering::Relaxed),
+            self.added_hi[idx].load(Ordering::Relaxed),
+        )
+    }
+
+    /// Records that `[a, b)` was added to span `idx`. Resize lock.
+    pub(crate) fn note_added(&self, idx: usize, a: usize, b: usize) {
+        let (lo, hi) = self.added(idx);
+        self.added_lo[idx].store(lo.min(a), Ordering::Relaxed);
+        self.added_hi[idx].store(hi.max(b), Ordering::Relaxed);
+    }
+
+    /// Whether `[s, e)` overlaps a published span's memmap.
+    pub(crate) fn overlaps_memmap(&self, s: usize, e: usize) -> bool {
+        let desc = core::mem::size_of::<PageDesc>();
+        (0..self.len()).any(|i| {
+            let info = self.info(i);
+            let ms = info.memmap as usize;
+            let me = ms.saturating_add(info.cap_pages.saturating_mul(desc));
+            s < me && ms < e
+        })
     }
 
     /// Publishes a new span covering `pages` pages now.

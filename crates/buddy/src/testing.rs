@@ -100,9 +100,13 @@ pub enum Op {
         /// Byte offset into it (mod its size).
         offset: u32,
     },
-    /// A bad free of kind `kind % 6` (not owned, misaligned, wrong order,
-    /// not head, double free, not allocated), near live block `idx` or free
-    /// page `idx`.
+    /// A bad free of kind `kind % 10` (0 not owned, 1 misaligned, 2 wrong
+    /// order, 3 not head (interior), 4 double free of a free page, 5 not
+    /// allocated, 6 huge order, 7 a block tagged as on a per-CPU list
+    /// (single and bulk), 8 ABA double free (free a, free b, free a),
+    /// 9 a duplicate inside one bulk free), near live block `idx` or free
+    /// page `idx`. Each must be refused with the predicted error and leave
+    /// the state as the model says.
     BadFree {
         /// Which mistake.
         kind: u8,
@@ -111,6 +115,16 @@ pub enum Op {
     },
     /// Adds the region kept back at setup (once).
     AddRegion,
+    /// Adds memory added before (kind `kind % 4`: 0 a whole added region
+    /// again, 1 a piece inside one (`at` pages in), 2 one straddling an
+    /// added region's end, 3 the memmap): must be refused with
+    /// `RegionError::Overlap` and change nothing.
+    BadAddRegion {
+        /// Which mistake.
+        kind: u8,
+        /// Which added region, and where in it.
+        at: u16,
+    },
     /// Sets the min watermark to `pct` percent of managed memory.
     SetMinFree {
         /// Percent (mod 25).
@@ -154,6 +168,8 @@ pub struct Harness {
     managed: BTreeSet<usize>,
     live: Vec<Live>,
     pending: Option<Region>,
+    /// Regions added so far.
+    added: Vec<Region>,
     next_id: usize,
     carve: bool,
     /// Model counters.
@@ -240,6 +256,7 @@ impl Harness {
             managed: BTreeSet::new(),
             live: Vec::new(),
             pending: Some(r2),
+            added: Vec::new(),
             next_id: 1,
             carve,
             allocs: 0,
@@ -304,6 +321,7 @@ impl Harness {
         .expect("add_region");
         let pages: Vec<usize> = (free_start >> self.page_shift..e >> self.page_shift).collect();
         assert_eq!(added, pages.len(), "add_region: pages added");
+        self.added.push(r);
         self.free.extend(pages.iter().copied());
         self.managed.extend(pages);
     }
@@ -581,14 +599,28 @@ impl Harness {
                 while i < self.live.len() && pages.len() < count as usize {
                     if self.live[i].zone == z {
                         let l = self.release(i, zero);
-                        pages.push(Page { zero, ..l.page });
+                        // Not zero: the `Page` as handed out, whose `zero`
+                        // may still say true though the block was written
+                        // (`free_bulk` must not believe it).
+                        pages.push(if zero {
+                            Page { zero, ..l.page }
+                        } else {
+                            l.page
+                        });
                     } else {
                         i += 1;
                     }
                 }
                 let n = pages.len();
-                // SAFETY: the model's blocks, given up.
-                let freed = unsafe { self.buddy.free_bulk(z, pages) };
+                // SAFETY: the model's blocks, given up; with `zero`, cleared
+                // by `release`.
+                let freed = unsafe {
+                    if zero {
+                        self.buddy.free_bulk_keep_zero(z, pages)
+                    } else {
+                        self.buddy.free_bulk(z, pages)
+                    }
+                };
                 assert_eq!(freed, n);
             }
             Op::OwnerOf { idx, offset } => {
@@ -609,6 +641,7 @@ impl Harness {
                     self.add(r);
                 }
             }
+            Op::BadAddRegion { kind, at } => self.op_bad_add_region(kind, at),
             Op::SetMinFree { pct } => {
                 let total = self.buddy.total_managed_pages();
                 let kb = (total << self.page_shift) * (pct % 25) as usize / 100 / 1024;
@@ -701,10 +734,139 @@ impl Harness {
         }
     }
 
+    fn op_bad_add_region(&mut self, kind: u8, at: u16) {
+        if self.added.is_empty() {
+            return;
+        }
+        let page = 1usize << self.page_shift;
+        let r = self.added[at as usize % self.added.len()];
+        let s = r.start.next_multiple_of(page);
+        let e = r.end & !(page - 1);
+        let pages = (e - s) / page;
+        let (start, len): (*mut u8, usize) = match kind % 4 {
+            0 => (self.arena.wrapping_add(r.start), r.end - r.start),
+            1 => {
+                let k = at as usize % (pages - 1);
+                (self.arena.wrapping_add(s + k * page), 2 * page)
+            }
+            2 => (self.arena.wrapping_add(e - 2 * page), 3 * page),
+            _ => match self.memmap {
+                Some((mm, l)) => (mm, l.size()),
+                // Carved: the memmap is the region's first pages.
+                None => (self.arena.wrapping_add(s), page),
+            },
+        };
+        let before = self.actual();
+        let managed = self.buddy.total_managed_pages();
+        // SAFETY: refused before anything is touched (that is what is
+        // checked); the memory is the harness's.
+        let r = unsafe { self.buddy.add_region(start, len, false) };
+        assert_eq!(
+            r,
+            Err(crate::RegionError::Overlap),
+            "re-adding {start:p} + {len:#x} (kind {kind}) not refused"
+        );
+        assert_eq!(
+            self.actual(),
+            before,
+            "a refused add changed the free lists"
+        );
+        assert_eq!(self.buddy.total_managed_pages(), managed);
+    }
+
+    /// Bad frees that need more than one call (kinds 6..=9 of
+    /// [`Op::BadFree`]); true if `kind` was one of them.
+    fn op_bad_free_multi(&mut self, kind: u8, idx: u16) -> bool {
+        match kind % 10 {
+            6 => {
+                // Huge order: above max_order, up to the largest there is.
+                let Some(l) = self.pick_live(idx) else {
+                    return true;
+                };
+                let max = self.max_order.get();
+                let span = crate::ORDER_LIMIT - max;
+                let huge = Order::new(max + 1 + (idx as u8 % span)).unwrap();
+                let before = self.actual();
+                // SAFETY: refused (checked).
+                let e = unsafe { self.buddy.try_free_pages(l.page.ptr, huge, FreeFlags::NONE) }
+                    .expect_err("free with a huge order accepted");
+                assert_eq!(e.kind, FreeErrorKind::BadOrder, "{e}");
+                assert!(self.buddy.alloc_pages(huge, AllocFlags::NONE).is_none());
+                assert_eq!(self.actual(), before);
+            }
+            7 => {
+                // A block that sits on a per-CPU list (pcp's owner tag).
+                let Some(l) = self.pick_live(idx) else {
+                    return true;
+                };
+                let o = self.buddy.owner_of(l.page.ptr.as_ptr()).unwrap().owner;
+                let tag = o.tag().load(Ordering::Relaxed);
+                o.tag()
+                    .store(crate::PCP_TAG | (idx as u32 & 0xff), Ordering::Relaxed);
+                let before = self.actual();
+                // SAFETY: refused (checked).
+                let e = unsafe {
+                    self.buddy
+                        .try_free_pages(l.page.ptr, l.page.order, FreeFlags::NONE)
+                }
+                .expect_err("free of a pcp-listed block accepted");
+                assert_eq!(e.kind, FreeErrorKind::OnPcpList, "{e}");
+                // SAFETY: refused (checked).
+                let e = unsafe { self.buddy.try_free_bulk(l.zone, [l.page]) }
+                    .expect_err("bulk free of a pcp-listed block accepted");
+                assert_eq!(e.kind, FreeErrorKind::OnPcpList, "{e}");
+                assert_eq!(self.actual(), before);
+                o.tag().store(tag, Ordering::Relaxed);
+            }
+            8 => {
+                // ABA: free a, free b, free a again.
+                if self.live.is_empty() {
+                    return true;
+                }
+                let a = self.release(idx as usize % self.live.len(), false);
+                // SAFETY: the model's block, given up.
+                unsafe { self.buddy.free_pages(a.page.ptr, a.page.order) };
+                if !self.live.is_empty() {
+                    let b = self.release((idx as usize / 7) % self.live.len(), false);
+                    // SAFETY: as above.
+                    unsafe { self.buddy.free_pages(b.page.ptr, b.page.order) };
+                }
+                let before = self.actual();
+                // SAFETY: refused (checked).
+                let e = unsafe {
+                    self.buddy
+                        .try_free_pages(a.page.ptr, a.page.order, FreeFlags::NONE)
+                }
+                .expect_err("ABA double free accepted");
+                assert!(matches!(e.kind, FreeErrorKind::DoubleFree { .. }), "{e}");
+                assert_eq!(self.actual(), before);
+            }
+            9 => {
+                // The same block twice in one bulk free: the first is freed,
+                // the second refused.
+                if self.live.is_empty() {
+                    return true;
+                }
+                let a = self.release(idx as usize % self.live.len(), false);
+                // SAFETY: the model's block, given up once; the duplicate is
+                // refused (checked).
+                let e = unsafe { self.buddy.try_free_bulk(a.zone, [a.page, a.page]) }
+                    .expect_err("duplicate in a bulk free accepted");
+                assert!(matches!(e.kind, FreeErrorKind::DoubleFree { .. }), "{e}");
+            }
+            _ => return false,
+        }
+        self.bad_frees += 1;
+        true
+    }
+
     fn op_bad_free(&mut self, kind: u8, idx: u16) {
+        if self.op_bad_free_multi(kind, idx) {
+            return;
+        }
         let page = 1usize << self.page_shift;
         let before = self.actual();
-        let (addr, order, want): (usize, Order, fn(FreeErrorKind) -> bool) = match kind % 6 {
+        let (addr, order, want): (usize, Order, fn(FreeErrorKind) -> bool) = match kind % 10 {
             0 => (
                 self.arena as usize + Self::BLOCKS * (page << self.max_order.get()) + 64 * page,
                 Order::ZERO,

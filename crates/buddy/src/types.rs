@@ -330,9 +330,11 @@ impl BitOr for FreeFlags {
 /// From an allocation, `zero` is true when the block reads as zero: always
 /// for a [`ZEROED`](AllocFlags::ZEROED) single allocation (cleared if it was
 /// not known zero), and for other requests when the block happened to be
-/// known zero. Bulk allocations never clear; `zero` tells. Handed back to
-/// [`free_bulk`](crate::Buddy::free_bulk), `zero` says the block still reads
-/// as zero (`free_pages_zeroed`).
+/// known zero. Bulk allocations never clear; `zero` tells. It describes the
+/// block when it was handed out: [`free_bulk`](crate::Buddy::free_bulk)
+/// ignores it (the holder may have written to the block); only
+/// [`free_bulk_keep_zero`](crate::Buddy::free_bulk_keep_zero), whose caller
+/// states that its zero-flagged blocks still read as zero, keeps it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Page {
     /// The block's first byte (with the provenance of the managed memory).

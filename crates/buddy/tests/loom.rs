@@ -242,6 +242,9 @@ fn bulk_refill_vs_free() {
             unsafe { pg.ptr.as_ptr().write_bytes(7, PAGE) };
         }
         t.join().unwrap();
+        // The pages were written: hand back the `Page`s as they came (some
+        // say `zero: true`); `free_bulk` makes no zero claim for them (with
+        // `invariants`, a claim it believed would be checked and fail).
         // SAFETY: ours.
         unsafe { h.b.free_bulk(ZoneId::new(0), got) };
         h.all_back();

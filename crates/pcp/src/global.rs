@@ -92,7 +92,10 @@ impl GlobalPcp {
         match self.order(layout) {
             Some(order) => match self.pcp.alloc(order, flags) {
                 Some(p) => p.ptr.as_ptr(),
-                None => ptr::null_mut(),
+                // The heap cannot grow (no reservation fits what is left of
+                // the address space): a direct mapping of the block's size,
+                // fresh and zero (null if `mmap` refuses too).
+                None => self.pcp.source().alloc_block_direct(order, layout.align()),
             },
             // SAFETY: forwarded GlobalAlloc contract (direct mapping).
             None => unsafe {
@@ -134,6 +137,15 @@ unsafe impl GlobalAlloc for GlobalPcp {
                 // SAFETY: GlobalAlloc's contract; a bad block is rejected
                 // before any change.
                 if let Err(e) = unsafe { self.pcp.try_free(p, order, FreeFlags::NONE) } {
+                    // Not a buddy block: one served as a direct mapping when
+                    // the heap could not grow?
+                    if e.found.is_none() {
+                        // SAFETY: GlobalAlloc's contract: if `ptr` is such a
+                        // mapping, it is this block, given up.
+                        if unsafe { self.pcp.source().free_block_direct(ptr, order) } {
+                            return;
+                        }
+                    }
                     abort_bad_free(e)
                 }
             }

@@ -20,6 +20,12 @@
 //! Pages on the lists are *allocated* in the buddy; they are linked through
 //! their descriptors' owner words (`data` = prev, `link` = next, `tag` =
 //! list id), never through the page memory (that would dirty the zero list).
+//! The list id is a [`buddy::PCP_TAG`] tag, stamped when a page is linked
+//! and cleared when it is handed out, so the buddy refuses a free of a page
+//! that sits on a list (a double free that has not reached the buddy).
+//! Drains return the zero lists' pages with
+//! [`Buddy::free_bulk_keep_zero`](buddy::Buddy::free_bulk_keep_zero): they
+//! keep PG_zero in the buddy.
 //!
 //! * **Allocation**: orders 0..=3 pop the head of this CPU's list (the tail
 //!   for `COLD`); an empty list is refilled with `batch` pages under **one**
@@ -80,7 +86,9 @@ pub mod stats;
 mod global;
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
-pub use crate::pcp::{BadFree, CpuPages, DrainError, PageSource, Pcp, Policy};
+pub use crate::pcp::{
+    BadFree, BatchHighError, CpuPages, DrainError, PageSource, Pcp, Policy, MAX_HIGH,
+};
 pub use crate::stats::{PcpStat, PcpStats};
 
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]

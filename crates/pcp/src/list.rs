@@ -22,8 +22,10 @@ use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
 /// The tag of pages on pcp lists: `0x5043_0000 | zero << 4 | order`
-/// ("PC"); SLUB and other owners use other values.
-pub const PCP_TAG: u32 = 0x5043_0000;
+/// ("PC"); SLUB and other owners use other values. The buddy knows it
+/// ([`buddy::PCP_TAG`]) and refuses to free a page so tagged: a page on a
+/// per-CPU list is held by the lists, not by whoever frees it.
+pub const PCP_TAG: u32 = buddy::PCP_TAG;
 
 /// The tag of the list of `order` (`zero`: the zero list).
 #[inline(always)]
@@ -34,7 +36,7 @@ pub const fn list_tag(order: u8, zero: bool) -> u32 {
 /// Whether a tag is some pcp list's.
 #[inline(always)]
 pub const fn is_pcp_tag(tag: u32) -> bool {
-    tag & 0xffff_ff00 == PCP_TAG
+    buddy::is_pcp_tag(tag)
 }
 
 /// A doubly linked list of pages, head = hot end, tail = cold end.

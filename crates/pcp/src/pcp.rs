@@ -103,6 +103,67 @@ impl ConstInit for CpuPages {
     };
 }
 
+/// The most pages one CPU's lists may hold (`high`): 2^20 (4 GiB of 4 KiB
+/// pages; the kernel's `percpu_pagelist_high_fraction` keeps `high` to an
+/// eighth of the zone). Larger values are refused by
+/// [`Pcp::set_batch_high`], as are values whose batch arithmetic
+/// (`batch << free_factor`) could overflow.
+pub const MAX_HIGH: usize = 1 << 20;
+
+/// Why [`Pcp::set_batch_high`] refused a `(batch, high)` pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchHighError {
+    /// `batch` is 0: a refill would bring nothing.
+    ZeroBatch,
+    /// `batch` is above `high`: a refill alone would overflow the list.
+    BatchAboveHigh {
+        /// The batch asked for.
+        batch: usize,
+        /// The high asked for.
+        high: usize,
+    },
+    /// `high` (at least `2 * batch`) is above [`MAX_HIGH`].
+    HighTooLarge {
+        /// The high asked for (after raising it to `2 * batch`).
+        high: usize,
+    },
+}
+
+impl fmt::Display for BatchHighError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BatchHighError::ZeroBatch => f.write_str("pcp: set_batch_high: batch 0 refused"),
+            BatchHighError::BatchAboveHigh { batch, high } => write!(
+                f,
+                "pcp: set_batch_high: batch {batch} above high {high} refused"
+            ),
+            BatchHighError::HighTooLarge { high } => write!(
+                f,
+                "pcp: set_batch_high: high {high} above the most a CPU's lists may hold ({MAX_HIGH} pages) refused"
+            ),
+        }
+    }
+}
+
+/// Validates a `(batch, high)` pair and raises `high` to `2 * batch`.
+const fn check_batch_high(batch: usize, high: usize) -> Result<(usize, usize), BatchHighError> {
+    if batch == 0 {
+        return Err(BatchHighError::ZeroBatch);
+    }
+    if batch > high {
+        return Err(BatchHighError::BatchAboveHigh { batch, high });
+    }
+    if high > MAX_HIGH {
+        return Err(BatchHighError::HighTooLarge { high });
+    }
+    // batch <= high <= MAX_HIGH: no overflow.
+    let high = if high < 2 * batch { 2 * batch } else { high };
+    if high > MAX_HIGH {
+        return Err(BatchHighError::HighTooLarge { high });
+    }
+    Ok((batch, high))
+}
+
 /// Per-CPU counters: written by the CPU holding its lists (a relaxed load
 /// and store, no atomic read-modify-write), summed by readers.
 struct CpuCounters {
@@ -174,12 +235,17 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         /// [`new`](Self::new) with `batch` and `high` set by hand from the
         /// start (as [`set_batch_high`](Self::set_batch_high); `high` is
         /// raised to at least `2 * batch`).
+        ///
+        /// # Panics
+        ///
+        /// If `set_batch_high` would refuse the values (in a `static`, a
+        /// compile-time error).
         pub fn new_tuned(source: S, zone: ZoneId, platform: L, policy: Policy, tuned: Option<(usize, usize)>) -> Self {
             let (batch, high, t) = match tuned {
-                Some((b, h)) => {
-                    let b = if b == 0 { 1 } else { b };
-                    (b, if h < 2 * b { 2 * b } else { h }, 1)
-                }
+                Some((b, h)) => match check_batch_high(b, h) {
+                    Ok((b, h)) => (b, h, 1),
+                    Err(_) => panic!("pcp: new_tuned: batch must be 1..=high and high at most MAX_HIGH"),
+                },
                 None => (1, 4, 0),
             };
             Pcp {
@@ -234,15 +300,23 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     }
 
     /// Sets `batch` and `high` by hand (`percpu_pagelist_high_fraction`,
-    /// `vm.percpu_pagelist_*`): `batch >= 1`, `high >= 2 * batch` enforced
-    /// by rounding up. `None` goes back to the kernel's formula. Readers
-    /// tolerate the change at any time; only `count` is authoritative.
-    pub fn set_batch_high(&self, v: Option<(usize, usize)>) {
+    /// `vm.percpu_pagelist_*`): `high` below `2 * batch` is raised to
+    /// `2 * batch` (a list keeps a batch after a batch free). `None` goes
+    /// back to the kernel's formula. Readers tolerate the change at any
+    /// time; only `count` is authoritative.
+    ///
+    /// # Errors
+    ///
+    /// Nothing changes on error: `batch` 0 ([`BatchHighError::ZeroBatch`]),
+    /// `batch > high` ([`BatchHighError::BatchAboveHigh`]), `high` (after
+    /// the rounding) above [`MAX_HIGH`] pages
+    /// ([`BatchHighError::HighTooLarge`]).
+    pub fn set_batch_high(&self, v: Option<(usize, usize)>) -> Result<(), BatchHighError> {
         match v {
             Some((b, h)) => {
-                let b = b.max(1);
+                let (b, h) = check_batch_high(b, h)?;
                 self.batch.store(b, Relaxed);
-                self.high.store(h.max(2 * b), Relaxed);
+                self.high.store(h, Relaxed);
                 self.tuned.store(1, Relaxed);
             }
             None => {
@@ -250,6 +324,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 self.recompute_sizes();
             }
         }
+        Ok(())
     }
 
     /// `zone_batchsize`/`zone_highsize` from the zone's current size.
@@ -683,8 +758,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 None
             });
             // SAFETY: every page on the lists is an allocated block of this
-            // zone that the pcp holds.
-            unsafe { b.free_bulk(self.zone, iter) };
+            // zone that the pcp holds, and the zero lists' pages (yielded
+            // with `zero`) read as zero: nobody wrote them since they were
+            // known zero (fresh, freed zeroed, or cleared by `prezero`).
+            unsafe { b.free_bulk_keep_zero(self.zone, iter) };
         }
         let c = g.count - freed;
         self.set_count(g, c);

@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 use std::vec;
 use std::vec::Vec;
 
-use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
+use buddy::{AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, Tunables, ZoneId};
 use local_lock::test_platform::TestPlatform;
 
 use crate::{Pcp, Policy};
@@ -124,6 +124,18 @@ pub enum Op {
         cpu: usize,
         n: usize,
     },
+    /// Bad input, kind `kind % 7`, on live block `idx`, from `cpu`: 0 free
+    /// a block, then free it again to the pcp and straight to the buddy
+    /// (it sits on a per-CPU list, or is free in the buddy after a batch
+    /// free); 1 an interior pointer; 2 a wrong order; 3 a foreign pointer;
+    /// 4 a huge order; 5 ABA (free a, free b, free a); 6 nonsense
+    /// `set_batch_high`. Every one must be refused (`Err`) with the state
+    /// intact.
+    Bad {
+        cpu: usize,
+        kind: u8,
+        idx: usize,
+    },
 }
 
 struct Live {
@@ -141,7 +153,7 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
         TestPlatform::pinned(CPUS)
     };
     let pcp = m.pcp(plat, policy);
-    pcp.set_batch_high(Some((5, 20)));
+    pcp.set_batch_high(Some((5, 20))).unwrap();
     let mut live: Vec<Live> = Vec::new();
     let mut model: BTreeMap<usize, usize> = BTreeMap::new(); // start -> end
     let mut byte = 1u8;
@@ -250,6 +262,91 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
             }
             Op::Prezero { cpu, budget } => {
                 plat.on_cpu(cpu, || pcp.prezero(budget));
+            }
+            Op::Bad { cpu, kind, idx } => {
+                let bad = |p: NonNull<u8>, order: Order| {
+                    plat.on_cpu(cpu, || {
+                        // SAFETY: a bad free, refused before any change
+                        // (that is what is checked).
+                        unsafe { pcp.try_free(p, order, FreeFlags::NONE) }
+                    })
+                };
+                match kind % 7 {
+                    0 | 5 => {
+                        if live.is_empty() {
+                            continue;
+                        }
+                        let l = live.swap_remove(idx % live.len());
+                        model.remove(&(l.ptr.as_ptr() as usize));
+                        // SAFETY: live block of this order, given up.
+                        plat.on_cpu(cpu, || unsafe { pcp.free(l.ptr, l.order, FreeFlags::NONE) });
+                        if kind % 7 == 5 && !live.is_empty() {
+                            let b = live.swap_remove((idx / 3) % live.len());
+                            model.remove(&(b.ptr.as_ptr() as usize));
+                            // SAFETY: as above.
+                            plat.on_cpu(cpu, || unsafe {
+                                pcp.free(b.ptr, b.order, FreeFlags::NONE)
+                            });
+                        }
+                        let e = bad(l.ptr, l.order).expect_err("double free accepted by the pcp");
+                        assert!(
+                            e.found.is_none_or(|(h, o)| h == l.ptr && o == l.order),
+                            "{e}"
+                        );
+                        // Straight to the buddy: refused too (on a per-CPU
+                        // list, or already free there).
+                        // SAFETY: refused (checked).
+                        let e = unsafe { m.buddy.try_free_pages(l.ptr, l.order, FreeFlags::NONE) }
+                            .expect_err("buddy accepted a page the pcp holds or it has");
+                        assert!(
+                            matches!(
+                                e.kind,
+                                FreeErrorKind::OnPcpList | FreeErrorKind::DoubleFree { .. }
+                            ),
+                            "{e}"
+                        );
+                    }
+                    1 | 2 | 4 => {
+                        if live.is_empty() {
+                            continue;
+                        }
+                        let l = &live[idx % live.len()];
+                        let (p, order) = match kind % 7 {
+                            1 if l.order.get() > 0 => {
+                                (NonNull::new(l.ptr.as_ptr().wrapping_add(PAGE)).unwrap(), O0)
+                            }
+                            1 => continue,
+                            2 => (l.ptr, o((l.order.get() + 1) % 4)),
+                            _ => (l.ptr, Order::new(buddy::ORDER_LIMIT).unwrap()),
+                        };
+                        bad(p, order).expect_err("bad free accepted by the pcp");
+                        // SAFETY: refused (checked).
+                        unsafe { m.buddy.try_free_pages(p, order, FreeFlags::NONE) }
+                            .expect_err("bad free accepted by the buddy");
+                    }
+                    3 => {
+                        let mut local = [0u8; 2 * PAGE];
+                        let a = (local.as_mut_ptr() as usize).next_multiple_of(PAGE);
+                        let p = NonNull::new(
+                            local.as_mut_ptr().wrapping_add(a - local.as_ptr() as usize),
+                        )
+                        .unwrap();
+                        bad(p, O0).expect_err("foreign free accepted by the pcp");
+                    }
+                    _ => {
+                        let before = pcp.batch_high();
+                        for v in [
+                            (0, 8),
+                            (9, 8),
+                            (usize::MAX, usize::MAX),
+                            (1, usize::MAX / 2),
+                        ] {
+                            pcp.set_batch_high(Some(v))
+                                .expect_err("nonsense batch/high accepted");
+                        }
+                        assert_eq!(pcp.batch_high(), before);
+                    }
+                }
             }
             Op::Bulk { cpu, n } => {
                 let mut arr = vec![None; n];

@@ -23,7 +23,7 @@ const ALL_POLICIES: [Policy; 3] = [Policy::IrqSafe, Policy::TaskOnly, Policy::Tr
 fn refill_is_one_batch_and_hits_follow() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((16, 64)));
+    pcp.set_batch_high(Some((16, 64))).unwrap();
     let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
     let s = pcp.stats();
     assert_eq!(s.get(PcpStat::REFILL), 1);
@@ -54,7 +54,7 @@ fn refill_is_one_batch_and_hits_follow() {
 fn every_order_up_to_costly_uses_the_lists() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::TaskOnly);
-    pcp.set_batch_high(Some((8, 64)));
+    pcp.set_batch_high(Some((8, 64))).unwrap();
     for k in 0..=3 {
         let p = pcp.alloc(o(k), AllocFlags::NONE).unwrap();
         assert!(
@@ -82,7 +82,7 @@ fn compound_blocks_from_the_lists_have_their_tails_stamped() {
     // lead `owner_of` to the head, as SLUB's free path needs.
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::TaskOnly);
-    pcp.set_batch_high(Some((8, 64)));
+    pcp.set_batch_high(Some((8, 64))).unwrap();
     for k in 1..=3u8 {
         let warm = pcp.alloc(o(k), AllocFlags::NONE).unwrap();
         // SAFETY: allocated just above.
@@ -120,7 +120,7 @@ fn prep_compound_refuses_a_non_head() {
 fn hot_and_cold_ends() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((4, 1000)));
+    pcp.set_batch_high(Some((4, 1000))).unwrap();
     let a = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
     let b = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
     let c = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
@@ -145,7 +145,7 @@ fn hot_and_cold_ends() {
 fn zero_list_serves_zeroed_requests_without_clearing() {
     let m = Mem::new(8, true); // fresh memory: known zero
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((8, 1000)));
+    pcp.set_batch_high(Some((8, 1000))).unwrap();
     let p = pcp.alloc(O0, AllocFlags::ZEROED).unwrap();
     assert!(p.zero && reads(p.ptr, O0, 0));
     let s = pcp.stats();
@@ -179,7 +179,7 @@ fn zero_list_serves_zeroed_requests_without_clearing() {
 fn zeroed_request_clears_a_dirty_page_and_only_zero_never_does() {
     let m = Mem::new(8, false); // dirty memory: nothing known zero
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((8, 1000)));
+    pcp.set_batch_high(Some((8, 1000))).unwrap();
     assert!(
         pcp.alloc(O0, AllocFlags::ONLY_ZERO).is_none(),
         "no zero page anywhere"
@@ -199,7 +199,7 @@ fn zeroed_request_clears_a_dirty_page_and_only_zero_never_does() {
 fn prezero_moves_cold_pages_to_the_zero_list() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((8, 1000)));
+    pcp.set_batch_high(Some((8, 1000))).unwrap();
     let p = pcp.alloc(O0, AllocFlags::NONE).unwrap(); // refill: 7 dirty left
     assert_eq!(pcp.prezero(3), 3);
     assert_eq!(pcp.stats().get(PcpStat::PREZERO_PAGES), 3);
@@ -220,7 +220,7 @@ fn reaching_high_frees_a_batch_and_the_drain_size_adapts() {
     let m = Mem::new(16, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
     let (batch, high) = (8, 40);
-    pcp.set_batch_high(Some((batch, high)));
+    pcp.set_batch_high(Some((batch, high))).unwrap();
     let pages: Vec<_> = (0..200)
         .map(|_| pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr)
         .collect();
@@ -254,7 +254,7 @@ fn drains_local_remote_and_all() {
     // Locked strategy: remote drains lock the target slot (Linux 6.x).
     let plat = TestPlatform::locked(CPUS);
     let pcp = m.pcp(plat, Policy::IrqSafe);
-    pcp.set_batch_high(Some((4, 1000)));
+    pcp.set_batch_high(Some((4, 1000))).unwrap();
     let mut held = Vec::new();
     for cpu in 0..CPUS {
         plat.on_cpu(cpu, || {
@@ -289,7 +289,7 @@ fn pinned_platform_refuses_remote_drains() {
     let m = Mem::new(8, false);
     let plat = TestPlatform::pinned(CPUS);
     let pcp = m.pcp(plat, Policy::TaskOnly);
-    pcp.set_batch_high(Some((4, 1000)));
+    pcp.set_batch_high(Some((4, 1000))).unwrap();
     plat.on_cpu(1, || {
         let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
         // SAFETY: ours.
@@ -309,7 +309,7 @@ fn pinned_platform_refuses_remote_drains() {
 fn bulk_alloc_fills_empty_slots_under_one_hold() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((16, 1000)));
+    pcp.set_batch_high(Some((16, 1000))).unwrap();
     let keep = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
     let mut arr = vec![None; 40];
     arr[3] = Some(keep);
@@ -354,7 +354,7 @@ fn panics(f: impl FnOnce()) -> String {
 fn bad_frees_are_reported_and_change_nothing() {
     let m = Mem::new(8, false);
     let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
-    pcp.set_batch_high(Some((8, 1000)));
+    pcp.set_batch_high(Some((8, 1000))).unwrap();
     let p = pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr;
     let big = pcp.alloc(o(2), AllocFlags::NONE).unwrap().ptr;
     let mut foreign = [0u8; 64];
@@ -413,7 +413,7 @@ fn policies_under_simulated_interrupts() {
                 TestPlatform::pinned(CPUS)
             };
             let pcp = Rc::new(m.pcp(plat, policy));
-            pcp.set_batch_high(Some((4, 12)));
+            pcp.set_batch_high(Some((4, 12))).unwrap();
             let log: Rc<RefCell<Vec<NonNull<u8>>>> = Rc::default();
             let mut fired_inside = 0;
             for at in 0..if cfg!(miri) { 2 } else { 8 } {
@@ -537,6 +537,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The bad-input mode: a third of the operations are misuse.
+fn bad_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
+        3 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
+        1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
+        5 => (0..CPUS, 0u8..7, any::<usize>()).prop_map(|(cpu, kind, idx)| Op::Bad { cpu, kind, idx }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 1 } else { 48 }, ..ProptestConfig::default() })]
 
@@ -544,6 +555,14 @@ proptest! {
     fn state_machine(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
                      locked in any::<bool>(),
                      ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 8 } else { 120 })) {
+        run_machine(policy, locked, &ops);
+    }
+
+    /// Bad-input mode: every misuse refused, the lists and the buddy intact.
+    #[test]
+    fn state_machine_under_bad_input(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
+                     locked in any::<bool>(),
+                     ops in proptest::collection::vec(bad_op(), 1..if cfg!(miri) { 8 } else { 120 })) {
         run_machine(policy, locked, &ops);
     }
 }

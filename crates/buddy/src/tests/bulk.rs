@@ -125,7 +125,7 @@ fn bulk_alloc_and_free_take_the_lock_once() {
         .collect();
     let before = saves(&s);
     // SAFETY: ours; the zero ones never written.
-    let freed = unsafe { s.b.free_bulk(z, back) };
+    let freed = unsafe { s.b.free_bulk_keep_zero(z, back) };
     assert_eq!(freed, 20);
     assert_eq!(
         saves(&s) - before,
@@ -190,7 +190,7 @@ fn bulk_only_zero_and_zero_preference() {
     fill(&got[0], 512, 5);
     // SAFETY: ours; got[1] never written.
     unsafe {
-        s.b.free_bulk(
+        s.b.free_bulk_keep_zero(
             z,
             [
                 Page {

@@ -40,6 +40,21 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The bad-input mode: half the operations are misuse (every kind of bad
+/// free, bad region additions), the rest keep the state interesting.
+fn bad_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<u8>(), any::<u8>(), 0u8..3).prop_map(|(order, flags, zone)| Op::Alloc { order, flags, zone }),
+        1 => (0u8..2, any::<u8>(), 0u8..16, any::<u8>())
+            .prop_map(|(zone, order, count, flags)| Op::AllocBulk { zone, order, count, flags }),
+        2 => (any::<u16>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold)| Op::Free { idx, zero, cold }),
+        1 => (0u8..2, 0u8..8, any::<bool>()).prop_map(|(zone, count, zero)| Op::FreeBulk { zone, count, zero }),
+        6 => (0u8..10, any::<u16>()).prop_map(|(kind, idx)| Op::BadFree { kind, idx }),
+        2 => (0u8..4, any::<u16>()).prop_map(|(kind, at)| Op::BadAddRegion { kind, at }),
+        1 => Just(Op::AddRegion),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: if cfg!(miri) { 2 } else { 128 },
@@ -50,6 +65,20 @@ proptest! {
     fn buddy_matches_model(
         setup in setup(),
         ops in prop::collection::vec(op(), 1..if cfg!(miri) { 12 } else { 150 }),
+    ) {
+        let mut h = Harness::new(setup);
+        for op in &ops {
+            h.apply(op);
+        }
+        h.finish();
+    }
+
+    /// Bad-input mode: misuse is refused with the predicted error and the
+    /// state stays what the model says (checked after every operation).
+    #[test]
+    fn buddy_matches_model_under_bad_input(
+        setup in setup(),
+        ops in prop::collection::vec(bad_op(), 1..if cfg!(miri) { 12 } else { 150 }),
     ) {
         let mut h = Harness::new(setup);
         for op in &ops {
@@ -108,6 +137,12 @@ fn harness_smoke() {
             Op::BadFree { kind: 3, idx: 1 },
             Op::BadFree { kind: 4, idx: 3 },
             Op::BadFree { kind: 5, idx: 2 },
+            Op::BadFree { kind: 6, idx: 1 },
+            Op::BadFree { kind: 7, idx: 1 },
+            Op::BadAddRegion { kind: 0, at: 0 },
+            Op::BadAddRegion { kind: 1, at: 3 },
+            Op::BadAddRegion { kind: 2, at: 1 },
+            Op::BadAddRegion { kind: 3, at: 0 },
             Op::FreeBulk {
                 zone: 1,
                 count: 3,
@@ -131,11 +166,13 @@ fn harness_smoke() {
                 count: 9,
                 flags: 3,
             },
+            Op::BadFree { kind: 8, idx: 1 },
+            Op::BadFree { kind: 9, idx: 0 },
         ];
         for op in &ops {
             h.apply(op);
         }
-        assert!(h.bad_frees >= 3, "bad frees exercised: {}", h.bad_frees);
+        assert!(h.bad_frees >= 7, "bad frees exercised: {}", h.bad_frees);
         h.finish();
     }
 }

@@ -168,7 +168,7 @@ fn pcp_style_list_in_owner_words() {
     }
     assert_eq!(pages.len(), 8);
     // SAFETY: ours, never written.
-    let freed = unsafe { fx.free_bulk(z, pages) };
+    let freed = unsafe { fx.free_bulk_keep_zero(z, pages) };
     assert_eq!(freed, 8);
     let i = fx.zone_info(z);
     assert_eq!(
