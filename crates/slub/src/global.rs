@@ -7,6 +7,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use buddy::{AllocFlags, BlockRef, Order, Page};
+use local_lock::fork::in_main_image;
 use local_lock::std_platform::{die, PerThread};
 use pcp::GlobalPcp;
 
@@ -71,35 +72,6 @@ fn flush_on_exit(_slot: usize) {
             // the process.
             unsafe { &*p }.k.flush_local();
         }
-    }
-}
-
-/// Whether `p` lies in the main executable's loaded image (`__executable_start`
-/// to `_end`: its code, constants, data and bss). An object there is a
-/// `static` of the program: it is never moved and never dropped while the
-/// process runs, and nothing else (stack, heap, other mappings) can lie
-/// inside that range (the loader keeps the gaps between its segments
-/// reserved). `false` where this cannot be told (other targets, miri).
-fn in_main_image(p: *const u8) -> bool {
-    #[cfg(all(target_os = "linux", not(miri)))]
-    {
-        extern "C" {
-            // Defined by the linker for every executable (GNU ld, gold, lld).
-            static __executable_start: u8;
-            static _end: u8;
-        }
-        // Only the symbols' addresses are taken, nothing is read.
-        let (lo, hi) = (
-            core::ptr::addr_of!(__executable_start) as usize,
-            core::ptr::addr_of!(_end) as usize,
-        );
-        let a = p as usize;
-        lo <= a && a < hi
-    }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
-    {
-        let _ = p;
-        false
     }
 }
 
