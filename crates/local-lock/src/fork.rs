@@ -251,32 +251,70 @@ fn release(pick: impl Fn(&Hooks) -> unsafe fn(usize)) {
     unsafe { REG.force_unlock() };
 }
 
-/// Whether `p` lies in the main executable's loaded image
-/// (`__executable_start` to `_end`: its code, constants, data and bss). An
-/// object there is a `static` of the program: never moved and never
-/// dropped while the process runs, and nothing else (stack, heap, other
-/// mappings) lies inside that range (the loader keeps the gaps between its
-/// segments reserved). So `&*p` may be taken as `'static`. `false` where
-/// this cannot be told (other targets, miri).
+/// Whether `p` lies in a writable segment of the main executable as
+/// loaded (its `.data` or `.bss`, found from the program headers the
+/// kernel passes in the auxiliary vector: `getauxval(AT_PHDR)`, no lock,
+/// no allocation). An object there is a `static` of the program (or a
+/// part of one): never moved and never dropped while the process runs, so
+/// `&*p` may be taken as `'static`. Stacks, heaps and other mappings never
+/// lie inside a loaded segment. `false` where this cannot be told (other
+/// targets, miri, an executable without a `PT_PHDR` header).
 pub fn in_main_image(p: *const u8) -> bool {
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(all(target_os = "linux", target_pointer_width = "64", not(miri)))]
     {
-        extern "C" {
-            // Defined by the linker for every executable (GNU ld, gold, lld).
-            static __executable_start: u8;
-            static _end: u8;
+        // SAFETY: getauxval has no preconditions.
+        let (phdr, phnum) = unsafe {
+            (
+                libc::getauxval(libc::AT_PHDR) as usize,
+                libc::getauxval(libc::AT_PHNUM) as usize,
+            )
+        };
+        if phdr == 0 || phnum == 0 {
+            return false;
         }
-        // Only the symbols' addresses are taken, nothing is read.
-        let (lo, hi) = (
-            core::ptr::addr_of!(__executable_start) as usize,
-            core::ptr::addr_of!(_end) as usize,
-        );
+        // SAFETY: the kernel maps the executable's program headers there,
+        // `phnum` of them, for the life of the process.
+        let hdrs = unsafe { core::slice::from_raw_parts(phdr as *const libc::Elf64_Phdr, phnum) };
+        // The load bias: where PT_PHDR says the headers are, against
+        // where they are.
+        let Some(bias) = hdrs
+            .iter()
+            .find(|h| h.p_type == libc::PT_PHDR)
+            .map(|h| phdr.wrapping_sub(h.p_vaddr as usize))
+        else {
+            return false;
+        };
         let a = p as usize;
-        lo <= a && a < hi
+        hdrs.iter().any(|h| {
+            h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_W != 0 && {
+                let lo = bias.wrapping_add(h.p_vaddr as usize);
+                lo <= a && a - lo < h.p_memsz as usize
+            }
+        })
     }
-    #[cfg(not(all(target_os = "linux", not(miri))))]
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64", not(miri))))]
     {
         let _ = p;
         false
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+mod tests {
+    use super::*;
+    use core::sync::atomic::AtomicU64;
+
+    static WRITABLE: AtomicU64 = AtomicU64::new(1);
+    static ZEROED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+    #[test]
+    fn statics_are_in_the_main_image_locals_and_heap_are_not() {
+        assert!(in_main_image((&WRITABLE as *const AtomicU64).cast()));
+        assert!(in_main_image((&ZEROED[63] as *const AtomicU64).cast()));
+        let local = AtomicU64::new(WRITABLE.load(Ordering::Relaxed));
+        assert!(!in_main_image((&local as *const AtomicU64).cast()));
+        let boxed = std::boxed::Box::new(AtomicU64::new(2));
+        assert!(!in_main_image((&*boxed as *const AtomicU64).cast()));
+        assert!(!in_main_image(core::ptr::null()));
     }
 }

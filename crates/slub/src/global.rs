@@ -20,6 +20,11 @@ use crate::source::SlabSource;
 /// largest block) are direct mappings.
 static PAGES: GlobalPcp = GlobalPcp::new();
 
+/// The shared pages, for the fork handlers.
+pub(crate) fn pages_static() -> &'static GlobalPcp {
+    &PAGES
+}
+
 /// The page source of [`GlobalSlub`] (a handle to the shared pcp).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GlobalPages;
@@ -189,6 +194,8 @@ impl GlobalSlub {
         if self.hooked.swap(true, Ordering::AcqRel) {
             return;
         }
+        // fork handlers (issue #14 item 13): the shared pages always.
+        crate::fork::register_pages();
         if in_main_image((self as *const GlobalSlub).cast()) {
             // SAFETY: the instance is a static of the executable (see
             // `in_main_image`): it lives, unmoved, until the process ends.
@@ -206,6 +213,10 @@ impl GlobalSlub {
     /// cached in their slots, for the threads that take the slots next).
     pub fn flush_at_thread_exit(&'static self) -> bool {
         self.hooked.store(true, Ordering::Relaxed);
+        // fork handlers (issue #14 item 13): its caches' locks, and the
+        // pages underneath.
+        crate::fork::register_pages();
+        crate::fork::register_instance(self);
         let me = self as *const GlobalSlub as *mut GlobalSlub;
         if INSTANCES.iter().any(|i| i.load(Ordering::Acquire) == me) {
             return true;
@@ -233,6 +244,11 @@ impl GlobalSlub {
     pub fn flushes_at_thread_exit(&self) -> bool {
         let me = self as *const GlobalSlub as *mut GlobalSlub;
         INSTANCES.iter().any(|i| i.load(Ordering::Acquire) == me)
+    }
+
+    /// The kmalloc caches without registering anything (fork handlers).
+    pub(crate) fn kmalloc_caches(&self) -> &[crate::KmemCache<GlobalPages, PerThread>; 13] {
+        self.k.caches()
     }
 
     #[inline(always)]
