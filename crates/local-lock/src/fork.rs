@@ -10,7 +10,7 @@
 //! locks protect is then consistent in the child.
 //!
 //! Allocators register with [`register`] (a `'static` object and its
-//! [level](level)): levels are taken in increasing order (objects before
+//! [`level`]): levels are taken in increasing order (objects before
 //! the page allocators they sit on: slub caches, then pcp lists, then the
 //! buddy), registrations within a level in registration order, and the
 //! release runs in reverse. A registration must be made where the caller

@@ -101,6 +101,14 @@ fn flush_on_exit(_slot: usize) {
 /// null; a bad `dealloc` (foreign pointer, double free the naive check
 /// sees) is reported on stderr and aborts (a global allocator must not
 /// unwind).
+///
+/// `fork()` from a multithreaded program is safe: on first use the
+/// instance registers `pthread_atfork` handlers (`local_lock::fork`) that
+/// take its caches' locks and the pages' locks before `fork` and release
+/// them after it, so the child never inherits a lock another thread held
+/// (registered for `static` instances, or through
+/// [`flush_at_thread_exit`](Self::flush_at_thread_exit); the pages are
+/// always registered).
 pub struct GlobalSlub {
     k: Inner,
     hooked: AtomicBool,
