@@ -267,6 +267,34 @@ mod global {
         }
     }
 
+    /// The record grows past its first page (256 entries) and keeps every
+    /// block findable through growth, tombstones and reuse.
+    #[test]
+    fn many_large_blocks_are_recorded_freed_and_reused() {
+        let l = Layout::from_size_align(40 << 10, 8).unwrap();
+        let mut v = Vec::new();
+        for round in 0..3 {
+            for _ in 0..1500 {
+                // SAFETY: a valid layout.
+                let p = unsafe { G.alloc(l) };
+                assert!(!p.is_null());
+                // SAFETY: ours.
+                unsafe { p.write(round) };
+                v.push(p);
+            }
+            // Free every other one, then the rest in reverse.
+            let (odd, even): (Vec<_>, Vec<_>) =
+                v.drain(..).enumerate().partition(|(i, _)| i % 2 == 1);
+            for (_, p) in odd.into_iter().chain(even.into_iter().rev()) {
+                // SAFETY: ours, this layout.
+                unsafe {
+                    assert_eq!(p.read(), round);
+                    G.dealloc(p, l);
+                }
+            }
+        }
+    }
+
     #[test]
     fn page_aligned_small_block_freed_with_large_layout_aborts_with_message() {
         aborts(
