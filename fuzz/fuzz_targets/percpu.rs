@@ -9,6 +9,13 @@
 //! exhaustion paths run too. Checked: no overlap, alignment, zeroed in every
 //! unit, contents preserved until free, sizes found from the boundary map,
 //! counters, and every page returned when the allocator drops.
+//!
+//! Bad input (issue #14): ABA frees of any earlier area (`FreeStale`),
+//! foreign pointers (stack, host heap, another allocator's area), frees of
+//! the static area, and requests of huge sizes or of alignments that are
+//! zero, not powers of two or above a page (`AllocBad`): each must be
+//! refused with the right error and change nothing (the invariant checker
+//! and the counters after every operation).
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -44,6 +51,18 @@ enum Op {
         delta: u16,
     },
     FreeAgain,
+    FreeStale {
+        idx: u16,
+    },
+    FreeForeign {
+        kind: u8,
+    },
+    FreeStatic,
+    AllocBad {
+        size: u64,
+        align: u64,
+        huge: bool,
+    },
     Balance,
     Interrupt {
         size: u8,
@@ -71,6 +90,26 @@ fn holds(a: &PcpuAllocator<TestPlatform, &HeapSource>, l: &Live, zero: bool) -> 
         // SAFETY: as in `fill`.
         (0..l.size).all(|i| unsafe { *q.add(i) } == want)
     })
+}
+
+/// A free of `p`, freed earlier (and not handed out again since), is
+/// refused: as interior if a newer area covers it, else as not allocated
+/// (or foreign, if `balance()` released its chunk); nothing changes.
+fn stale_free_refused(a: &PcpuAllocator<TestPlatform, &HeapSource>, live: &[Live], p: PcpuPtr) {
+    let inside = live
+        .iter()
+        .any(|l| l.p.addr() < p.addr() && p.addr() < l.p.addr() + l.size.next_multiple_of(4));
+    let before = a.stats().nr_dealloc;
+    let got = a.try_free(p).unwrap_err().kind;
+    if inside {
+        assert_eq!(got, FreeErrorKind::Interior);
+    } else {
+        assert!(
+            got == FreeErrorKind::NotAllocated || got == FreeErrorKind::NotPercpu,
+            "double free reported as {got:?}"
+        );
+    }
+    assert_eq!(a.stats().nr_dealloc, before);
 }
 
 fuzz_target!(|input: Input| {
@@ -153,21 +192,61 @@ fuzz_target!(|input: Input| {
             }
             Op::FreeAgain => {
                 if let Some(&p) = freed.last() {
-                    let inside = live
-                        .iter()
-                        .any(|l| l.p.addr() < p.addr() && p.addr() < l.p.addr() + rounded(l.size));
-                    let got = a.try_free(p).unwrap_err().kind;
-                    if inside {
-                        assert_eq!(got, FreeErrorKind::Interior);
-                    } else {
-                        // `balance()` may have released the chunk the stale
-                        // pointer pointed into: then it is foreign memory.
-                        assert!(
-                            got == FreeErrorKind::NotAllocated || got == FreeErrorKind::NotPercpu,
-                            "double free reported as {got:?}"
-                        );
-                    }
+                    stale_free_refused(&a, &live, p);
                 }
+            }
+            Op::FreeStale { idx } if !freed.is_empty() => {
+                stale_free_refused(&a, &live, freed[idx as usize % freed.len()]);
+            }
+            Op::FreeForeign { kind } => {
+                let mut local = [0u32; 4];
+                let boxed = Box::new([0u32; 4]);
+                let other_src = HeapSource::new();
+                let other =
+                    PcpuAllocator::new(TestPlatform::pinned(1), &other_src, Config::new(32 << 10))
+                        .unwrap();
+                let op = other.alloc(16, 4).unwrap();
+                let q = match kind % 3 {
+                    0 => core::ptr::NonNull::from(&mut local[(kind as usize / 3) % 4]).cast(),
+                    1 => core::ptr::NonNull::from(&*boxed).cast(),
+                    _ => op.as_ptr(),
+                };
+                let before = a.stats().nr_dealloc;
+                let e = a.try_free(PcpuPtr::from_raw(q)).unwrap_err();
+                assert_eq!(e.kind, FreeErrorKind::NotPercpu, "{e}");
+                assert_eq!(a.stats().nr_dealloc, before);
+                other.free(op);
+            }
+            Op::FreeStatic => {
+                if let Some((s, _)) = a.static_area() {
+                    assert_eq!(a.try_free(s).unwrap_err().kind, FreeErrorKind::Static);
+                }
+            }
+            Op::AllocBad { size, align, huge } => {
+                // Huge sizes (beyond the largest request) or alignments no
+                // area can have (0, not a power of two, above a page).
+                let (size, align) = if huge {
+                    (
+                        MAX_ALLOC_SIZE + 1 + (size as usize % (usize::MAX - MAX_ALLOC_SIZE)),
+                        1usize << (align % 13),
+                    )
+                } else {
+                    let a = align as usize;
+                    let a = if a.is_power_of_two() && a <= PAGE_SIZE {
+                        a.wrapping_mul(3)
+                    } else {
+                        a
+                    };
+                    (1 + size as usize % MAX_ALLOC_SIZE, a)
+                };
+                let before = a.stats().nr_alloc;
+                let want = if size > MAX_ALLOC_SIZE {
+                    PcpuError::TooLarge { size }
+                } else {
+                    PcpuError::BadAlign { align }
+                };
+                assert_eq!(a.alloc(size, align), Err(want), "size {size} align {align}");
+                assert_eq!(a.stats().nr_alloc, before);
             }
             Op::Balance => a.balance(),
             Op::Interrupt { size } => {

@@ -1701,3 +1701,37 @@ unsafe impl<P: Platform> core::alloc::GlobalAlloc for Buddy<P> {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13; see `crate::fork`)
+// ---------------------------------------------------------------------------
+
+#[cfg(all(feature = "std", not(loom)))]
+impl<P: Platform> Buddy<P> {
+    /// Takes the resize lock, then every zone lock (in zone order; nothing
+    /// ever holds two), and keeps them: the `prepare` half of a `fork`
+    /// handler (the lock order of the crate docs).
+    pub fn fork_lock(&self) {
+        self.resize.lock_for_fork();
+        for z in &self.zones {
+            z.lock.lock_for_fork();
+        }
+    }
+
+    /// Releases the locks taken by [`fork_lock`](Self::fork_lock), in the
+    /// parent or in the forked child.
+    ///
+    /// # Safety
+    ///
+    /// They were taken by `fork_lock` on this thread (in a child: on the
+    /// thread that forked).
+    pub unsafe fn fork_unlock(&self) {
+        // SAFETY: caller's contract: each is held, its guard forgotten.
+        unsafe {
+            for z in self.zones.iter().rev() {
+                z.lock.force_unlock();
+            }
+            self.resize.force_unlock();
+        }
+    }
+}

@@ -782,11 +782,13 @@ impl Drop for GlobalBuddy {
 unsafe impl GlobalAlloc for GlobalBuddy {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        crate::fork::register(self); // fork handlers (issue #14 item 13)
         self.alloc_flags(layout, AllocFlags::NONE)
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        crate::fork::register(self); // fork handlers (issue #14 item 13)
         self.alloc_flags(layout, AllocFlags::ZEROED)
     }
 
@@ -840,5 +842,37 @@ unsafe impl GlobalAlloc for GlobalBuddy {
             }
         }
         new
+    }
+}
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13; see `crate::fork`)
+// ---------------------------------------------------------------------------
+
+impl GlobalBuddy {
+    /// Takes every lock of the heap in the lock order and keeps them, for
+    /// `fork`: the grow lock, then the buddy's resize and zone locks.
+    pub(crate) fn fork_lock(&self) {
+        self.grow.lock_for_fork();
+        // FORK HOOK (direct-mapping record, issue #14 item 5): take its
+        // lock here if it may be held while the buddy's locks are taken,
+        // else after `self.buddy.fork_lock()`; release it in `fork_unlock`
+        // in reverse order.
+        self.buddy.fork_lock();
+    }
+
+    /// Releases what [`fork_lock`](Self::fork_lock) took.
+    ///
+    /// # Safety
+    ///
+    /// Taken by `fork_lock` on this thread (in a forked child: on the
+    /// thread that forked).
+    pub(crate) unsafe fn fork_unlock(&self) {
+        // SAFETY: caller's contract.
+        unsafe {
+            self.buddy.fork_unlock();
+            // FORK HOOK: release the direct-mapping record's lock here.
+            self.grow.force_unlock();
+        }
     }
 }

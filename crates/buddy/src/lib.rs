@@ -177,6 +177,8 @@ mod check;
 mod desc;
 mod error;
 #[cfg(all(feature = "std", not(loom)))]
+mod fork;
+#[cfg(all(feature = "std", not(loom)))]
 mod global;
 mod span;
 mod types;

@@ -82,6 +82,8 @@ pub mod platform;
 pub mod sync;
 
 #[cfg(all(feature = "std", not(loom)))]
+pub mod fork;
+#[cfg(all(feature = "std", not(loom)))]
 pub mod std_platform;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod test_platform;

@@ -487,3 +487,44 @@ impl<T, P: Platform, const N: usize> LocalGuard<'_, T, P, N> {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13)
+// ---------------------------------------------------------------------------
+
+#[cfg(not(loom))]
+impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
+    /// Takes slot `cpu`'s lock word as the locked strategy does, with no
+    /// guard (spinning until it is free): the `prepare` half of a `fork`
+    /// handler (see [`fork`](crate::fork)), for the slots a platform always
+    /// locks (every slot of a locked platform, the per-thread platform's
+    /// overflow slot). Released by [`fork_unlock_slot`](Self::fork_unlock_slot).
+    ///
+    /// # Safety
+    ///
+    /// Slot `cpu` (`< N`) is protected by the locked strategy for every
+    /// context that uses it, and the caller does not hold it.
+    pub unsafe fn fork_lock_slot(&self, cpu: usize) {
+        let slot = &self.slots[cpu];
+        let tag = locked_tag(cpu, false);
+        let backoff = Backoff::new();
+        while slot
+            .state
+            .compare_exchange_weak(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.platform.spin_wait(&backoff);
+        }
+    }
+
+    /// Releases a slot taken by [`fork_lock_slot`](Self::fork_lock_slot)
+    /// (in the parent, or in the forked child).
+    ///
+    /// # Safety
+    ///
+    /// The slot was taken by `fork_lock_slot` on this thread (in the child:
+    /// on the thread that forked).
+    pub unsafe fn fork_unlock_slot(&self, cpu: usize) {
+        self.slots[cpu].state.store(FREE, Ordering::Release);
+    }
+}

@@ -526,3 +526,42 @@ mod tests {
         assert_eq!(c.with(|p| unsafe { *p }), 4);
     }
 }
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13)
+// ---------------------------------------------------------------------------
+
+#[cfg(not(loom))]
+impl<T: ?Sized> SpinLock<T> {
+    /// Releases the lock without its guard: for `fork` handlers, which
+    /// take a lock before `fork` (forgetting the guard) and release it in
+    /// the parent and in the child (see [`fork`](crate::fork)).
+    ///
+    /// # Safety
+    ///
+    /// The lock is held through a guard that was forgotten and is not used
+    /// again (in a forked child: held by the thread that forked).
+    pub unsafe fn force_unlock(&self) {
+        // SAFETY: caller's contract.
+        unsafe { self.inner.force_unlock() }
+    }
+
+    /// Takes the lock and forgets the guard (spinning, then yielding): the
+    /// `prepare` half of a `fork` handler. Released by
+    /// [`force_unlock`](Self::force_unlock).
+    pub fn lock_for_fork(&self) {
+        let backoff = Backoff::new();
+        loop {
+            if let Some(g) = self.try_lock() {
+                core::mem::forget(g);
+                return;
+            }
+            #[cfg(feature = "std")]
+            if backoff.is_completed() {
+                std::thread::yield_now();
+                continue;
+            }
+            backoff.snooze();
+        }
+    }
+}

@@ -89,6 +89,7 @@ impl GlobalPcp {
 
     #[inline(always)]
     fn alloc_flags(&self, layout: Layout, flags: AllocFlags) -> *mut u8 {
+        crate::fork::register(self); // fork handlers (issue #14 item 13)
         match self.order(layout) {
             Some(order) => match self.pcp.alloc(order, flags) {
                 Some(p) => p.ptr.as_ptr(),

@@ -83,6 +83,8 @@ pub mod sizing;
 pub mod stats;
 
 #[cfg(all(feature = "std", not(loom)))]
+mod fork;
+#[cfg(all(feature = "std", not(loom)))]
 mod global;
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};

@@ -1181,3 +1181,33 @@ impl<S: PageSource, L: Platform, const N: usize> fmt::Display for Report<'_, S, 
         write!(f, "{}", p.stats())
     }
 }
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13; see `crate::fork`)
+// ---------------------------------------------------------------------------
+
+#[cfg(not(loom))]
+impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
+    /// Takes CPU `cpu`'s list lock word and keeps it: the `prepare` half of
+    /// a `fork` handler, for the slots the platform always locks (every
+    /// slot of a locked platform, the per-thread platform's overflow slot).
+    ///
+    /// # Safety
+    ///
+    /// As [`LocalLock::fork_lock_slot`]: slot `cpu` is protected by the
+    /// locked strategy for every context that uses it.
+    pub unsafe fn fork_lock_cpu(&self, cpu: usize) {
+        // SAFETY: caller's contract.
+        unsafe { self.cpus.fork_lock_slot(cpu) }
+    }
+
+    /// Releases a slot taken by [`fork_lock_cpu`](Self::fork_lock_cpu).
+    ///
+    /// # Safety
+    ///
+    /// As [`LocalLock::fork_unlock_slot`].
+    pub unsafe fn fork_unlock_cpu(&self, cpu: usize) {
+        // SAFETY: caller's contract.
+        unsafe { self.cpus.fork_unlock_slot(cpu) }
+    }
+}

@@ -6,15 +6,21 @@
 //! blocks), new chunks as the heap grows, fully free chunks beyond one
 //! returned to the OS by the balance work (run inline by the free that asks
 //! for it). Requests above [`MAX_ALLOC_SIZE`](crate::MAX_ALLOC_SIZE) or
-//! aligned beyond a page go to the page allocator (`mmap` directly).
-//! Exhaustion returns null. No path calls the global allocator.
+//! aligned beyond a page are mappings of their own (`mmap` directly),
+//! recorded so that a `dealloc` of anything else with such a layout aborts
+//! with a message instead of unmapping it (`crate::large`). Memory is
+//! mapped without `MAP_NORESERVE`: exhaustion, including a request the OS
+//! will not back (1 TiB on a 23 GiB machine), returns null. No path calls
+//! the global allocator.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::AtomicBool;
 
 use local_lock::std_platform::StdCpu;
 
-use crate::{MmapSource, PageSource, PcpuAllocator, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE};
+use crate::large::{bad_large_free, LargeBlocks};
+use crate::{MmapSource, PcpuAllocator, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE};
 
 /// The bitmap allocator as a global allocator (see the module docs).
 ///
@@ -23,8 +29,11 @@ use crate::{MmapSource, PageSource, PcpuAllocator, MAX_ALLOC_SIZE, MIN_ALLOC_SIZ
 /// static GLOBAL: percpu_bitmap::GlobalBitmap = percpu_bitmap::GlobalBitmap::new();
 /// ```
 pub struct GlobalBitmap {
-    heap: PcpuAllocator<StdCpu, MmapSource>,
-    large: MmapSource,
+    pub(crate) heap: PcpuAllocator<StdCpu, MmapSource>,
+    /// The live large blocks (see `crate::large`).
+    pub(crate) large: LargeBlocks,
+    /// Whether first use registered (or declined) the fork handlers.
+    pub(crate) fork_hooked: AtomicBool,
 }
 
 impl Default for GlobalBitmap {
@@ -40,14 +49,25 @@ impl GlobalBitmap {
     /// An empty heap; chunks are mapped on first use.
     pub const fn new() -> Self {
         GlobalBitmap {
-            heap: PcpuAllocator::new_dynamic(StdCpu::new(), MmapSource::new(), Self::UNIT_SIZE, 1),
-            large: MmapSource::new(),
+            heap: PcpuAllocator::new_dynamic(
+                StdCpu::new(),
+                MmapSource::new().committed(),
+                Self::UNIT_SIZE,
+                1,
+            ),
+            large: LargeBlocks::new(),
+            fork_hooked: AtomicBool::new(false),
         }
     }
 
     /// The underlying percpu allocator (statistics, balance, checking).
     pub fn allocator(&self) -> &PcpuAllocator<StdCpu, MmapSource> {
         &self.heap
+    }
+
+    /// Live large blocks (mappings of their own).
+    pub fn large_blocks(&self) -> usize {
+        self.large.live()
     }
 
     #[inline(always)]
@@ -57,10 +77,8 @@ impl GlobalBitmap {
 
     #[cold]
     fn alloc_large(&self, layout: Layout) -> *mut u8 {
-        let pages = layout.size().max(1).div_ceil(PAGE_SIZE);
-        self.large
-            .alloc_pages(pages, layout.align().max(PAGE_SIZE))
-            .map_or(null_mut(), |p| p.as_ptr())
+        crate::fork::register(self);
+        self.large.alloc(layout.size(), layout.align())
     }
 }
 
@@ -83,6 +101,7 @@ unsafe impl GlobalAlloc for GlobalBitmap {
         if Self::is_large(&layout) {
             return self.alloc_large(layout);
         }
+        crate::fork::register(self);
         self.heap
             .alloc_heap(layout.size().max(1), layout.align())
             .map_or(null_mut(), |p| p.as_ptr())
@@ -94,6 +113,7 @@ unsafe impl GlobalAlloc for GlobalBitmap {
             // Fresh anonymous mappings are zero.
             return self.alloc_large(layout);
         }
+        crate::fork::register(self);
         match self.heap.alloc_heap(layout.size().max(1), layout.align()) {
             Some(p) => {
                 // SAFETY: the block is at least `size` bytes and ours.
@@ -108,13 +128,10 @@ unsafe impl GlobalAlloc for GlobalBitmap {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         let Some(p) = NonNull::new(ptr) else { return };
         if Self::is_large(&layout) {
-            let pages = layout.size().max(1).div_ceil(PAGE_SIZE);
-            // SAFETY: the caller returns a block from `alloc_large` with
-            // its layout, hence these parameters.
-            unsafe {
-                self.large
-                    .free_pages(p, pages, layout.align().max(PAGE_SIZE))
-            };
+            // Only a live block of ours, of this size, is unmapped.
+            if let Err(e) = self.large.free(p, layout.size()) {
+                bad_large_free(ptr, layout.size(), layout.align(), e)
+            }
             return;
         }
         match self.heap.free_raw(p) {

@@ -188,7 +188,11 @@ mod check;
 pub mod chunk;
 mod chunk_map;
 #[cfg(all(feature = "std", not(loom)))]
+mod fork;
+#[cfg(all(feature = "std", not(loom)))]
 mod global;
+#[cfg(all(feature = "std", not(loom)))]
+mod large;
 mod pcpu;
 mod percpu;
 mod source;

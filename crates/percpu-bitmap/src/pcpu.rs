@@ -1805,3 +1805,31 @@ impl<P: Platform, S: PageSource> Drop for PcpuAllocator<P, S> {
 
 // A metadata block is exactly one page of bits.
 const _: () = assert!(BLOCK_BITS * MIN_ALLOC_SIZE == PAGE_SIZE);
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13; see `crate::fork`)
+// ---------------------------------------------------------------------------
+
+#[cfg(all(feature = "std", not(loom)))]
+impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+    /// Takes both locks in the lock order (`slow`, then `data`) and keeps
+    /// them, for `fork`.
+    pub(crate) fn fork_lock(&self) {
+        self.slow.lock_for_fork();
+        self.data.lock_for_fork();
+    }
+
+    /// Releases the locks taken by [`fork_lock`](Self::fork_lock).
+    ///
+    /// # Safety
+    ///
+    /// They were taken by `fork_lock` on this thread (in a forked child: on
+    /// the thread that forked).
+    pub(crate) unsafe fn fork_unlock(&self) {
+        // SAFETY: caller's contract.
+        unsafe {
+            self.data.force_unlock();
+            self.slow.force_unlock();
+        }
+    }
+}

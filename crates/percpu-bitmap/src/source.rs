@@ -242,15 +242,16 @@ mod heap {
 // ---------------------------------------------------------------------
 
 /// Anonymous `mmap` memory: address space is reserved with `MAP_NORESERVE`
-/// and faults in on first touch (so `populate` is a no-op unless
-/// prefaulting is asked for); `depopulate` is `madvise(MADV_DONTNEED)`;
-/// `free_pages` is `munmap`. Never calls the global allocator, so it can
-/// back a `#[global_allocator]`.
+/// (unless [`committed`](Self::committed)) and faults in on first touch (so
+/// `populate` is a no-op unless prefaulting is asked for); `depopulate` is
+/// `madvise(MADV_DONTNEED)`; `free_pages` is `munmap`. Never calls the
+/// global allocator, so it can back a `#[global_allocator]`.
 #[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MmapSource {
     prefault: bool,
     huge: bool,
+    committed: bool,
 }
 
 #[cfg(feature = "std")]
@@ -260,6 +261,7 @@ impl MmapSource {
         MmapSource {
             prefault: false,
             huge: false,
+            committed: false,
         }
     }
 
@@ -270,6 +272,7 @@ impl MmapSource {
         MmapSource {
             prefault: true,
             huge: false,
+            committed: false,
         }
     }
 
@@ -279,6 +282,17 @@ impl MmapSource {
     /// page splits the huge page.
     pub const fn huge_pages(self) -> Self {
         MmapSource { huge: true, ..self }
+    }
+
+    /// Maps without `MAP_NORESERVE`: the OS's overcommit accounting sees
+    /// every mapping, and `alloc_pages` fails (instead of handing out
+    /// memory the process is killed for touching) where the OS would not
+    /// back it. For memory handed to users (`GlobalBitmap`).
+    pub const fn committed(self) -> Self {
+        MmapSource {
+            committed: true,
+            ..self
+        }
     }
 }
 
@@ -298,7 +312,13 @@ unsafe impl PageSource for MmapSource {
                 core::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | if self.committed {
+                        0
+                    } else {
+                        libc::MAP_NORESERVE
+                    },
                 -1,
                 0,
             )

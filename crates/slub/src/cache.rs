@@ -3328,3 +3328,49 @@ impl<S: SlabSource, P: Platform, const N: usize> fmt::Debug for KmemCache<S, P, 
             .finish_non_exhaustive()
     }
 }
+
+// ---------------------------------------------------------------------------
+// fork support (issue #14 item 13; see `crate::fork`)
+// ---------------------------------------------------------------------------
+
+#[cfg(all(feature = "std", not(loom)))]
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Takes every lock of the cache in the lock order and keeps them, for
+    /// `fork`: `list_lock`, the debug caches' full list, the per-CPU lock
+    /// word of `locked_cpu` (a slot the platform always locks, e.g. the
+    /// per-thread platform's overflow slot), then the barn (a leaf: nothing
+    /// is taken while it is held).
+    ///
+    /// # Safety
+    ///
+    /// `locked_cpu`, if given, is protected by the locked strategy for
+    /// every context that uses it.
+    pub unsafe fn fork_lock(&self, locked_cpu: Option<usize>) {
+        self.node.lock_for_fork();
+        self.full.lock_for_fork();
+        if let Some(cpu) = locked_cpu {
+            // SAFETY: caller's contract.
+            unsafe { self.cpu.fork_lock_slot(cpu) };
+        }
+        self.barn.lock_for_fork();
+    }
+
+    /// Releases what [`fork_lock`](Self::fork_lock) took (same
+    /// `locked_cpu`), in the parent or in the forked child.
+    ///
+    /// # Safety
+    ///
+    /// Taken by `fork_lock` on this thread (in a child: on the thread that
+    /// forked).
+    pub unsafe fn fork_unlock(&self, locked_cpu: Option<usize>) {
+        // SAFETY: caller's contract: each is held, its guard forgotten.
+        unsafe {
+            self.barn.force_unlock();
+            if let Some(cpu) = locked_cpu {
+                self.cpu.fork_unlock_slot(cpu);
+            }
+            self.full.force_unlock();
+            self.node.force_unlock();
+        }
+    }
+}

@@ -7,6 +7,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use buddy::{AllocFlags, BlockRef, Order, Page};
+use local_lock::fork::in_main_image;
 use local_lock::std_platform::{die, PerThread};
 use pcp::GlobalPcp;
 
@@ -18,6 +19,11 @@ use crate::source::SlabSource;
 /// the buddy's memory mapped from the OS. Larger requests (beyond the
 /// largest block) are direct mappings.
 static PAGES: GlobalPcp = GlobalPcp::new();
+
+/// The shared pages, for the fork handlers.
+pub(crate) fn pages_static() -> &'static GlobalPcp {
+    &PAGES
+}
 
 /// The page source of [`GlobalSlub`] (a handle to the shared pcp).
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,15 +63,18 @@ unsafe impl SlabSource for GlobalPages {
 
 type Inner = Kmalloc<GlobalPages, PerThread>;
 
-/// Instances whose slots are flushed when a thread exits.
+/// Instances whose slots are flushed when a thread exits. Only `'static`
+/// instances are ever stored here (see [`GlobalSlub::flush_at_thread_exit`]),
+/// so an entry never dangles.
 static INSTANCES: [AtomicPtr<GlobalSlub>; 8] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 8];
 
 fn flush_on_exit(_slot: usize) {
     for i in &INSTANCES {
         let p = i.load(Ordering::Acquire);
         if !p.is_null() {
-            // SAFETY: registered instances unregister in `Drop` before they
-            // go away (a static never does).
+            // SAFETY: only `flush_at_thread_exit` stores here, and it takes
+            // `&'static self`: the instance lives (unmoved) for the rest of
+            // the process.
             unsafe { &*p }.k.flush_local();
         }
     }
@@ -86,10 +95,20 @@ fn flush_on_exit(_slot: usize) {
 /// ones from the pcp/buddy pages (known-zero
 /// pages are not cleared for `alloc_zeroed`), beyond 4 MiB from direct
 /// mappings. Each live thread owns a virtual CPU; when it exits, its CPU
-/// slab and partial slabs go back to the node lists. Exhaustion returns
+/// slab and partial slabs go back to the node lists (for `static`
+/// instances; see [`flush_at_thread_exit`](Self::flush_at_thread_exit)
+/// for the others). Exhaustion returns
 /// null; a bad `dealloc` (foreign pointer, double free the naive check
 /// sees) is reported on stderr and aborts (a global allocator must not
 /// unwind).
+///
+/// `fork()` from a multithreaded program is safe: on first use the
+/// instance registers `pthread_atfork` handlers (`local_lock::fork`) that
+/// take its caches' locks and the pages' locks before `fork` and release
+/// them after it, so the child never inherits a lock another thread held
+/// (registered for `static` instances, or through
+/// [`flush_at_thread_exit`](Self::flush_at_thread_exit); the pages are
+/// always registered).
 pub struct GlobalSlub {
     k: Inner,
     hooked: AtomicBool,
@@ -158,7 +177,19 @@ impl GlobalSlub {
         &PAGES
     }
 
-    /// Registers the thread-exit flush (once per instance).
+    /// Registers the thread-exit flush of a `static` instance on first use
+    /// (checked once per instance, then one relaxed load).
+    ///
+    /// `alloc` only gets `&self`, so it cannot know whether the instance
+    /// will stay where it is: an instance in the main executable's image
+    /// (a `static`, e.g. the `#[global_allocator]`) is registered; any
+    /// other instance (a local, a field, a box) is not, and works the same
+    /// except that a thread's cached objects stay in its slot (handed to the
+    /// next thread that takes the slot, or returned by
+    /// [`Kmalloc::flush_all`]) instead of being flushed when it exits.
+    /// Other `'static` instances (leaked boxes, statics of shared
+    /// libraries) can ask for the flush with
+    /// [`flush_at_thread_exit`](Self::flush_at_thread_exit).
     #[inline(always)]
     fn register(&self) {
         if !self.hooked.load(Ordering::Relaxed) {
@@ -171,22 +202,61 @@ impl GlobalSlub {
         if self.hooked.swap(true, Ordering::AcqRel) {
             return;
         }
+        // fork handlers (issue #14 item 13): the shared pages always.
+        crate::fork::register_pages();
+        if in_main_image((self as *const GlobalSlub).cast()) {
+            // SAFETY: the instance is a static of the executable (see
+            // `in_main_image`): it lives, unmoved, until the process ends.
+            let me: &'static GlobalSlub = unsafe { &*(self as *const GlobalSlub) };
+            me.flush_at_thread_exit();
+        }
+    }
+
+    /// Makes every exiting thread flush its slot of this instance (its CPU
+    /// slab, partial slabs and sheaves go back to the shared lists), as the
+    /// `static` instances of the executable do by themselves. Takes
+    /// `&'static self`: an instance that may move or be dropped cannot be
+    /// registered. Registering twice is a no-op; `false` when 8 instances
+    /// are already registered (this one then keeps what exiting threads
+    /// cached in their slots, for the threads that take the slots next).
+    pub fn flush_at_thread_exit(&'static self) -> bool {
+        self.hooked.store(true, Ordering::Relaxed);
+        // fork handlers (issue #14 item 13): its caches' locks, and the
+        // pages underneath.
+        crate::fork::register_pages();
+        crate::fork::register_instance(self);
         let me = self as *const GlobalSlub as *mut GlobalSlub;
+        if INSTANCES.iter().any(|i| i.load(Ordering::Acquire) == me) {
+            return true;
+        }
         for i in &INSTANCES {
-            if i.compare_exchange(
+            match i.compare_exchange(
                 core::ptr::null_mut(),
                 me,
                 Ordering::AcqRel,
                 Ordering::Acquire,
-            )
-            .is_ok()
-            {
-                PerThread::on_thread_exit(flush_on_exit);
-                return;
+            ) {
+                Ok(_) => {
+                    PerThread::on_thread_exit(flush_on_exit);
+                    return true;
+                }
+                Err(cur) if cur == me => return true,
+                Err(_) => {}
             }
         }
-        // More than 8 instances: their slots are simply handed to the next
-        // thread instead of being flushed.
+        false
+    }
+
+    /// Whether exiting threads flush their slots of this instance (see
+    /// [`flush_at_thread_exit`](Self::flush_at_thread_exit)).
+    pub fn flushes_at_thread_exit(&self) -> bool {
+        let me = self as *const GlobalSlub as *mut GlobalSlub;
+        INSTANCES.iter().any(|i| i.load(Ordering::Acquire) == me)
+    }
+
+    /// The kmalloc caches without registering anything (fork handlers).
+    pub(crate) fn kmalloc_caches(&self) -> &[crate::KmemCache<GlobalPages, PerThread>; 13] {
+        self.k.caches()
     }
 
     #[inline(always)]
@@ -206,6 +276,9 @@ impl Default for GlobalSlub {
 }
 
 impl Drop for GlobalSlub {
+    /// Registered instances are `'static` and never dropped; this only
+    /// keeps the table clean should one be dropped anyway (e.g. a leaked
+    /// box reclaimed by unsafe code).
     fn drop(&mut self) {
         let me = self as *mut GlobalSlub;
         for i in &INSTANCES {

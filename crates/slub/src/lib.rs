@@ -127,6 +127,8 @@ pub mod stats;
 mod kmalloc;
 
 #[cfg(all(feature = "std", not(loom)))]
+mod fork;
+#[cfg(all(feature = "std", not(loom)))]
 mod global;
 
 pub use crate::cache::{CacheBusy, FreeError, KmemCache, SlabInfo};
