@@ -851,14 +851,14 @@ unsafe impl GlobalAlloc for GlobalBuddy {
 
 impl GlobalBuddy {
     /// Takes every lock of the heap in the lock order and keeps them, for
-    /// `fork`: the grow lock, then the buddy's resize and zone locks.
+    /// `fork`: the grow lock, then the buddy's resize and zone locks, then
+    /// the direct-mapping record.
     pub(crate) fn fork_lock(&self) {
         self.grow.lock_for_fork();
-        // FORK HOOK (direct-mapping record, issue #14 item 5): take its
-        // lock here if it may be held while the buddy's locks are taken,
-        // else after `self.buddy.fork_lock()`; release it in `fork_unlock`
-        // in reverse order.
         self.buddy.fork_lock();
+        // The direct-mapping record's lock is a leaf (nothing is taken
+        // under it), so it comes last.
+        self.direct_table.lock_for_fork();
     }
 
     /// Releases what [`fork_lock`](Self::fork_lock) took.
@@ -870,8 +870,8 @@ impl GlobalBuddy {
     pub(crate) unsafe fn fork_unlock(&self) {
         // SAFETY: caller's contract.
         unsafe {
+            self.direct_table.force_unlock();
             self.buddy.fork_unlock();
-            // FORK HOOK: release the direct-mapping record's lock here.
             self.grow.force_unlock();
         }
     }
