@@ -3234,10 +3234,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// object already free (in a hardened cache: its free-pointer word
     /// reads as free; in a debug cache: on its slab's freelist; otherwise
     /// the kernel's naive check, the head of its slab's freelist), and a
-    /// pointer that appears twice in `objs`. (Hardened caches find
-    /// duplicates by marking each object's free-pointer word; after an
-    /// `Err(DoubleFree)` for a duplicate, the objects before it in `objs`
-    /// are still allocated but that word of theirs is zeroed.)
+    /// pointer that appears twice in `objs` (found by sorting copies of
+    /// the addresses on the stack; nothing is written before the checks
+    /// pass).
     ///
     /// # Safety
     ///
@@ -3292,25 +3291,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return Err(FreeError::DoubleFree(obj));
             }
         }
-        if self.hardened() && !debug {
-            // Mark and check: a second occurrence reads as marked.
-            for (k, p) in objs.iter().enumerate() {
-                let o = p.as_ptr().expose_provenance();
-                let w = self.fp_word(o);
-                let r = self.random.load(CoreOrdering::Relaxed);
-                if w.load(CoreOrdering::Relaxed) == r {
-                    for q in &objs[..k] {
-                        self.clear_fp(q.as_ptr().addr());
-                    }
-                    return Err(FreeError::DoubleFree(o));
-                }
-                w.store(r, CoreOrdering::Relaxed);
-            }
-            return Ok(());
-        }
-        // Sorted runs of 128 addresses on the stack, each also searched
-        // for every later pointer.
-        const C: usize = 128;
+        // Duplicates: sorted runs of 256 addresses on the stack (2 KiB),
+        // each searched for every later pointer (one sort up to 256
+        // objects; 4 sorts and 6 run searches for 1024). Nothing is
+        // written, so a refused array keeps its contents.
+        const C: usize = 256;
         let mut buf = [0usize; C];
         for (ci, chunk) in objs.chunks(C).enumerate() {
             let run = &mut buf[..chunk.len()];

@@ -375,12 +375,16 @@ fn bulk_free_of_a_b_a_is_refused_and_frees_nothing() {
 }
 
 #[test]
-fn bulk_free_with_a_duplicate_far_apart_is_refused_and_frees_nothing() {
+fn bulk_free_with_a_duplicate_far_apart_is_refused_frees_nothing_and_keeps_contents() {
     for flags in [SlabFlags::HARDENED, SlabFlags::NONE] {
         for (p, sheaves) in configs() {
             let m = Mem::new();
             let mut c = cache(&m, p, flags, sheaves);
             let mut objs: Vec<NonNull<u8>> = (0..600).map(|_| c.alloc().unwrap()).collect();
+            for o in &objs {
+                // SAFETY: live 64 B objects.
+                unsafe { o.as_ptr().write_bytes(0x5c, 64) };
+            }
             let dup = objs[5];
             objs.push(dup);
             // SAFETY: refused before any change.
@@ -392,6 +396,11 @@ fn bulk_free_with_a_duplicate_far_apart_is_refused_and_frees_nothing() {
             );
             objs.pop();
             c.validate();
+            for o in &objs {
+                // SAFETY: live (nothing was freed) 64 B objects.
+                let v = unsafe { std::slice::from_raw_parts(o.as_ptr(), 64) };
+                assert!(v.iter().all(|&b| b == 0x5c), "contents of {o:p} changed");
+            }
             all_still_allocated(&c, &objs);
             c.validate();
             assert_eq!(c.destroy(), Ok(()));
