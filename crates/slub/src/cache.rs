@@ -2755,18 +2755,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let st = s.state();
         let slot = st.freelist;
         let base = s.base().addr();
-        if self.flags.contains(SlabFlags::CONSISTENCY_CHECKS)
-            && (slot < base
-                || (slot - base) % self.lay.size != 0
-                || (slot - base) / self.lay.size >= st.counters.objects as usize)
+        // Always (not only with CONSISTENCY_CHECKS): the checks below read
+        // the slot.
+        if self
+            .obj_index(slot.wrapping_sub(base), st.counters.objects as usize)
+            .is_none()
         {
-            self.corruption(
+            drop(n);
+            self.bad_freelist(
                 base,
-                "allocation",
-                "freelist pointer outside its slab",
-                0,
-                0,
-                0,
+                slot,
+                slot,
+                "heads the slab's freelist but is not an object of it",
             );
         }
         self.check_debug_object(slot, false, "allocation");
@@ -3950,17 +3950,21 @@ fn walk_freelist(
     let base = s.base().addr();
     let objects = s.state().counters.objects as usize;
     let mut n = 0;
+    let mut prev = 0;
     let mut p = fl;
     while p != 0 {
         assert!(
             p >= base && (p - base).is_multiple_of(size) && (p - base) / size < objects,
-            "{name}: freelist entry {p:#x} outside slab {base:#x} or off an object boundary"
+            "slub {name}: corrupted freelist in slab {base:#x}: entry {p:#x} (after {prev:#x}) \
+             is outside the slab or off an object boundary"
         );
         n += 1;
         assert!(
             n <= objects,
-            "{name}: freelist of slab {base:#x} has a cycle"
+            "slub {name}: corrupted freelist in slab {base:#x}: more than {objects} entries \
+             (a cycle), {p:#x} reached again"
         );
+        prev = p;
         let q = core::ptr::with_exposed_provenance::<usize>(p + offset);
         // SAFETY: inside the slab, word aligned.
         let raw = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }
