@@ -405,6 +405,13 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// `[slab_lo, slab_hi)` is not an object of the cache.
     slab_lo: CoreAtomicUsize,
     slab_hi: CoreAtomicUsize,
+    /// The same span as one mask test (the hot check): `o` may be an object
+    /// of the cache only if `(o ^ slab_ref) & slab_mask == 0`, where
+    /// `slab_ref` is the first slab's address (set once) and `slab_mask`
+    /// keeps the bits above those in which any slab address differs from
+    /// it, and the low bits of word alignment (it only loses bits).
+    slab_ref: CoreAtomicUsize,
+    slab_mask: CoreAtomicUsize,
     /// Stats of contexts whose CPU is beyond `N` (locked platforms).
     spill_stats: StatCells,
 }
@@ -441,6 +448,8 @@ macro_rules! build_cache {
             discards: CoreAtomicUsize::new(0),
             slab_lo: CoreAtomicUsize::new(usize::MAX),
             slab_hi: CoreAtomicUsize::new(0),
+            slab_ref: CoreAtomicUsize::new(0),
+            slab_mask: CoreAtomicUsize::new(usize::MAX),
             spill_stats: StatCells::new(),
         }
     };
@@ -867,13 +876,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.random.load(CoreOrdering::Relaxed)
     }
 
-    /// Whether `o` lies within the span of this cache's slabs (one range
-    /// check; hardened sheaf entries must).
+    /// Whether `o` is a word-aligned address within the span of this
+    /// cache's slabs, rounded to the power-of-two window around them (one
+    /// mask test; hardened sheaf entries must). A garbage value passes with
+    /// a probability of about `window / 2^64 / 8`.
     #[inline(always)]
     fn in_slabs(&self, o: usize) -> bool {
-        let lo = self.slab_lo.load(CoreOrdering::Relaxed);
-        let hi = self.slab_hi.load(CoreOrdering::Relaxed);
-        o.wrapping_sub(lo) < hi.wrapping_sub(lo)
+        (o ^ self.slab_ref.load(CoreOrdering::Relaxed)) & self.slab_mask.load(CoreOrdering::Relaxed)
+            == 0
     }
 
     /// Hardened caches: clears the free-pointer word of an object being
@@ -1461,6 +1471,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.slab_lo.fetch_min(base.addr(), CoreOrdering::Relaxed);
         self.slab_hi
             .fetch_max(base.addr() + objects * size, CoreOrdering::Relaxed);
+        let _ = self.slab_ref.compare_exchange(
+            0,
+            base.addr(),
+            CoreOrdering::Relaxed,
+            CoreOrdering::Relaxed,
+        );
+        let r = self.slab_ref.load(CoreOrdering::Relaxed);
+        for a in [base.addr(), base.addr() + objects * size - 1] {
+            let k = usize::BITS - (a ^ r).leading_zeros();
+            let high = if k >= usize::BITS {
+                0
+            } else {
+                !((1usize << k) - 1)
+            };
+            self.slab_mask.fetch_and(
+                high | (core::mem::size_of::<usize>() - 1),
+                CoreOrdering::Relaxed,
+            );
+        }
         // Link order: position k holds object (mul * k + start) % objects,
         // the identity unless the freelist is randomised.
         let (mul, start) = self.shuffle_params(objects);
