@@ -10,6 +10,11 @@
 //! contents preserved, ksize covers the request, every cache's invariants
 //! (lists, counts, the frozen rule); at the end every cache is destroyed
 //! cleanly and every page is back in the buddy.
+//!
+//! Bad input is mixed in (`Bad`: double, ABA, foreign, interior,
+//! wrong-cache and bad bulk frees, see `slub::testing::Op::Bad`): each
+//! must be refused with an error and leave the model and every cache's
+//! invariants intact.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -33,6 +38,7 @@ enum FuzzOp {
     Shrink { c: u8 },
     AllocBulk { c: u8, n: u8, cpu: u8 },
     FreeBulk { c: u8, n: u8, cpu: u8 },
+    Bad { kind: u8, i: u16, cpu: u8 },
 }
 
 impl From<FuzzOp> for Op {
@@ -68,6 +74,11 @@ impl From<FuzzOp> for Op {
             FuzzOp::FreeBulk { c, n, cpu: k } => Op::FreeBulk {
                 c: c as usize,
                 n: n as usize,
+                cpu: cpu(k),
+            },
+            FuzzOp::Bad { kind, i, cpu: k } => Op::Bad {
+                kind: kind as usize,
+                i: i as usize,
                 cpu: cpu(k),
             },
         }

@@ -6,8 +6,10 @@
 //! Debug caches (`F`, `Z`, `P`, `U`) take the locked path under the list
 //! lock with their checks (no fast path), so their cost is that of the
 //! kernel's `slub_debug`; `HARDENED` and `RANDOM_FREELIST` keep the fast
-//! path (hardening encodes every free pointer; randomisation only changes
-//! the order of a new slab's freelist).
+//! path (hardening encodes every free pointer and sheaf entry, marks free
+//! objects and checks them on free (double frees), and range-checks every
+//! free pointer and sheaf entry an allocation follows (writes after free);
+//! randomisation only changes the order of a new slab's freelist).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -151,7 +153,9 @@ impl Table for SlubDebug {
         r.notes.push(
             "debug caches take the locked path under the list lock with every check (no fast path, no CPU slabs, \
              no sheaves), as the kernel's slub_debug does; HARDENED and RANDOM_FREELIST keep the fast paths (with \
-             sheaves, a one-by-one pair never touches a free pointer: the x1024 shape is where hardening shows)"
+             sheaves, HARDENED's pair cost is the double-free marker on free, the encoded sheaf entry and its range \
+             check on allocation, and the marker cleared; the x1024 shape adds the free pointers of refills and \
+             flushes)"
                 .to_string(),
         );
         r

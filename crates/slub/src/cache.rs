@@ -31,6 +31,9 @@ pub(crate) struct CpuFast {
     /// without the descriptor lookup (`virt_to_slab`). Written with `slab`.
     slab_base: CoreAtomicUsize,
     slab_objects: CoreAtomicUsize,
+    /// `slab_objects * size`: the bytes the CPU slab's objects span (the
+    /// hardened range checks).
+    slab_span: CoreAtomicUsize,
     /// Slabs on this CPU's partial list (a racy mirror for reports).
     partial_slabs: CoreAtomicUsize,
     stats: StatCells,
@@ -44,6 +47,7 @@ impl CpuFast {
             slab: AtomicUsize::new(0),
             slab_base: CoreAtomicUsize::new(0),
             slab_objects: CoreAtomicUsize::new(0),
+            slab_span: CoreAtomicUsize::new(0),
             partial_slabs: CoreAtomicUsize::new(0),
             stats: StatCells::new(),
         }
@@ -55,6 +59,7 @@ impl CpuFast {
             slab: AtomicUsize::new(0),
             slab_base: CoreAtomicUsize::new(0),
             slab_objects: CoreAtomicUsize::new(0),
+            slab_span: CoreAtomicUsize::new(0),
             partial_slabs: CoreAtomicUsize::new(0),
             stats: StatCells::new(),
         }
@@ -83,6 +88,8 @@ pub(crate) struct CpuLocked {
     /// to someone else now).
     vbase: usize,
     vobjects: usize,
+    /// `vobjects * size`: the bytes the slab's objects span.
+    vspan: usize,
     vgen: usize,
 }
 
@@ -96,6 +103,7 @@ impl ConstInit for CpuLocked {
         spare: 0,
         vbase: 0,
         vobjects: 0,
+        vspan: 0,
         vgen: 0,
     };
 }
@@ -135,6 +143,11 @@ impl Sheaf {
     #[inline(always)]
     fn get(self, i: usize) -> usize {
         self.word(Self::HDR + i).load(CoreOrdering::Relaxed)
+    }
+    /// The address of entry `i` (the key of its encoding).
+    #[inline(always)]
+    fn entry_addr(self, i: usize) -> usize {
+        self.0 + (Self::HDR + i) * core::mem::size_of::<usize>()
     }
     #[inline(always)]
     fn set(self, i: usize, v: usize) {
@@ -337,7 +350,12 @@ const MODE_LOCKED: u8 = 2;
 const FAST_LOCKED: u8 = 1;
 const FAST_LOCKLESS: u8 = 2;
 /// `fast`: sheaves (either mode underneath), no debug.
-const FAST_SHEAVES: u8 = 3;
+const FAST_SHEAVES: u8 = 4;
+/// `fast` bit: hardened (with `FAST_LOCKED` or `FAST_SHEAVES`). The hot
+/// paths are compiled per variant, so an unhardened cache pays no flag
+/// test for the hardened checks; bits, not a dense enumeration, so the
+/// dispatch is two bit tests rather than a jump table.
+const FAST_H: u8 = 8;
 /// Debug flags: every operation under the list lock with checks.
 const MODE_DEBUG: u8 = 3;
 
@@ -382,6 +400,18 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     total_objects: CoreAtomicUsize,
     /// Slabs discarded so far (see `CpuLocked::vgen`).
     discards: CoreAtomicUsize,
+    /// Hardening: the lowest first byte and the highest end of any slab
+    /// this cache ever had (grow only): a decoded sheaf entry outside
+    /// `[slab_lo, slab_hi)` is not an object of the cache.
+    slab_lo: CoreAtomicUsize,
+    slab_hi: CoreAtomicUsize,
+    /// The same span as one mask test (the hot check): `o` may be an object
+    /// of the cache only if `(o ^ slab_ref) & slab_mask == 0`, where
+    /// `slab_ref` is the first slab's address (set once) and `slab_mask`
+    /// keeps the bits above those in which any slab address differs from
+    /// it, and the low bits of word alignment (it only loses bits).
+    slab_ref: CoreAtomicUsize,
+    slab_mask: CoreAtomicUsize,
     /// Stats of contexts whose CPU is beyond `N` (locked platforms).
     spill_stats: StatCells,
 }
@@ -416,6 +446,10 @@ macro_rules! build_cache {
             nr_slabs: CoreAtomicUsize::new(0),
             total_objects: CoreAtomicUsize::new(0),
             discards: CoreAtomicUsize::new(0),
+            slab_lo: CoreAtomicUsize::new(usize::MAX),
+            slab_hi: CoreAtomicUsize::new(0),
+            slab_ref: CoreAtomicUsize::new(0),
+            slab_mask: CoreAtomicUsize::new(usize::MAX),
             spill_stats: StatCells::new(),
         }
     };
@@ -668,9 +702,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         self.mode.store(m, CoreOrdering::Relaxed);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
+        let h = self.hardened();
         let f = match m {
+            MODE_LOCKED if plain && h => FAST_LOCKED | FAST_H,
             MODE_LOCKED if plain => FAST_LOCKED,
             MODE_LOCKLESS if plain => FAST_LOCKLESS,
+            MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 && h => FAST_SHEAVES | FAST_H,
             MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 => FAST_SHEAVES,
             _ => 0,
         };
@@ -701,6 +738,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         c.slab_base.store(base, CoreOrdering::Relaxed);
         c.slab_objects.store(objects, CoreOrdering::Relaxed);
+        c.slab_span
+            .store(objects * self.lay.size, CoreOrdering::Relaxed);
         c.slab.store(slab, Ordering::Release);
     }
 
@@ -803,6 +842,174 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// Whether the cache is hardened: free pointers and sheaf entries
+    /// encoded with the cache's secret, free objects recognisable by their
+    /// free-pointer word (double frees), decoded pointers checked.
+    #[inline(always)]
+    fn hardened(&self) -> bool {
+        self.flags.contains(SlabFlags::HARDENED)
+    }
+
+    /// The free-pointer word of object `obj`.
+    #[inline(always)]
+    fn fp_word(&self, obj: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        // SAFETY: objects are word aligned inside slab memory, which stays
+        // mapped while the cache holds the slab; accesses are atomic.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+
+    /// Hardened caches: the key of `obj`'s free-pointer word (`fp_code`'s
+    /// XOR: a free pointer is stored as `next ^ key`, so a free object in
+    /// a sheaf, marked as encoding null, holds `key` itself).
+    #[inline(always)]
+    fn fp_key(&self, obj: usize) -> usize {
+        self.random.load(CoreOrdering::Relaxed) ^ (obj + self.lay.offset).swap_bytes()
+    }
+
+    /// Hardened caches: the key of sheaf entries (entries are stored as
+    /// `object ^ key`; the key is the cache's secret, which is also the
+    /// marker a free object in a sheaf holds, see
+    /// [`looks_free`](Self::looks_free)).
+    #[inline(always)]
+    fn entry_key(&self) -> usize {
+        self.random.load(CoreOrdering::Relaxed)
+    }
+
+    /// Whether `o` is a word-aligned address within the span of this
+    /// cache's slabs, rounded to the power-of-two window around them (one
+    /// mask test; hardened sheaf entries must). A garbage value passes with
+    /// a probability of about `window / 2^64 / 8`.
+    #[inline(always)]
+    fn in_slabs(&self, o: usize) -> bool {
+        (o ^ self.slab_ref.load(CoreOrdering::Relaxed)) & self.slab_mask.load(CoreOrdering::Relaxed)
+            == 0
+    }
+
+    /// Hardened caches: clears the free-pointer word of an object being
+    /// handed out, so that it no longer reads as free ([`looks_free`]):
+    /// a raw 0 decodes to `secret ^ slot`, which is neither null nor an
+    /// object of the slab unless the secret happens to be one of about
+    /// `slab bytes` values out of 2^64.
+    ///
+    /// [`looks_free`]: Self::looks_free
+    #[inline(always)]
+    fn clear_fp(&self, obj: usize) {
+        if self.hardened() {
+            let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+            // SAFETY: an object the caller just took; word aligned in slab
+            // memory.
+            unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.store(0, CoreOrdering::Relaxed)
+        }
+    }
+
+    /// Hardened caches: whether `obj` (an object of the slab whose objects
+    /// span `[base, base + span)`) reads as free: every free object's
+    /// free-pointer word holds the cache's secret (an object in a sheaf:
+    /// [`mark_free`](Self::mark_free)) or decodes to null (the end of a
+    /// freelist) or to an object of its own slab, and every allocation
+    /// clears the word ([`clear_fp`](Self::clear_fp)).
+    /// Without the secret, a live object's contents match with negligible
+    /// probability. Always `false` for unhardened caches (a user's data
+    /// may well hold a pointer into the slab).
+    #[inline(always)]
+    fn looks_free(&self, obj: usize, base: usize, span: usize) -> bool {
+        if !self.hardened() {
+            return false;
+        }
+        let w = self.fp_word(obj).load(CoreOrdering::Relaxed);
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let d = w ^ r ^ (obj + self.lay.offset).swap_bytes();
+        w == r || d == 0 || d.wrapping_sub(base) < span
+    }
+
+    /// Hardened caches: whether `next`, read from a free object of the slab
+    /// at `base` holding `objects`, is null or an object of that slab
+    /// (one range and stride check); unhardened caches trust it.
+    #[inline(always)]
+    fn fp_ok(&self, next: usize, base: usize, objects: usize) -> bool {
+        !self.hardened() || next == 0 || self.obj_index(next.wrapping_sub(base), objects).is_some()
+    }
+
+    /// Reports a free pointer that is not an object of its slab (a write
+    /// after free, or a freelist cycle) and panics.
+    #[cold]
+    #[inline(never)]
+    fn bad_freelist(&self, base: usize, obj: usize, next: usize, what: &str) -> ! {
+        panic!(
+            "slub {}: corrupted freelist in slab {base:#x}: free object {obj:#x} {what} \
+             (free pointer found: {next:#x}; a write after free or a double free)",
+            self.name
+        )
+    }
+
+    /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
+    /// (`obj ^ secret`), so a write into a freed block that became a sheaf
+    /// cannot name an address kmalloc would return.
+    #[inline(always)]
+    fn sheaf_set(&self, sh: Sheaf, i: usize, obj: usize) {
+        if self.hardened() {
+            sh.set(i, obj ^ self.entry_key())
+        } else {
+            sh.set(i, obj)
+        }
+    }
+
+    /// Sheaf entry `i`, decoded; a hardened cache reports (and panics on)
+    /// an entry outside its slabs instead of returning it (`None`: the
+    /// caller unlocks, then calls [`bad_sheaf`](Self::bad_sheaf) with the
+    /// `Err` value).
+    #[inline(always)]
+    fn sheaf_get(&self, sh: Sheaf, i: usize) -> Result<usize, usize> {
+        let o = sh.get(i);
+        if self.hardened() {
+            let o = o ^ self.entry_key();
+            if !self.in_slabs(o) {
+                return Err(o);
+            }
+            return Ok(o);
+        }
+        Ok(o)
+    }
+
+    /// Hardened caches: marks an object pushed onto a sheaf as free (its
+    /// free-pointer word holds the secret, see
+    /// [`looks_free`](Self::looks_free)).
+    #[inline(always)]
+    fn mark_free(&self, obj: usize) {
+        if self.hardened() {
+            self.fp_word(obj).store(
+                self.random.load(CoreOrdering::Relaxed),
+                CoreOrdering::Relaxed,
+            );
+        }
+    }
+
+    /// Reports a sheaf whose size word is beyond its capacity.
+    #[cold]
+    #[inline(never)]
+    fn bad_sheaf_size(&self, sh: Sheaf, n: usize) -> ! {
+        panic!(
+            "slub {}: corrupted sheaf {:#x}: size {n} above its capacity {} (a write after free)",
+            self.name, sh.0, self.sheaf_capacity
+        )
+    }
+
+    /// Reports a sheaf entry that decodes outside the cache's slabs.
+    #[cold]
+    #[inline(never)]
+    fn bad_sheaf(&self, sh: Sheaf, i: usize, o: usize) -> ! {
+        panic!(
+            "slub {}: corrupted sheaf {:#x}: entry {i} (at {:#x}) decodes to {o:#x}, \
+             which is not an object of the cache (slabs within {:#x}..{:#x}; a write after free)",
+            self.name,
+            sh.0,
+            sh.entry_addr(i),
+            self.slab_lo.load(CoreOrdering::Relaxed),
+            self.slab_hi.load(CoreOrdering::Relaxed)
+        )
+    }
+
     #[inline(always)]
     fn obj_ptr(obj: usize) -> NonNull<u8> {
         // SAFETY: objects are never at address 0.
@@ -816,14 +1023,28 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     #[track_caller]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
-        match self.dispatch.load(CoreOrdering::Relaxed) {
-            FAST_SHEAVES => match self.alloc_from_pcs() {
+        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        // The default (`GlobalSlub::new()`) first.
+        if f == FAST_SHEAVES | FAST_H {
+            match self.alloc_from_pcs::<true>() {
                 Some(o) => Some(o),
                 None => self.alloc_pcs_fallback(),
-            },
-            FAST_LOCKED => self.alloc_locked(),
-            FAST_LOCKLESS => self.alloc_lockless(),
-            _ => self.alloc_special(core::panic::Location::caller()),
+            }
+        } else if f & FAST_SHEAVES != 0 {
+            match self.alloc_from_pcs::<false>() {
+                Some(o) => Some(o),
+                None => self.alloc_pcs_fallback(),
+            }
+        } else if f & FAST_LOCKED != 0 {
+            if f & FAST_H != 0 {
+                self.alloc_locked::<true>()
+            } else {
+                self.alloc_locked::<false>()
+            }
+        } else if f == FAST_LOCKLESS {
+            self.alloc_lockless()
+        } else {
+            self.alloc_special(core::panic::Location::caller())
         }
     }
 
@@ -847,14 +1068,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return self.alloc_debug(loc);
         }
         if self.sheaf_capacity != 0 {
-            if let Some(o) = self.alloc_from_pcs() {
-                return Some(o);
+            let o = if self.hardened() {
+                self.alloc_from_pcs::<true>()
+            } else {
+                self.alloc_from_pcs::<false>()
+            };
+            if o.is_some() {
+                return o;
             }
         }
         if m == MODE_LOCKLESS {
             self.alloc_lockless()
+        } else if self.hardened() {
+            self.alloc_locked::<true>()
         } else {
-            self.alloc_locked()
+            self.alloc_locked::<false>()
         }
     }
 
@@ -877,6 +1105,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return self.slab_alloc_slow(g);
             }
             let next = self.get_fp(d.lo);
+            if !self.fp_ok(
+                next,
+                c.slab_base.load(CoreOrdering::Relaxed),
+                c.slab_objects.load(CoreOrdering::Relaxed),
+            ) {
+                self.recheck_lockless(cpu, d);
+                continue;
+            }
             let pin = p.pin();
             let ok = pin.cpu == cpu
                 && c.fl_tid
@@ -890,6 +1126,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // SAFETY: matches the pin above.
             unsafe { p.unpin(pin) };
             if ok {
+                self.clear_fp(d.lo);
                 c.stats.inc(SlubStat::ALLOC_FASTPATH);
                 return Some(Self::obj_ptr(d.lo));
             }
@@ -897,16 +1134,62 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// A lockless fast path read a free pointer outside the CPU slab: a
+    /// race (an interrupt or a remote flush changed the CPU's freelist or
+    /// slab meanwhile: retry), or a corrupted freelist, which is reported
+    /// when, under the local lock (no flush can be half done), the same
+    /// freelist head still holds it.
+    #[cold]
+    #[inline(never)]
+    fn recheck_lockless(&self, cpu: usize, d: DWord) {
+        let g = self.lock_cpu();
+        if g.cpu() != cpu {
+            return;
+        }
+        let c = self.fast_of(cpu);
+        if c.fl_tid.load(Ordering::Acquire) != d {
+            return;
+        }
+        let base = c.slab_base.load(CoreOrdering::Relaxed);
+        let next = self.get_fp(d.lo);
+        if !self.fp_ok(next, base, c.slab_objects.load(CoreOrdering::Relaxed)) {
+            drop(g);
+            self.bad_freelist(base, d.lo, next, "points outside its slab");
+        }
+    }
+
     /// The fast path under the local lock (PREEMPT_RT, no lock-free
     /// double-word CAS, or the per-thread std platform, where taking the
     /// pinned lock costs no atomic instruction).
     #[inline]
-    fn alloc_locked(&self) -> Option<NonNull<u8>> {
+    fn alloc_locked<const H: bool>(&self) -> Option<NonNull<u8>> {
         let mut g = self.lock_cpu();
         let fl = g.freelist;
         if fl != 0 {
             let cpu = g.cpu();
-            g.freelist = self.get_fp(fl);
+            let w = self.fp_word(fl);
+            let next = if H {
+                w.load(CoreOrdering::Relaxed) ^ self.fp_key(fl)
+            } else {
+                w.load(CoreOrdering::Relaxed)
+            };
+            if H {
+                // The next object must be one of the CPU slab (a write
+                // after free cannot send the next allocation elsewhere),
+                // and the one handed out no longer reads as free.
+                let c = self.fast_of(cpu);
+                let base = c.slab_base.load(CoreOrdering::Relaxed);
+                let span = c.slab_span.load(CoreOrdering::Relaxed);
+                // One range check (null passes: `min`); a pointer inside
+                // the slab but off an object boundary cannot be made
+                // without the secret.
+                if next.min(next.wrapping_sub(base)) >= span {
+                    g.unlock();
+                    self.bad_freelist(base, fl, next, "points outside its slab");
+                }
+                w.store(0, CoreOrdering::Relaxed);
+            }
+            g.freelist = next;
             // Locked mode: the tid only counts transactions (no CAS reads
             // it), so no CPU-naming start value is needed.
             g.tid = g.tid.wrapping_add(Self::TID_STEP);
@@ -983,6 +1266,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
         let next = self.get_fp(fl);
+        if self.hardened() {
+            // `fl` heads the CPU slab's freelist (installed just before).
+            let c = self.fast_of(g.cpu());
+            let base = c.slab_base.load(CoreOrdering::Relaxed);
+            let objects = c.slab_objects.load(CoreOrdering::Relaxed);
+            if self.obj_index(fl.wrapping_sub(base), objects).is_none() {
+                self.bad_freelist(base, fl, fl, "is not an object of the CPU slab");
+            }
+            if !self.fp_ok(next, base, objects) {
+                self.bad_freelist(base, fl, next, "points outside its slab");
+            }
+            self.clear_fp(fl);
+        }
         self.c_set_freelist(g, next);
         Self::obj_ptr(fl)
     }
@@ -1172,6 +1468,28 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         s.set_tag(self.slab_tag());
         let base = page.ptr.as_ptr();
         let size = self.lay.size;
+        self.slab_lo.fetch_min(base.addr(), CoreOrdering::Relaxed);
+        self.slab_hi
+            .fetch_max(base.addr() + objects * size, CoreOrdering::Relaxed);
+        let _ = self.slab_ref.compare_exchange(
+            0,
+            base.addr(),
+            CoreOrdering::Relaxed,
+            CoreOrdering::Relaxed,
+        );
+        let r = self.slab_ref.load(CoreOrdering::Relaxed);
+        for a in [base.addr(), base.addr() + objects * size - 1] {
+            let k = usize::BITS - (a ^ r).leading_zeros();
+            let high = if k >= usize::BITS {
+                0
+            } else {
+                !((1usize << k) - 1)
+            };
+            self.slab_mask.fetch_and(
+                high | (core::mem::size_of::<usize>() - 1),
+                CoreOrdering::Relaxed,
+            );
+        }
         // Link order: position k holds object (mul * k + start) % objects,
         // the identity unless the freelist is randomised.
         let (mul, start) = self.shuffle_params(objects);
@@ -1319,43 +1637,73 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[track_caller]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
-        if f == FAST_SHEAVES {
-            // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`.
-            if self.free_to_pcs_ptr(ptr)? {
+        // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`; the
+        // default (`GlobalSlub::new()`) first.
+        if f == FAST_SHEAVES | FAST_H {
+            if self.free_to_pcs_ptr::<true>(ptr)? {
                 return Ok(());
             }
-            // The slab path (failed trylock, no sheaf).
-            // SAFETY: forwarded.
-            return unsafe { self.try_free_other(ptr, f, core::panic::Location::caller()) };
-        }
-        if f == FAST_LOCKED {
-            // Locked fast free: an object of the CPU slab is recognised by
-            // its address (the CPU slab is this cache's, held by this CPU).
-            let mut g = self.lock_cpu();
-            let cpu = g.cpu();
-            let c = self.fast_of(cpu);
-            let a = ptr.as_ptr().addr();
-            let off = a.wrapping_sub(c.slab_base.load(CoreOrdering::Relaxed));
-            if self
-                .obj_index(off, c.slab_objects.load(CoreOrdering::Relaxed))
-                .is_some()
-            {
-                let obj = ptr.as_ptr().expose_provenance();
-                if g.freelist == obj {
-                    g.unlock();
-                    return Err(FreeError::DoubleFree(obj));
-                }
-                self.set_fp(obj, g.freelist);
-                g.freelist = obj;
-                g.tid = g.tid.wrapping_add(Self::TID_STEP);
-                self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
-                g.unlock();
+        } else if f & FAST_SHEAVES != 0 {
+            if self.free_to_pcs_ptr::<false>(ptr)? {
                 return Ok(());
             }
-            g.unlock();
+        } else if f & FAST_LOCKED != 0 {
+            let done = if f & FAST_H != 0 {
+                self.free_locked::<true>(ptr)?
+            } else {
+                self.free_locked::<false>(ptr)?
+            };
+            if done {
+                return Ok(());
+            }
         }
+        // The slab path (sheaves: a failed trylock, no sheaf; locked: an
+        // object outside the CPU slab).
         // SAFETY: forwarded.
         unsafe { self.try_free_other(ptr, f, core::panic::Location::caller()) }
+    }
+
+    /// Locked fast free: an object of the CPU slab is recognised by its
+    /// address (the CPU slab is this cache's, held by this CPU) and pushed
+    /// onto the CPU freelist; `Ok(false)` sends the caller to the slab
+    /// path. Hardened (`H`): refused if it reads as free.
+    #[inline(always)]
+    fn free_locked<const H: bool>(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
+        let mut g = self.lock_cpu();
+        let cpu = g.cpu();
+        let c = self.fast_of(cpu);
+        let a = ptr.as_ptr().addr();
+        let base = c.slab_base.load(CoreOrdering::Relaxed);
+        let objects = c.slab_objects.load(CoreOrdering::Relaxed);
+        if self.obj_index(a.wrapping_sub(base), objects).is_none() {
+            g.unlock();
+            return Ok(false);
+        }
+        let obj = ptr.as_ptr().expose_provenance();
+        let fl = g.freelist;
+        let w = self.fp_word(obj);
+        if H {
+            // On a freelist of this slab already: its free pointer decodes
+            // to null or to an object of the slab.
+            let key = self.fp_key(obj);
+            let d = w.load(CoreOrdering::Relaxed) ^ key;
+            if d.min(d.wrapping_sub(base)) < c.slab_span.load(CoreOrdering::Relaxed) {
+                g.unlock();
+                return Err(FreeError::DoubleFree(obj));
+            }
+            w.store(fl ^ key, CoreOrdering::Relaxed);
+        } else {
+            if fl == obj {
+                g.unlock();
+                return Err(FreeError::DoubleFree(obj));
+            }
+            w.store(fl, CoreOrdering::Relaxed);
+        }
+        g.freelist = obj;
+        g.tid = g.tid.wrapping_add(Self::TID_STEP);
+        self.stat_cpu(cpu, SlubStat::FREE_FASTPATH);
+        g.unlock();
+        Ok(true)
     }
 
     /// `try_free` beyond the inlined paths: the lockless mode, an object
@@ -1396,8 +1744,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.flags.is_debug() {
             return self.free_debug(ptr, loc);
         }
-        if self.sheaf_capacity != 0 && self.free_to_pcs_ptr(ptr)? {
-            return Ok(());
+        if self.sheaf_capacity != 0 {
+            let done = if self.hardened() {
+                self.free_to_pcs_ptr::<true>(ptr)?
+            } else {
+                self.free_to_pcs_ptr::<false>(ptr)?
+            };
+            if done {
+                return Ok(());
+            }
         }
         let (s, obj) = self.slab_of(ptr)?;
         // SAFETY: forwarded; validated.
@@ -1408,7 +1763,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// validated range, else the descriptor lookup) and pushes it onto the
     /// main sheaf; `Ok(false)` sends the caller to the slab path.
     #[inline(always)]
-    fn free_to_pcs_ptr(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
+    fn free_to_pcs_ptr<const H: bool>(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
         let Some(g) = self.try_lock_cpu() else {
             return Ok(false);
         };
@@ -1421,15 +1776,34 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return self.free_to_pcs_miss(ptr, gen);
         }
         let obj = ptr.as_ptr().expose_provenance();
+        let w = self.fp_word(obj);
+        let r = if H {
+            self.random.load(CoreOrdering::Relaxed)
+        } else {
+            0
+        };
+        // Already free in a sheaf: marked with the secret. (An object on
+        // a slab freelist is found by the slab paths' full check.)
+        if H && w.load(CoreOrdering::Relaxed) == r {
+            g.unlock();
+            return Err(FreeError::DoubleFree(obj));
+        }
         if g.main != 0 {
             let main = Sheaf(g.main);
             let n = main.size();
-            if n > 0 && main.get(n - 1) == obj {
+            if !H && n > 0 && main.get(n - 1) == obj {
                 g.unlock();
                 return Err(FreeError::DoubleFree(obj));
             }
             if n < self.sheaf_capacity {
-                main.set(n, obj);
+                if H {
+                    // Marked free (its free pointer encodes null), and
+                    // stored encoded.
+                    w.store(r, CoreOrdering::Relaxed);
+                    main.set(n, obj ^ r);
+                } else {
+                    main.set(n, obj);
+                }
                 main.set_size(n + 1);
                 self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
                 g.unlock();
@@ -1447,11 +1821,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(never)]
     fn free_to_pcs_miss(&self, ptr: NonNull<u8>, gen: usize) -> Result<bool, FreeError> {
         let (base, objects) = self.validate_range(ptr)?;
+        let obj = ptr.as_ptr().expose_provenance();
+        if self.looks_free(obj, base, objects * self.lay.size) {
+            return Err(FreeError::DoubleFree(obj));
+        }
         let Some(mut g) = self.try_lock_cpu() else {
             return Ok(false);
         };
         g.vbase = base;
         g.vobjects = objects;
+        g.vspan = objects * self.lay.size;
         g.vgen = gen;
         self.free_to_pcs_slow(g, ptr.as_ptr().expose_provenance())
     }
@@ -1481,6 +1860,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `obj` is an allocated object of slab `s` of this cache.
     #[inline]
     pub(crate) unsafe fn free_validated(&self, s: Slab<'_>, obj: usize) -> Result<(), FreeError> {
+        if self.hardened() {
+            let span = s.state().counters.objects as usize * self.lay.size;
+            if self.looks_free(obj, s.base().addr(), span) {
+                return Err(FreeError::DoubleFree(obj));
+            }
+        }
         // SAFETY: a chain of one validated object.
         unsafe { self.do_slab_free(s, obj, obj, 1) }
     }
@@ -1641,11 +2026,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.stat_here(SlubStat::DEACTIVATE_REMOTE_FREES);
             tail_pos = true;
         }
-        // Stage one: count the CPU freelist and find its tail.
+        // Stage one: count the CPU freelist and find its tail; every entry
+        // must be an object of the slab, at most `objects` of them.
+        let base = s.base().addr();
+        let objects = s.state().counters.objects as usize;
         let mut free_delta = 0usize;
         let mut tail = 0;
         let mut p = fl;
         while p != 0 {
+            if self.obj_index(p.wrapping_sub(base), objects).is_none() {
+                self.bad_freelist(base, tail, p, "points outside its slab");
+            }
+            if free_delta == objects {
+                self.bad_freelist(
+                    base,
+                    p,
+                    p,
+                    "is reached again: the CPU freelist is longer than the slab (a cycle)",
+                );
+            }
             free_delta += 1;
             tail = p;
             p = self.get_fp(p);
@@ -1761,6 +2160,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if n == 0 {
             return;
         }
+        if n > self.sheaf_capacity {
+            self.bad_sheaf_size(sh, n);
+        }
+        if self.hardened() {
+            // Entries decoded in place for the bulk free.
+            for i in 0..n {
+                match self.sheaf_get(sh, i) {
+                    Ok(o) => sh.set(i, o),
+                    Err(o) => self.bad_sheaf(sh, i, o),
+                }
+            }
+        }
         // SAFETY: the sheaf holds `n` validated objects of this cache, each
         // once; NonNull<u8> has the layout of *mut u8.
         let objs = unsafe { core::slice::from_raw_parts(sh.objects() as *const NonNull<u8>, n) };
@@ -1779,6 +2190,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
         if self.alloc_bulk_slab(out) == cap {
+            if self.hardened() {
+                // Marked free and encoded in place.
+                for i in 0..cap {
+                    let o = sh.get(i);
+                    self.mark_free(o);
+                    self.sheaf_set(sh, i, o);
+                }
+            }
             sh.set_size(cap);
             self.stat_here(SlubStat::SHEAF_REFILL);
             true
@@ -1872,16 +2291,28 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// barn; else refill it from slabs. `None` sends the caller to the slab
     /// path (a failed trylock: re-entry from an interrupt; no memory).
     #[inline(always)]
-    fn alloc_from_pcs(&self) -> Option<NonNull<u8>> {
+    fn alloc_from_pcs<const H: bool>(&self) -> Option<NonNull<u8>> {
         let g = self.try_lock_cpu()?;
         if g.main != 0 {
             let main = Sheaf(g.main);
             let n = main.size();
-            if n > 0 {
-                let o = main.get(n - 1);
-                main.set_size(n - 1);
+            // 1..=capacity (a size beyond it is reported by the slow path).
+            if n.wrapping_sub(1) < self.sheaf_capacity {
+                let i = n - 1;
+                let mut o = main.get(i);
+                if H {
+                    o ^= self.entry_key();
+                    if !self.in_slabs(o) {
+                        g.unlock();
+                        self.bad_sheaf(main, i, o)
+                    }
+                }
+                main.set_size(i);
                 self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
                 g.unlock();
+                if H {
+                    self.fp_word(o).store(0, CoreOrdering::Relaxed);
+                }
                 return Some(Self::obj_ptr(o));
             }
         }
@@ -1902,10 +2333,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if g.main != 0 {
                 let main = Sheaf(g.main);
                 let n = main.size();
+                if n > self.sheaf_capacity {
+                    drop(g);
+                    self.bad_sheaf_size(main, n);
+                }
                 if n > 0 {
-                    let o = main.get(n - 1);
+                    let o = match self.sheaf_get(main, n - 1) {
+                        Ok(o) => o,
+                        Err(o) => {
+                            drop(g);
+                            self.bad_sheaf(main, n - 1, o)
+                        }
+                    };
                     main.set_size(n - 1);
                     self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
+                    drop(g);
+                    self.clear_fp(o);
                     return Some(Self::obj_ptr(o));
                 }
                 if g.spare != 0 && Sheaf(g.spare).size() > 0 {
@@ -1983,11 +2426,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if g.main != 0 {
                 let main = Sheaf(g.main);
                 let n = main.size();
+                if n > cap {
+                    drop(g);
+                    self.bad_sheaf_size(main, n);
+                }
                 if n < cap {
-                    if n > 0 && main.get(n - 1) == obj {
+                    if !self.hardened() && n > 0 && main.get(n - 1) == obj {
                         return Err(FreeError::DoubleFree(obj));
                     }
-                    main.set(n, obj);
+                    self.mark_free(obj);
+                    self.sheaf_set(main, n, obj);
                     main.set_size(n + 1);
                     self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
                     return Ok(true);
@@ -2336,18 +2784,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let st = s.state();
         let slot = st.freelist;
         let base = s.base().addr();
-        if self.flags.contains(SlabFlags::CONSISTENCY_CHECKS)
-            && (slot < base
-                || (slot - base) % self.lay.size != 0
-                || (slot - base) / self.lay.size >= st.counters.objects as usize)
+        // Always (not only with CONSISTENCY_CHECKS): the checks below read
+        // the slot.
+        if self
+            .obj_index(slot.wrapping_sub(base), st.counters.objects as usize)
+            .is_none()
         {
-            self.corruption(
+            drop(n);
+            self.bad_freelist(
                 base,
-                "allocation",
-                "freelist pointer outside its slab",
-                0,
-                0,
-                0,
+                slot,
+                slot,
+                "heads the slab's freelist but is not an object of it",
             );
         }
         self.check_debug_object(slot, false, "allocation");
@@ -2393,7 +2841,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.flags.contains(SlabFlags::CONSISTENCY_CHECKS) {
             let mut p = st.freelist;
             let mut k = 0;
-            while p != 0 && k <= st.counters.objects as usize {
+            let base = s.base().addr();
+            let objects = st.counters.objects as usize;
+            while p != 0 && k <= objects {
+                if self.obj_index(p.wrapping_sub(base), objects).is_none() {
+                    drop(n);
+                    self.bad_freelist(base, slot, p, "is on a freelist that leaves its slab");
+                }
                 if p == slot {
                     drop(n);
                     panic!(
@@ -2453,7 +2907,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 let mut free = [0u64; 512];
                 let mut p = st.freelist;
                 let mut k = 0;
+                let objects = st.counters.objects as usize;
+                let mut prev = 0;
                 while p != 0 {
+                    if self.obj_index(p.wrapping_sub(base), objects).is_none() {
+                        self.bad_freelist(base, prev, p, "points outside its slab");
+                    }
+                    prev = p;
                     let i = (p - base) / self.lay.size;
                     if i < 32768 {
                         free[(i / 64) % 512] |= 1 << (i % 64);
@@ -2530,6 +2990,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return 0;
         }
+        if self.hardened() {
+            // Handed out: no longer free (see `looks_free`).
+            for p in &out[from_pcs..] {
+                self.clear_fp(p.addr());
+            }
+        }
         out.len()
     }
 
@@ -2547,10 +3013,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 let main = Sheaf(g.main);
                 let n = main.size();
                 if n > 0 {
+                    if n > self.sheaf_capacity {
+                        g.unlock();
+                        self.bad_sheaf_size(main, n);
+                    }
                     let batch = n.min(out.len() - i);
                     for k in 0..batch {
-                        out[i + k] =
-                            core::ptr::with_exposed_provenance_mut(main.get(n - batch + k));
+                        let o = match self.sheaf_get(main, n - batch + k) {
+                            Ok(o) => o,
+                            Err(o) => {
+                                // The objects popped so far stay in the sheaf.
+                                g.unlock();
+                                self.bad_sheaf(main, n - batch + k, o)
+                            }
+                        };
+                        self.clear_fp(o);
+                        out[i + k] = core::ptr::with_exposed_provenance_mut(o);
                     }
                     main.set_size(n - batch);
                     self.fast_of(g.cpu()).stats.add(SlubStat::ALLOC_PCS, batch);
@@ -2621,7 +3099,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if n < cap {
                     let batch = (cap - n).min(objs.len() - i);
                     for k in 0..batch {
-                        main.set(n + k, objs[i + k].as_ptr().expose_provenance());
+                        let o = objs[i + k].as_ptr().expose_provenance();
+                        self.mark_free(o);
+                        self.sheaf_set(main, n + k, o);
                     }
                     main.set_size(n + batch);
                     self.fast_of(g.cpu()).stats.add(SlubStat::FREE_PCS, batch);
@@ -2674,6 +3154,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     Ok((base, objects)) => {
                         g.vbase = base;
                         g.vobjects = objects;
+                        g.vspan = objects * self.lay.size;
                         g.vgen = gen;
                     }
                     Err(e) => {
@@ -2695,6 +3176,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let mut i = 0;
         let mut g = self.lock_cpu();
         let mut fl = self.c_freelist(&g);
+        let cpu_slab = |g: &Guard<'_, P, N>| {
+            let c = self.fast_of(g.cpu());
+            (
+                c.slab_base.load(CoreOrdering::Relaxed),
+                c.slab_objects.load(CoreOrdering::Relaxed),
+            )
+        };
+        let (mut base, mut objects) = cpu_slab(&g);
         while i < n {
             if fl == 0 {
                 // Hand the (empty) freelist back with one tid bump, then
@@ -2707,6 +3196,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     }
                     None => {
                         for p in &mut out[..i] {
+                            self.clear_fp(p.addr());
                             // SAFETY: taken from this cache just above.
                             unsafe { self.free(NonNull::new_unchecked(*p)) };
                             *p = core::ptr::null_mut();
@@ -2716,10 +3206,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
                 g = self.lock_cpu();
                 fl = self.c_freelist(&g);
+                (base, objects) = cpu_slab(&g);
                 continue;
             }
             out[i] = Self::obj_ptr(fl).as_ptr();
-            fl = self.get_fp(fl);
+            let next = self.get_fp(fl);
+            if !self.fp_ok(next, base, objects) {
+                // Nothing taken so far is lost: the freelist is handed
+                // back up to `fl`, whose pointer is bad.
+                self.c_set_freelist(&mut g, fl);
+                drop(g);
+                for p in &mut out[..i] {
+                    self.clear_fp(p.addr());
+                    // SAFETY: taken from this cache just above.
+                    unsafe { self.free(NonNull::new_unchecked(*p)) };
+                }
+                self.bad_freelist(base, fl, next, "points outside its slab");
+            }
+            fl = next;
             i += 1;
         }
         self.c_set_freelist(&mut g, fl);
@@ -2734,8 +3238,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ///
     /// # Panics
     ///
-    /// If a pointer is not an object of this cache, before anything is
-    /// freed in its window of 64 objects (earlier windows are freed).
+    /// If a pointer is not an object of this cache, is already free, or
+    /// appears twice in `objs`, naming it; the whole array is checked
+    /// before anything is freed, so nothing is.
     ///
     /// # Safety
     ///
@@ -2750,13 +3255,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// [`free_bulk`](Self::free_bulk) that reports the first bad pointer
-    /// of a window instead of panicking (that window is left untouched).
+    /// instead of panicking.
+    ///
+    /// The whole array is validated before anything changes: an `Err`
+    /// means no object of `objs` was freed. Refused: a pointer that is not
+    /// an object of this cache (foreign, interior, of another cache), an
+    /// object already free (in a hardened cache: its free-pointer word
+    /// reads as free; in a debug cache: on its slab's freelist; otherwise
+    /// the kernel's naive check, the head of its slab's freelist), and a
+    /// pointer that appears twice in `objs` (found by sorting copies of
+    /// the addresses on the stack; nothing is written before the checks
+    /// pass).
     ///
     /// # Safety
     ///
     /// As [`free_bulk`](Self::free_bulk), for pointers that pass the checks.
     #[track_caller]
     pub unsafe fn try_free_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        self.mode();
+        self.check_bulk(objs)?;
         if self.flags.is_debug() {
             for p in objs {
                 // SAFETY: forwarded; each object checked.
@@ -2764,8 +3281,115 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return Ok(());
         }
-        // SAFETY: forwarded.
+        // SAFETY: forwarded; checked as a whole.
         unsafe { self.free_bulk_windows(objs, self.sheaf_capacity != 0) }
+    }
+
+    /// Validates a whole [`try_free_bulk`](Self::try_free_bulk) array
+    /// before any change: every pointer an allocated object of this cache,
+    /// none twice.
+    fn check_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        let pad = self.lay.red_left_pad;
+        let debug = self.flags.is_debug();
+        // The last slab looked up (most arrays hold runs of one slab).
+        let (mut base, mut objects, mut slab) = (0usize, 0usize, 0usize);
+        for p in objs {
+            let a = p.as_ptr().addr();
+            let slot = a.wrapping_sub(pad);
+            if self.obj_index(slot.wrapping_sub(base), objects).is_none() {
+                let sp =
+                    NonNull::new(p.as_ptr().wrapping_sub(pad)).ok_or(FreeError::NotAllocated(a))?;
+                let (s, _, b) = self.slab_block_of(sp).map_err(|e| match e {
+                    FreeError::NotObjectStart(_, off) => FreeError::NotObjectStart(a, off),
+                    e => e,
+                })?;
+                (base, objects, slab) =
+                    (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
+            }
+            // SAFETY: looked up just above; the caller holds its objects.
+            let s = unsafe { Slab::from_addr(slab) };
+            let obj = p.as_ptr().expose_provenance();
+            let free = if debug {
+                self.debug_on_freelist(s, obj - pad)
+            } else if self.hardened() {
+                self.looks_free(obj, base, objects * self.lay.size)
+            } else {
+                s.state().freelist == obj
+            };
+            if free {
+                return Err(FreeError::DoubleFree(obj));
+            }
+        }
+        // Duplicates: sorted runs of 256 addresses on the stack (2 KiB),
+        // each searched for every later pointer (one sort up to 256
+        // objects; 4 sorts and 6 run searches for 1024). Nothing is
+        // written, so a refused array keeps its contents.
+        const C: usize = 256;
+        let mut buf = [0usize; C];
+        for (ci, chunk) in objs.chunks(C).enumerate() {
+            let run = &mut buf[..chunk.len()];
+            for (d, p) in run.iter_mut().zip(chunk) {
+                *d = p.as_ptr().addr();
+            }
+            run.sort_unstable();
+            if let Some(w) = run.windows(2).find(|w| w[0] == w[1]) {
+                return Err(FreeError::DoubleFree(w[0]));
+            }
+            for p in &objs[((ci + 1) * C).min(objs.len())..] {
+                let a = p.as_ptr().addr();
+                if run.binary_search(&a).is_ok() {
+                    return Err(FreeError::DoubleFree(a));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether object `obj` of slab `s` (headed at `head`, of `order`) is
+    /// known to be free: on its slab's freelist (debug caches), its
+    /// free-pointer word reads as free (hardened caches), or it heads its
+    /// slab's freelist (others). `ksize` asks.
+    pub(crate) fn known_free(
+        &self,
+        s: Slab<'_>,
+        head: NonNull<u8>,
+        order: Order,
+        obj: usize,
+    ) -> bool {
+        if self.flags.is_debug() {
+            self.debug_on_freelist(s, obj - self.lay.red_left_pad)
+        } else if self.hardened() {
+            self.looks_free(
+                obj,
+                head.as_ptr().addr(),
+                self.objects_of(order) * self.lay.size,
+            )
+        } else {
+            s.state().freelist == obj
+        }
+    }
+
+    /// Debug caches: whether `slot` is on slab `s`'s freelist (a bounded
+    /// walk under the list lock).
+    fn debug_on_freelist(&self, s: Slab<'_>, slot: usize) -> bool {
+        let n = self.lock_node();
+        let st = s.state();
+        let base = s.base().addr();
+        let objects = st.counters.objects as usize;
+        let mut p = st.freelist;
+        let mut k = 0;
+        while p != 0 && k <= objects {
+            if p == slot {
+                return true;
+            }
+            if self.obj_index(p.wrapping_sub(base), objects).is_none() {
+                drop(n);
+                self.bad_freelist(base, slot, p, "is on a freelist that leaves its slab");
+            }
+            p = self.get_fp(p);
+            k += 1;
+        }
+        false
     }
 
     /// The slab part of [`try_free_bulk`](Self::try_free_bulk) (a sheaf
@@ -3010,6 +3634,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             c.slab.store(0, Ordering::Relaxed);
             c.slab_base.store(0, CoreOrdering::Relaxed);
             c.slab_objects.store(0, CoreOrdering::Relaxed);
+            c.slab_span.store(0, CoreOrdering::Relaxed);
             let fl = if lockless {
                 let d = c.fl_tid.load(Ordering::Relaxed);
                 c.fl_tid
@@ -3180,22 +3805,56 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ///   named by exactly one CPU, and no node partial slab is frozen;
     /// * CPU freelists lie inside their CPU slab.
     pub fn validate(&mut self) {
+        self.validate_nodes();
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
+        let v = self.validator();
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            v.cpu(i, &self.fast[i], l, lockless);
+        }
+    }
+
+    /// [`validate`](Self::validate) through `&self` (e.g. on a
+    /// `GlobalSlub`'s caches): the node lists under the list lock, and the
+    /// CPU state of every slot the platform lets this context lock (its
+    /// own, and remote ones where [`LocalLock::lock_remote`] can). The
+    /// cache must be quiescent as for `validate`.
+    pub fn validate_shared(&self) {
+        self.validate_nodes();
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
+        let v = self.validator();
+        {
+            let g = self.lock_cpu();
+            let i = g.cpu();
+            v.cpu(i % N, self.fast_of(i), &g, lockless);
+        }
+        for i in 0..N {
+            if let Some(g) = self.cpu.lock_remote(i) {
+                v.cpu(i, &self.fast[i], &g, lockless);
+            }
+        }
+    }
+
+    /// What the freelist checks need of the cache.
+    fn validator(&self) -> Validator {
+        Validator {
+            name: self.name,
+            size: self.lay.size,
+            offset: self.lay.offset,
+            hardened: self.hardened(),
+            random: self.random.load(CoreOrdering::Relaxed),
+        }
+    }
+
+    /// The debug slabs and the node partial list (under their locks).
+    fn validate_nodes(&self) {
         if self.flags.is_debug() {
             self.validate_debug();
         }
         let me = self.id();
         let tag = self.slab_tag();
-        let (name, size, offset) = (self.name, self.lay.size, self.lay.offset);
-        let hardened = self.flags.contains(SlabFlags::HARDENED);
-        let random = self.random.load(CoreOrdering::Relaxed);
-        let decode = move |v: usize, slot: usize| {
-            if hardened {
-                v ^ random ^ slot.swap_bytes()
-            } else {
-                v
-            }
-        };
-        let n = self.node.get_mut();
+        let v = self.validator();
+        let name = self.name;
+        let n = self.lock_node();
         let mut count = 0;
         let mut prev = 0;
         let mut cur = n.head;
@@ -3216,7 +3875,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 "{}: full slab on the partial list",
                 name
             );
-            let free = walk_freelist(size, offset, s, st.freelist, name, decode);
+            let free = v.walk(s, st.freelist);
             assert_eq!(
                 free,
                 (st.counters.objects - st.counters.inuse) as usize,
@@ -3229,43 +3888,74 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         assert_eq!(n.tail, prev, "{}: partial list tail", name);
         assert_eq!(count, n.nr_partial, "{}: nr_partial", name);
-        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
-        for (i, l) in self.cpu.iter_mut().enumerate() {
-            let c = &self.fast[i];
-            let slab = c.slab.load(Ordering::Relaxed);
-            let fl = if lockless {
-                c.fl_tid.load(Ordering::Relaxed).lo
-            } else {
-                l.freelist
-            };
-            if slab != 0 {
-                // SAFETY: a CPU slab is held.
-                let s = unsafe { Slab::from_addr(slab) };
-                assert!(
-                    s.state().counters.frozen,
-                    "{name}: CPU {i}'s slab not frozen"
-                );
-                assert!(!s.on_partial(), "{name}: CPU {i}'s slab on the node list");
-                walk_freelist(size, offset, s, fl, name, decode);
-            } else {
-                assert_eq!(fl, 0, "{name}: CPU {i} has a freelist but no slab");
-            }
-            let mut k = 0;
-            let mut cur = l.partial;
-            while cur != 0 {
-                // SAFETY: chain members are held.
-                let s = unsafe { Slab::from_addr(cur) };
-                assert!(
-                    s.state().counters.frozen,
-                    "{name}: CPU {i} partial slab not frozen"
-                );
-                assert!(!s.on_partial(), "{name}: CPU partial slab on the node list");
-                assert_ne!(cur, slab, "{name}: CPU slab also on the CPU partial list");
-                k += 1;
-                cur = s.next();
-            }
-            assert_eq!(k, l.partial_slabs, "{name}: CPU {i} partial_slabs");
+    }
+}
+
+/// The cache's parameters for [`KmemCache::validate`]'s walks.
+struct Validator {
+    name: &'static str,
+    size: usize,
+    offset: usize,
+    hardened: bool,
+    random: usize,
+}
+
+impl Validator {
+    fn walk(&self, s: Slab<'_>, fl: usize) -> usize {
+        let (hardened, random) = (self.hardened, self.random);
+        walk_freelist(
+            self.size,
+            self.offset,
+            s,
+            fl,
+            self.name,
+            move |v: usize, slot: usize| {
+                if hardened {
+                    v ^ random ^ slot.swap_bytes()
+                } else {
+                    v
+                }
+            },
+        )
+    }
+
+    /// One CPU's state: its slab frozen, off the node list, its freelist
+    /// inside it; its partial chain frozen and counted.
+    fn cpu(&self, i: usize, c: &CpuFast, l: &CpuLocked, lockless: bool) {
+        let name = self.name;
+        let slab = c.slab.load(Ordering::Relaxed);
+        let fl = if lockless {
+            c.fl_tid.load(Ordering::Relaxed).lo
+        } else {
+            l.freelist
+        };
+        if slab != 0 {
+            // SAFETY: a CPU slab is held.
+            let s = unsafe { Slab::from_addr(slab) };
+            assert!(
+                s.state().counters.frozen,
+                "{name}: CPU {i}'s slab not frozen"
+            );
+            assert!(!s.on_partial(), "{name}: CPU {i}'s slab on the node list");
+            self.walk(s, fl);
+        } else {
+            assert_eq!(fl, 0, "{name}: CPU {i} has a freelist but no slab");
         }
+        let mut k = 0;
+        let mut cur = l.partial;
+        while cur != 0 {
+            // SAFETY: chain members are held.
+            let s = unsafe { Slab::from_addr(cur) };
+            assert!(
+                s.state().counters.frozen,
+                "{name}: CPU {i} partial slab not frozen"
+            );
+            assert!(!s.on_partial(), "{name}: CPU partial slab on the node list");
+            assert_ne!(cur, slab, "{name}: CPU slab also on the CPU partial list");
+            k += 1;
+            cur = s.next();
+        }
+        assert_eq!(k, l.partial_slabs, "{name}: CPU {i} partial_slabs");
     }
 }
 
@@ -3289,17 +3979,21 @@ fn walk_freelist(
     let base = s.base().addr();
     let objects = s.state().counters.objects as usize;
     let mut n = 0;
+    let mut prev = 0;
     let mut p = fl;
     while p != 0 {
         assert!(
             p >= base && (p - base).is_multiple_of(size) && (p - base) / size < objects,
-            "{name}: freelist entry {p:#x} outside slab {base:#x} or off an object boundary"
+            "slub {name}: corrupted freelist in slab {base:#x}: entry {p:#x} (after {prev:#x}) \
+             is outside the slab or off an object boundary"
         );
         n += 1;
         assert!(
             n <= objects,
-            "{name}: freelist of slab {base:#x} has a cycle"
+            "slub {name}: corrupted freelist in slab {base:#x}: more than {objects} entries \
+             (a cycle), {p:#x} reached again"
         );
+        prev = p;
         let q = core::ptr::with_exposed_provenance::<usize>(p + offset);
         // SAFETY: inside the slab, word aligned.
         let raw = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }

@@ -209,6 +209,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// or `align` is not a power of two (no address could honour it). Size
     /// 0 gives [`ZERO_SIZE_PTR`].
     #[inline]
+    #[track_caller]
     pub fn kmalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         if !align.is_power_of_two() {
             return None;
@@ -225,6 +226,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// `kzalloc`: [`kmalloc`](Self::kmalloc), zeroed. Large blocks the page
     /// allocator knows to be zero are not cleared again.
     #[inline]
+    #[track_caller]
     pub fn kzalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
         if !align.is_power_of_two() {
             return None;
@@ -292,6 +294,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     ///
     /// As [`kfree`](Self::kfree), for a pointer that passes the checks.
     #[inline]
+    #[track_caller]
     pub unsafe fn try_kfree(&self, ptr: *mut u8) -> Result<(), FreeError> {
         let Some(p) = NonNull::new(ptr) else {
             return Ok(());
@@ -334,7 +337,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     ///
     /// # Panics
     ///
-    /// If `ptr` is not a live kmalloc allocation's start.
+    /// If `ptr` is not a live kmalloc allocation's start, or is an object
+    /// known to be free (on its slab's freelist in a debug cache; its
+    /// free-pointer word reads as free in a hardened cache; the head of its
+    /// slab's freelist otherwise).
     pub fn ksize(&self, ptr: NonNull<u8>) -> usize {
         if ptr == ZERO_SIZE_PTR {
             return 0;
@@ -356,6 +362,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
                         .is_ok()
                 })
                 .unwrap_or_else(|| panic!("ksize({a:#x}): not an object of this kmalloc"));
+            let obj = ptr.as_ptr().expose_provenance();
+            if c.known_free(crate::slab::Slab(b.owner), b.head, b.order, obj) {
+                panic!("ksize({a:#x}): slub {}: the object is free", c.name());
+            }
             c.object_size()
         } else if tag == TAG_LARGE && b.head == ptr {
             self.source.page_size() << b.order.get()
@@ -364,11 +374,12 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
     }
 
-    /// Checks every cache's invariants ([`KmemCache::validate`]) on a
+    /// Checks every cache's invariants ([`KmemCache::validate_shared`]:
+    /// through `&self`, so a `GlobalSlub`'s caches can be checked) on a
     /// quiescent allocator.
-    pub fn validate(&mut self) {
-        for c in &mut self.caches {
-            c.validate();
+    pub fn validate(&self) {
+        for c in &self.caches {
+            c.validate_shared();
         }
     }
 

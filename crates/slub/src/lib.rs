@@ -92,9 +92,12 @@
 //!   own inline fast path; its frees are validated by the CPU's last
 //!   looked-up slab range (reset by any slab discard), else by the page
 //!   descriptor lookup (slabs are compound blocks). [`GlobalSlub`] has them.
-//! * **Hardening**: [`SlabFlags::HARDENED`] (obfuscated free pointers,
-//!   seeded by [`Platform::random_seed`](local_lock::Platform::random_seed);
-//!   on in [`GlobalSlub`], where it costs under 1%) and
+//! * **Hardening**: [`SlabFlags::HARDENED`] (obfuscated free pointers and
+//!   sheaf entries, seeded by
+//!   [`Platform::random_seed`](local_lock::Platform::random_seed); double
+//!   free markers; checked free pointers and sheaf entries, see *Bad
+//!   input*; on in [`GlobalSlub`]: 181 instructions per 64 B alloc + free
+//!   pair with sheaves against 173 unhardened, by callgrind) and
 //!   [`SlabFlags::RANDOM_FREELIST`].
 //! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
 //!   [`SlabFlags::RED_ZONE`], [`SlabFlags::POISON`],
@@ -111,6 +114,29 @@
 //! object is already the freelist head) is refused with
 //! [`FreeError`] (`try_free`) or a panic naming the problem (`free`,
 //! `kfree`), before any state changes.
+//!
+//! [`SlabFlags::HARDENED`] caches (the [`GlobalSlub`] default) also:
+//!
+//! * refuse a double free with other frees in between (free a, free b,
+//!   free a): a free object's free-pointer word holds the cache's secret
+//!   (an object in a sheaf) or an encoded pointer that decodes to null or
+//!   into its own slab (an object on a freelist); every allocation clears
+//!   the word. The sheaf fast free recognises the sheaf marker only; an
+//!   object that went back to its slab and is freed again through the
+//!   sheaves breaks the slab freelist through it, which the next
+//!   allocation to reach it reports (it is never handed out twice);
+//! * check every free pointer an allocation follows (one range check
+//!   against the CPU slab) and every sheaf entry (stored as `object ^
+//!   secret`, checked against the span of the cache's slabs), so a write
+//!   after free is reported as a corrupted freelist or sheaf (cache, slab
+//!   or sheaf, object, the value found) instead of crashing or making an
+//!   allocation return an address the writer chose.
+//!
+//! Every freelist walk (deactivation, validation, debug checks) is bounded
+//! by the slab's object count and checks each entry is an object of the
+//! slab: a cycle or a wild pointer is reported, never followed forever.
+//! [`KmemCache::try_free_bulk`] checks the whole array (every pointer, none
+//! already free, no duplicates) before it frees anything.
 #![no_std]
 #![warn(missing_docs)]
 

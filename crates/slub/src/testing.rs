@@ -102,7 +102,19 @@ pub enum Op {
     FreeBulk { c: usize, n: usize, cpu: usize },
     /// Shrink cache `c`.
     Shrink { c: usize },
+    /// Bad input (`kind` mod [`BAD_KINDS`]) around live object `i` (mod the
+    /// live count), on `cpu`: a double free, an ABA double free (with the
+    /// next live object of the same cache), a foreign pointer, an interior
+    /// pointer, a free into the wrong cache, a bulk free with a duplicate,
+    /// a bulk free with a bad pointer in the middle. Each must be refused
+    /// with an error, change nothing (the model keeps the objects, their
+    /// contents are checked at their real free) and leave every cache
+    /// valid.
+    Bad { kind: usize, i: usize, cpu: usize },
 }
+
+/// The kinds of [`Op::Bad`].
+pub const BAD_KINDS: usize = 7;
 
 struct Live {
     ptr: NonNull<u8>,
@@ -271,6 +283,13 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
             Op::Shrink { c } => {
                 caches[c % caches.len()].shrink();
             }
+            Op::Bad { kind, i, cpu } => {
+                if live.is_empty() {
+                    continue;
+                }
+                p.set_cpu(cpu % CPUS);
+                bad_input(&caches, &k, &mut live, &mut ranges, kind % BAD_KINDS, i);
+            }
         }
         for c in &mut caches {
             c.validate();
@@ -293,6 +312,129 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
     drop(caches);
     drop(k);
     assert!(m.all_free(), "everything back in the buddy");
+}
+
+/// One [`Op::Bad`]: `kind` around `live[i % live.len()]`.
+fn bad_input(
+    caches: &[Cache<'_>],
+    k: &Kmalloc<&Buddy<TestPlatform>, TestPlatform, CPUS>,
+    live: &mut Vec<Live>,
+    ranges: &mut BTreeMap<usize, usize>,
+    kind: usize,
+    i: usize,
+) {
+    // Caches that recognise an object freed earlier (hardened: their free
+    // pointer words; kmalloc's caches are hardened and kfree takes the
+    // slab path); cache 0 has only the naive check, cache 3 (debug)
+    // panics on a double free by design.
+    let detects_aba = |c: Option<usize>| matches!(c, None | Some(1) | Some(2));
+    let try_free = |c: Option<usize>, p: NonNull<u8>| -> Result<(), crate::FreeError> {
+        // SAFETY: refused before any change (the cases below only pass
+        // pointers that must be refused), or a live object of `c`.
+        unsafe {
+            match c {
+                Some(c) => caches[c].try_free(p),
+                None => k.try_kfree(p.as_ptr()),
+            }
+        }
+    };
+    let i = i % live.len();
+    let mut local = 0u64;
+    let foreign = NonNull::from(&mut local).cast::<u8>();
+    match kind {
+        // Double free: once (legitimately), then again.
+        0 => {
+            let l = live.swap_remove(i);
+            if l.cache == Some(3) {
+                live.push(l);
+                return;
+            }
+            assert!(
+                holds(l.ptr, l.size, l.tag),
+                "contents of {:p} changed",
+                l.ptr
+            );
+            ranges.remove(&(l.ptr.as_ptr() as usize));
+            try_free(l.cache, l.ptr).expect("a live object frees");
+            let e = try_free(l.cache, l.ptr);
+            assert!(e.is_err(), "double free of {:p} accepted", l.ptr);
+        }
+        // ABA: a, b, then a again.
+        1 => {
+            let c = live[i].cache;
+            if !detects_aba(c) {
+                return;
+            }
+            let Some(j) = (0..live.len()).find(|&j| j != i && live[j].cache == c) else {
+                return;
+            };
+            let (a, b) = (live[i].ptr, live[j].ptr);
+            for x in [a, b] {
+                let at = live.iter().position(|l| l.ptr == x).unwrap();
+                let l = live.swap_remove(at);
+                assert!(
+                    holds(l.ptr, l.size, l.tag),
+                    "contents of {:p} changed",
+                    l.ptr
+                );
+                ranges.remove(&(l.ptr.as_ptr() as usize));
+                try_free(c, x).expect("a live object frees");
+            }
+            let e = try_free(c, a);
+            assert!(e.is_err(), "ABA double free of {a:p} accepted");
+        }
+        // A foreign pointer, to every cache and to kfree.
+        2 => {
+            for c in 0..caches.len() {
+                assert!(try_free(Some(c), foreign).is_err());
+            }
+            assert!(try_free(None, foreign).is_err());
+        }
+        // An interior pointer.
+        3 => {
+            let l = &live[i];
+            let inner = NonNull::new(l.ptr.as_ptr().wrapping_add(8)).unwrap();
+            assert!(try_free(l.cache, inner).is_err(), "interior free accepted");
+        }
+        // The wrong cache (and a cache object to kfree).
+        4 => {
+            let l = &live[i];
+            let other = match l.cache {
+                Some(c) => {
+                    assert!(try_free(None, l.ptr).is_err(), "kfree of a cache object");
+                    (c + 1) % caches.len()
+                }
+                None => 0,
+            };
+            assert!(
+                try_free(Some(other), l.ptr).is_err(),
+                "free into the wrong cache"
+            );
+        }
+        // Bulk: a duplicate, or a foreign pointer in the middle.
+        _ => {
+            let Some(c) = live[i].cache else { return };
+            let mut batch: Vec<NonNull<u8>> = live
+                .iter()
+                .filter(|l| l.cache == Some(c))
+                .map(|l| l.ptr)
+                .take(40)
+                .collect();
+            let mid = batch.len() / 2;
+            if kind == 5 {
+                let d = batch[0];
+                batch.insert(mid, d);
+            } else {
+                batch.insert(mid, foreign);
+            }
+            // SAFETY: refused before any change (a duplicate, or a foreign
+            // pointer).
+            let e = unsafe { caches[c].try_free_bulk(&batch) };
+            assert!(e.is_err(), "bad bulk free accepted");
+            // Nothing was freed: the model keeps them, and their contents
+            // are checked when they are freed for real.
+        }
+    }
 }
 
 fn add(ranges: &mut BTreeMap<usize, usize>, o: NonNull<u8>, size: usize) {

@@ -944,6 +944,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// [`op`] with bad input mixed in (double, ABA, foreign, interior,
+/// wrong-cache and bad bulk frees).
+fn op_bad() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op(),
+        2 => (0..crate::testing::BAD_KINDS, any::<usize>(), 0..CPUS)
+            .prop_map(|(kind, i, cpu)| Op::Bad { kind, i, cpu }),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: if cfg!(miri) { 1 } else { 64 },
@@ -959,6 +969,18 @@ proptest! {
     #[test]
     #[cfg_attr(miri, ignore = "proptest under miri takes minutes per case; machine_smoke runs a fixed sequence")]
     fn state_machine_locked(ops in proptest::collection::vec(op(), 1..if cfg!(miri) { 25 } else { 400 })) {
+        run_machine(&ops, TestPlatform::locked(CPUS));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "proptest under miri takes minutes per case; machine_smoke runs a fixed sequence")]
+    fn state_machine_bad_input_pinned(ops in proptest::collection::vec(op_bad(), 1..400)) {
+        run_machine(&ops, TestPlatform::pinned(CPUS));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "proptest under miri takes minutes per case; machine_smoke runs a fixed sequence")]
+    fn state_machine_bad_input_locked(ops in proptest::collection::vec(op_bad(), 1..400)) {
         run_machine(&ops, TestPlatform::locked(CPUS));
     }
 }
