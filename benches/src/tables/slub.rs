@@ -64,13 +64,12 @@ use local_lock::sync::CachePadded;
 use local_lock::Platform;
 use slub::{GlobalPages, GlobalSlub, KmemCache, SlabFlags, SlubStat, SlubStats};
 
-use super::pages::{
-    fastest, median_of, per_page, phase_note, verdict, with_phases, Clock, Mapping, Phases,
-};
+use super::pages::{fastest, median_of, verdict, Mapping};
 use super::Table;
 use crate::measure::{
-    arithmetic, black_box, fmt_num, pin_current_thread, two_cpu_check, Case, Ctx, Report, Row,
-    Spread, Stats, Stopwatch,
+    alloc_free_case, arithmetic, black_box, fmt_num, per_item, phase_note, pin_current_thread,
+    two_cpu_check, with_phases, AllocFree, Case, Clock, Ctx, Phases, Report, Row, Spread, Stats,
+    Stopwatch,
 };
 use crate::user_kernel::{UserHooks, UserKernel};
 
@@ -675,21 +674,28 @@ pub fn pair_case<A: ObjHeap>(name: &str, a: &Arc<A>, l: Layout, threads: usize) 
     .threads(threads)
 }
 
-/// One round: allocate `slots.len()` objects of `l`, then free them in
-/// allocation order; the two phases' clock differences.
-#[inline(always)]
-fn batch_round<A: ObjHeap>(a: &A, l: Layout, slots: &mut [*mut u8], clock: &Clock) -> (u64, u64) {
-    let t0 = clock.now();
-    for s in slots.iter_mut() {
-        *s = a.alloc(l).as_ptr();
+/// Objects of one `Layout` from an [`ObjHeap`], as the items of the
+/// measurement module's alloc-N-then-free-N round ([`alloc_free_case`]).
+pub struct Objects<A> {
+    /// The heap.
+    pub a: Arc<A>,
+    /// The objects' layout.
+    pub l: Layout,
+}
+
+impl<A: ObjHeap> AllocFree for Objects<A> {
+    #[inline(always)]
+    fn alloc(&self) -> NonNull<u8> {
+        self.a.alloc(self.l)
     }
-    let t1 = clock.now();
-    for &p in slots.iter() {
-        // SAFETY: allocated just above with `l`, freed once.
-        unsafe { a.free(NonNull::new_unchecked(p), l) };
+    #[inline(always)]
+    unsafe fn free(&self, p: NonNull<u8>) {
+        // SAFETY: forwarded contract (allocated above with `l`).
+        unsafe { self.a.free(p, self.l) }
     }
-    let t2 = clock.now();
-    (t1.wrapping_sub(t0), t2.wrapping_sub(t1))
+    fn enter_thread(&self, t: usize) {
+        self.a.enter_thread(t)
+    }
 }
 
 /// A case running `iters` rounds of alloc-N-then-free-N of `l`, recording
@@ -702,19 +708,8 @@ pub fn batch_case<A: ObjHeap>(
     clock: Clock,
     phases: Arc<Phases>,
 ) -> Case {
-    let a = a.clone();
-    Case::custom(name, move |_, iters| {
-        let mut slots = vec![core::ptr::null_mut::<u8>(); n];
-        let (mut ta, mut tf) = (0u64, 0u64);
-        for _ in 0..iters {
-            let (x, y) = batch_round(&*a, l, &mut slots, &clock);
-            ta += x;
-            tf += y;
-        }
-        let per = (n as u64 * iters) as f64;
-        phases.push(clock.elapsed(ta, per), clock.elapsed(tf, per));
-        clock.elapsed(ta + tf, 1.0)
-    })
+    let items = Objects { a: a.clone(), l };
+    alloc_free_case(name, items, n, clock, 1, Some(phases))
 }
 
 // ---------------------------------------------------------------------------
@@ -1227,7 +1222,7 @@ impl Table for SlubBatch {
             let stats = cx.measure(&cases);
             let mut these: Vec<Row> = Vec::new();
             for ((mut case, mut st), ph) in cases.into_iter().zip(stats).zip(phs) {
-                per_page(&mut st, n);
+                per_item(&mut st, n);
                 if let Some(note) = phase_note(&ph, st.rounds) {
                     case.note = note;
                 }
