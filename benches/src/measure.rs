@@ -32,6 +32,11 @@
 //!    ours, `1.0x` means the second thread got no CPU of its own and the
 //!    two-thread figure measures time sharing, not scaling.
 //!
+//! 7. **Alloc-N-then-free-N**: the tables that allocate N items, then free
+//!    them (seed 000's shape: pages, zeroed pages, SLUB objects) share one
+//!    loop, [`alloc_free_case`], which times the two phases apart with a
+//!    [`Clock`] (`rdtsc` at each phase boundary) into [`Phases`].
+//!
 //! # Output
 //!
 //! A [`Report`] prints as an aligned text table and is written as CSV and
@@ -47,6 +52,11 @@ use std::time::{Duration, Instant};
 /// Keeps the optimiser from deleting or hoisting a computation
 /// (`core::hint::black_box`).
 pub use core::hint::black_box;
+
+mod phases;
+pub use phases::{
+    alloc_free_case, alloc_free_round, per_item, phase_note, with_phases, AllocFree, Clock, Phases,
+};
 
 // ---------------------------------------------------------------------------
 // Configuration

@@ -27,8 +27,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
 use local_lock::kernel::Kernel;
@@ -38,7 +37,8 @@ use pcp::{PageSource, Pcp, Policy};
 
 use super::Table;
 use crate::measure::{
-    black_box, fmt_num, tsc, Case, Ctx, Elapsed, Report, Row, SeedRef, Spread, Stats,
+    alloc_free_case, black_box, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock,
+    Ctx, Phases, Report, Row, SeedRef,
 };
 use crate::user_kernel::{UserHooks, UserKernel};
 
@@ -455,99 +455,33 @@ impl PageAlloc for BsaPages {
 }
 
 // ---------------------------------------------------------------------------
-// Timing the two phases
+// The churn: alloc N order-0 pages, then free them
 // ---------------------------------------------------------------------------
 
-/// The phase clock: the TSC where there is one (one `rdtsc` per phase
-/// boundary, as the seed's `read_clockcycles`), else the monotonic clock.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    /// TSC ticks per ns (`None`: ticks are ns).
-    ghz: Option<f64>,
-}
+/// Order-0 pages of a [`PageAlloc`] as the items of the measurement
+/// module's alloc-N-then-free-N round ([`alloc_free_case`]).
+pub struct Order0<A>(pub Arc<A>);
 
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-impl Clock {
-    /// From the machine's calibrated TSC rate.
-    pub fn new(tsc_ghz: Option<f64>) -> Clock {
-        Clock {
-            ghz: tsc().and(tsc_ghz),
-        }
-    }
-
-    /// A time stamp.
+impl<A: PageAlloc> AllocFree for Order0<A> {
     #[inline(always)]
-    pub fn now(&self) -> u64 {
-        match self.ghz {
-            Some(_) => tsc().unwrap_or(0),
-            None => epoch().elapsed().as_nanos() as u64,
-        }
+    fn alloc(&self) -> NonNull<u8> {
+        self.0.alloc(0)
     }
-
-    /// `ticks` stamps' worth of time divided by `per`.
-    pub fn elapsed(&self, ticks: u64, per: f64) -> Elapsed {
-        let t = ticks as f64 / per;
-        match self.ghz {
-            Some(g) => Elapsed {
-                ns: t / g,
-                cycles: Some(t),
-            },
-            None => Elapsed {
-                ns: t,
-                cycles: None,
-            },
-        }
+    #[inline(always)]
+    unsafe fn free(&self, p: NonNull<u8>) {
+        // SAFETY: forwarded contract (allocated above with order 0).
+        unsafe { self.0.free(p, 0) }
     }
-}
-
-/// The alloc and free time per page of every sample of one case, in sample
-/// order (the runner's last `rounds` samples are the measured rounds).
-#[derive(Default)]
-pub struct Phases(Mutex<Vec<[Elapsed; 2]>>);
-
-impl Phases {
-    /// Records one sample's per-page alloc and free times.
-    pub fn push(&self, alloc: Elapsed, free: Elapsed) {
-        self.0.lock().unwrap().push([alloc, free]);
+    fn enter_thread(&self, t: usize) {
+        self.0.enter_thread(t)
     }
-
-    /// Median and spread of the alloc (`0`) or free (`1`) phase over the
-    /// last `rounds` samples: ns, and cycles if measured.
-    pub fn spread(&self, rounds: usize, phase: usize) -> Option<(Spread, Option<Spread>)> {
-        let v = self.0.lock().unwrap();
-        let last = &v[v.len().saturating_sub(rounds)..];
-        let ns: Vec<f64> = last.iter().map(|s| s[phase].ns).collect();
-        let cyc: Option<Vec<f64>> = last.iter().map(|s| s[phase].cycles).collect();
-        Some((Spread::of(&ns)?, cyc.and_then(|c| Spread::of(&c))))
-    }
-}
-
-/// One round of the seed's loop: allocate `slots.len()` blocks of order
-/// `o`, then free them in allocation order; returns the time stamps'
-/// differences of the two phases.
-#[inline(always)]
-fn churn<A: PageAlloc>(a: &A, o: u8, slots: &mut [*mut u8], clock: &Clock) -> (u64, u64) {
-    let t0 = clock.now();
-    for s in slots.iter_mut() {
-        *s = a.alloc(o).as_ptr();
-    }
-    let t1 = clock.now();
-    for &p in slots.iter() {
-        // SAFETY: allocated just above with order `o`, freed once.
-        unsafe { a.free(NonNull::new_unchecked(p), o) };
-    }
-    let t2 = clock.now();
-    (t1.wrapping_sub(t0), t2.wrapping_sub(t1))
 }
 
 /// A case running `iters` rounds of alloc-N-then-free-N of order-0 pages,
-/// timing itself per page (alloc + free); with `phases`, each sample's
-/// alloc and free times are kept apart too. With `threads == 2` each worker
-/// calls [`PageAlloc::enter_thread`] first.
+/// timing itself per round (alloc + free; [`per_item`] makes it per page);
+/// with `phases`, each sample's alloc and free times per page are kept
+/// apart too. With `threads == 2` each worker calls
+/// [`PageAlloc::enter_thread`] first.
 pub fn churn_case<A: PageAlloc>(
     name: impl Into<String>,
     a: &Arc<A>,
@@ -556,42 +490,7 @@ pub fn churn_case<A: PageAlloc>(
     threads: usize,
     phases: Option<Arc<Phases>>,
 ) -> Case {
-    let a = a.clone();
-    Case::custom(name, move |t, iters| {
-        if threads > 1 {
-            a.enter_thread(t);
-        }
-        let mut slots = vec![core::ptr::null_mut::<u8>(); n];
-        let (mut ta, mut tf) = (0u64, 0u64);
-        for _ in 0..iters {
-            let (x, y) = churn(&*a, 0, &mut slots, &clock);
-            ta += x;
-            tf += y;
-        }
-        let per = n as f64;
-        if let Some(ph) = &phases {
-            let it = iters as f64;
-            ph.push(clock.elapsed(ta, per * it), clock.elapsed(tf, per * it));
-        }
-        // The whole round, so the runner's calibration sizes batches right;
-        // the tables divide by N ([`per_page`]).
-        clock.elapsed(ta + tf, 1.0)
-    })
-    .threads(threads)
-}
-
-/// Turns the runner's figures per round of N pages into figures per page.
-pub fn per_page(st: &mut Stats, n: usize) {
-    let k = n as f64;
-    let scale = |s: &mut Spread| {
-        s.median /= k;
-        s.min /= k;
-        s.max /= k;
-    };
-    scale(&mut st.ns);
-    if let Some(c) = st.cycles.as_mut() {
-        scale(c);
-    }
+    alloc_free_case(name, Order0(a.clone()), n, clock, threads, phases)
 }
 
 // ---------------------------------------------------------------------------
@@ -658,32 +557,6 @@ const PEER_ROWS: [&str; 5] = [
     "jemalloc",
     "rpmalloc",
 ];
-
-/// A case whose body records its phases, with the record.
-pub(crate) fn with_phases(f: impl FnOnce(Arc<Phases>) -> Case) -> (Case, Arc<Phases>) {
-    let ph = Arc::new(Phases::default());
-    (f(ph.clone()), ph)
-}
-
-/// "alloc A + free F ns (a + f cyc)" from a case's phase record.
-pub(crate) fn phase_note(ph: &Phases, rounds: usize) -> Option<String> {
-    let (a, ac) = ph.spread(rounds, 0)?;
-    let (f, fc) = ph.spread(rounds, 1)?;
-    Some(match (ac, fc) {
-        (Some(ac), Some(fc)) => format!(
-            "alloc {} + free {} ns ({} + {} cyc)",
-            fmt_num(a.median),
-            fmt_num(f.median),
-            fmt_num(ac.median),
-            fmt_num(fc.median)
-        ),
-        _ => format!(
-            "alloc {} + free {} ns",
-            fmt_num(a.median),
-            fmt_num(f.median)
-        ),
-    })
-}
 
 /// The median ns of row `name` among `rows`.
 pub(crate) fn median_of(rows: &[Row], name: &str) -> Option<f64> {
@@ -782,7 +655,7 @@ impl Table for Pages {
             let seeds = seed_for(n);
             let mut these: Vec<Row> = Vec::new();
             for ((mut case, mut st), ph) in cs.into_iter().zip(stats).zip(phs) {
-                per_page(&mut st, n);
+                per_item(&mut st, n);
                 if let Some(note) = phase_note(&ph, st.rounds) {
                     case.note = note;
                 }
@@ -940,7 +813,7 @@ impl Table for Pages2t {
                 .into_iter()
                 .zip(stats)
                 .map(|(case, mut st)| {
-                    per_page(&mut st, n);
+                    per_item(&mut st, n);
                     Row { case, stats: st }
                 })
                 .collect();
@@ -1154,21 +1027,6 @@ mod tests {
         let dirty = Arena::new(64 << 20, false);
         check(&BuddyPages(dirty.clone()));
         check(&kernel_pcp(&dirty, Policy::Trylock));
-    }
-
-    #[test]
-    fn per_page_divides_every_figure() {
-        let s = Spread::of(&[64.0, 128.0, 640.0]).unwrap();
-        let mut st = Stats {
-            ns: s,
-            cycles: Some(s),
-            iters: 1,
-            rounds: 3,
-            two_cpu: None,
-        };
-        per_page(&mut st, 64);
-        assert_eq!((st.ns.min, st.ns.median, st.ns.max), (1.0, 2.0, 10.0));
-        assert_eq!(st.cycles.unwrap().median, 2.0);
     }
 
     #[test]

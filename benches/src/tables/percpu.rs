@@ -28,10 +28,12 @@ use std::ptr::NonNull;
 use local_lock::kernel::Kernel;
 use percpu_bitmap::{Config, MmapSource, PageSource, PcpuAllocator, PcpuPtr};
 
-use super::pages::{verdict, Clock};
+use super::pages::verdict;
 use super::Table;
 use crate::area_map::AreaMap;
-use crate::measure::{black_box, fmt_num, Case, Ctx, Elapsed, Report, Row, SeedRef, Spread, Stats};
+use crate::measure::{
+    black_box, fmt_num, Case, Clock, Ctx, Elapsed, Report, Row, SeedRef, Spread, Stats,
+};
 use crate::user_kernel::UserKernel;
 
 /// Bytes per unit: `percpu-bitmap`'s default (64 KiB; the kernel's minimum

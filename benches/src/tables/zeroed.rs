@@ -28,11 +28,13 @@ use buddy::Stat;
 use pcp::{PcpStat, Policy};
 
 use super::pages::{
-    fastest, median_of, per_page, phase_note, with_phases, Arena, BuddyPages, Clock, Global,
-    PageAlloc, PcpPages, Phases, ARENA_BYTES,
+    fastest, median_of, Arena, BuddyPages, Global, PageAlloc, PcpPages, ARENA_BYTES,
 };
 use super::Table;
-use crate::measure::{fmt_num, Case, Ctx, Report, Row};
+use crate::measure::{
+    alloc_free_case, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock, Ctx,
+    Phases, Report, Row,
+};
 use crate::user_kernel::UserKernel;
 
 /// How a row's pages go back.
@@ -44,46 +46,52 @@ pub enum Return {
     Dirty,
 }
 
-/// One round: allocate `slots.len()` zeroed order-0 pages (timed), dirty
-/// them if asked (untimed), free them (timed); returns the two phases' time
-/// stamp differences.
-#[inline(always)]
-fn zeroed_round<A: PageAlloc>(
-    a: &A,
-    ret: Return,
-    slots: &mut [*mut u8],
-    clock: &Clock,
-) -> (u64, u64) {
-    let t0 = clock.now();
-    for s in slots.iter_mut() {
-        *s = a.alloc_zeroed(0).as_ptr();
+/// Zeroed order-0 pages of a [`PageAlloc`], going back as `ret` says, as
+/// the items of the measurement module's alloc-N-then-free-N round: the
+/// allocations (`alloc_zeroed`) and the frees are timed, the dirtying
+/// write between them ([`AllocFree::between`]) is not.
+pub struct ZeroedPages<A> {
+    /// The allocator.
+    pub a: Arc<A>,
+    /// How the pages go back.
+    pub ret: Return,
+}
+
+impl<A: PageAlloc> AllocFree for ZeroedPages<A> {
+    const BETWEEN: bool = true;
+
+    #[inline(always)]
+    fn alloc(&self) -> NonNull<u8> {
+        self.a.alloc_zeroed(0)
     }
-    let t1 = clock.now();
-    if ret == Return::Dirty {
-        for &p in slots.iter() {
-            // SAFETY: `p` is a page we hold (allocated just above).
-            unsafe { p.add(64).write_volatile(0xa5) };
-        }
-    }
-    let t2 = clock.now();
-    for &p in slots.iter() {
-        // SAFETY: allocated above with order 0, freed once; with
-        // `StillZero` it was never written, so it reads as zero.
-        unsafe {
-            let p = NonNull::new_unchecked(p);
-            match ret {
-                Return::StillZero => a.free_zero(p, 0),
-                Return::Dirty => a.free(p, 0),
+
+    #[inline(always)]
+    fn between(&self, items: &[*mut u8]) {
+        if self.ret == Return::Dirty {
+            for &p in items {
+                // SAFETY: `p` is a page we hold (allocated just before).
+                unsafe { p.add(64).write_volatile(0xa5) };
             }
         }
     }
-    let t3 = clock.now();
-    (t1.wrapping_sub(t0), t3.wrapping_sub(t2))
+
+    #[inline(always)]
+    unsafe fn free(&self, p: NonNull<u8>) {
+        // SAFETY: allocated with order 0, freed once (the caller's
+        // contract); with `StillZero` it was never written, so it reads as
+        // zero.
+        unsafe {
+            match self.ret {
+                Return::StillZero => self.a.free_zero(p, 0),
+                Return::Dirty => self.a.free(p, 0),
+            }
+        }
+    }
 }
 
-/// A case running `iters` rounds of [`zeroed_round`] on N pages, recording
-/// its phases per page; the runner's figure is per round ([`per_page`]
-/// turns it into per page).
+/// A case running `iters` rounds of alloc-N-then-free-N zeroed pages
+/// ([`ZeroedPages`]), recording its phases per page; the runner's figure
+/// is per round ([`per_item`] turns it into per page).
 pub fn zeroed_case<A: PageAlloc>(
     name: impl Into<String>,
     a: &Arc<A>,
@@ -92,21 +100,8 @@ pub fn zeroed_case<A: PageAlloc>(
     clock: Clock,
     phases: Option<Arc<Phases>>,
 ) -> Case {
-    let a = a.clone();
-    Case::custom(name, move |_, iters| {
-        let mut slots = vec![core::ptr::null_mut::<u8>(); n];
-        let (mut ta, mut tf) = (0u64, 0u64);
-        for _ in 0..iters {
-            let (x, y) = zeroed_round(&*a, ret, &mut slots, &clock);
-            ta += x;
-            tf += y;
-        }
-        if let Some(ph) = &phases {
-            let per = n as f64 * iters as f64;
-            ph.push(clock.elapsed(ta, per), clock.elapsed(tf, per));
-        }
-        clock.elapsed(ta + tf, 1.0)
-    })
+    let items = ZeroedPages { a: a.clone(), ret };
+    alloc_free_case(name, items, n, clock, 1, phases)
 }
 
 /// N values of the table.
@@ -217,7 +212,7 @@ impl Table for Zeroed {
             let delta = |a: (u64, u64), b: (u64, u64)| (a.0 - b.0, a.1 - b.1);
             let mut these: Vec<Row> = Vec::new();
             for ((mut case, mut st), ph) in cs.into_iter().zip(stats).zip(phs) {
-                per_page(&mut st, n);
+                per_item(&mut st, n);
                 let mut note = phase_note(&ph, st.rounds).unwrap_or_default();
                 let counters = match case.name.as_str() {
                     PCP_ZERO => Some((
