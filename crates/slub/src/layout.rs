@@ -21,11 +21,22 @@ impl SlabFlags {
     /// for comparisons and tests).
     pub const LOCKED_FASTPATH: SlabFlags = SlabFlags(1 << 2);
 
-    /// `CONFIG_SLAB_FREELIST_HARDENED` for this cache: free pointers are
-    /// stored as `ptr ^ random ^ byteswap(address of the pointer)`, with a
-    /// per-cache random value from the platform's seed, so a use-after-free
-    /// write or a leak of a free object's contents neither forges nor
-    /// reveals a freelist pointer.
+    /// `CONFIG_SLAB_FREELIST_HARDENED` for this cache, and more: free
+    /// pointers are stored as `ptr ^ random ^ byteswap(address of the
+    /// pointer)`, with a per-cache random value from the platform's seed,
+    /// so a use-after-free write or a leak of a free object's contents
+    /// neither forges nor reveals a freelist pointer. On top of the
+    /// kernel's scheme (issue #14):
+    ///
+    /// * a decoded free pointer must be an object of its slab before it is
+    ///   followed, and every freelist walk stops after the slab's object
+    ///   count: a corrupted freelist is reported, never followed or looped;
+    /// * sheaf entries are stored XORed with the secret, and one that
+    ///   decodes outside the cache's slabs is reported, never returned;
+    /// * a free object's free-pointer word reads as free (the secret in a
+    ///   sheaf, an encoded pointer into its slab on a freelist) and every
+    ///   allocation clears it, so a double free with other frees in
+    ///   between (`a, b, a`) is refused.
     pub const HARDENED: SlabFlags = SlabFlags(1 << 3);
 
     /// `CONFIG_SLAB_FREELIST_RANDOM` for this cache: a new slab's objects
