@@ -29,8 +29,10 @@ use local_lock::Platform;
 
 use crate::bitmap::{find_next_bit, find_next_zero_bit, test_bit, weight};
 use crate::chunk::{Chunk, ChunkCtx, ChunkKind, LIST_NONE};
+use crate::pcpu::PcpuAllocator;
 use crate::pcpu::{chunk_slot, Geometry, MAX_SLOTS};
-use crate::{PageSource, PcpuAllocator, BLOCK_BITS, MIN_ALLOC_SIZE};
+use crate::source::PageSource;
+use crate::types::{BLOCK_BITS, MIN_ALLOC_SIZE};
 
 /// Facts about one chunk, for the global checks.
 pub(crate) struct ChunkFacts {

@@ -48,7 +48,7 @@ use crate::bitmap::{
 };
 use crate::block::{align_up, region_overlap, BlockMd};
 use crate::source::PageSource;
-use crate::{BLOCK_BITS, MIN_ALLOC_SIZE, PAGE_SIZE};
+use crate::types::{BLOCK_BITS, MIN_ALLOC_SIZE, PAGE_SIZE};
 
 /// Words of `alloc_map` per block.
 const BLOCK_WORDS: usize = BLOCK_BITS / WORD_BITS;
@@ -857,12 +857,12 @@ impl ChunkCtx<'_> {
     /// inside itself and no other live allocation can set one there, so a
     /// set boundary bit on an allocated bit is exactly a start.)
     #[inline]
-    pub fn is_alloc_start(&self, bit_off: usize) -> Result<(), crate::FreeErrorKind> {
+    pub fn is_alloc_start(&self, bit_off: usize) -> Result<(), crate::error::FreeErrorKind> {
         if !test_bit(self.m.alloc, bit_off) {
-            return Err(crate::FreeErrorKind::NotAllocated);
+            return Err(crate::error::FreeErrorKind::NotAllocated);
         }
         if !test_bit(self.m.bound, bit_off) {
-            return Err(crate::FreeErrorKind::Interior);
+            return Err(crate::error::FreeErrorKind::Interior);
         }
         Ok(())
     }

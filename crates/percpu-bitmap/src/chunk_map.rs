@@ -16,7 +16,7 @@
 use core::ptr::{null_mut, NonNull};
 
 use crate::chunk::Chunk;
-use crate::PAGE_SIZE;
+use crate::types::PAGE_SIZE;
 
 /// One slot: `key == 0` is empty (key 0 would be address 0).
 #[derive(Clone, Copy)]

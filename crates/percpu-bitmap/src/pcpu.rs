@@ -10,13 +10,13 @@ use local_lock::{IrqFlags, Platform};
 
 use crate::chunk::{Chunk, ChunkKind, ChunkState, LIST_NONE};
 use crate::chunk_map::ChunkMap;
+use crate::error::{FreeError, FreeErrorKind, PcpuError};
 use crate::source::PageSource;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{SpinLock, SpinLockGuard};
-use crate::{
-    FreeError, FreeErrorKind, PcpuError, PcpuPtr, BLOCK_BITS, EMPTY_POP_PAGES_HIGH,
-    EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MAX_UNIT_SIZE, MIN_ALLOC_SIZE, MIN_UNIT_SIZE, PAGE_SIZE,
-    SLOT_BASE_SHIFT, SLOT_FAIL_THRESHOLD,
+use crate::types::{
+    PcpuPtr, BLOCK_BITS, EMPTY_POP_PAGES_HIGH, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MAX_UNIT_SIZE,
+    MIN_ALLOC_SIZE, MIN_UNIT_SIZE, PAGE_SIZE, SLOT_BASE_SHIFT, SLOT_FAIL_THRESHOLD,
 };
 
 /// Upper bound of `nr_slots` (a 1 GiB unit needs 32).

@@ -22,8 +22,11 @@ use core::ptr::NonNull;
 
 use local_lock::{LocalGuard, LocalLock, Platform, DEFAULT_SLOTS};
 
+use crate::error::PcpuError;
+use crate::pcpu::PcpuAllocator;
+use crate::source::PageSource;
 use crate::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use crate::{PageSource, PcpuAllocator, PcpuError, PcpuPtr, MAX_ALLOC_SIZE, PAGE_SIZE};
+use crate::types::{PcpuPtr, MAX_ALLOC_SIZE, PAGE_SIZE};
 
 /// One `T` per CPU (unit) of an allocator, `alloc_percpu(T)` with a safe
 /// API. Each CPU's value is built by `init(cpu)` and dropped with the

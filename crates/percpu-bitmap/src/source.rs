@@ -9,7 +9,7 @@
 use core::ptr::NonNull;
 
 #[cfg(feature = "std")]
-use crate::PAGE_SIZE;
+use crate::types::PAGE_SIZE;
 
 /// A source of page-granular memory.
 ///
@@ -122,7 +122,7 @@ mod heap {
 
     use super::PageSource;
     use crate::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    use crate::PAGE_SIZE;
+    use crate::types::PAGE_SIZE;
 
     /// Byte written over depopulated pages, so a test that reads an area
     /// the allocator should have zeroed (or memory it depopulated while
