@@ -204,7 +204,7 @@ mod types;
 pub use error::{FreeError, FreeErrorKind, PcpuError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use global::GlobalBitmap;
-pub use pcpu::{AllocFlags, Config, PcpuAllocator, Stats, MAX_UNITS};
+pub use pcpu::{Config, PcpuAllocator, Stats, MAX_UNITS};
 pub use percpu::{PerCpu, PerCpuCounter, ThisCpu};
 #[cfg(feature = "std")]
 pub use source::MmapSource;
@@ -212,6 +212,6 @@ pub use source::PageSource;
 #[cfg(any(feature = "std", test))]
 pub use source::{HeapSource, DEPOPULATE_POISON};
 pub use types::{
-    PcpuPtr, BLOCK_BITS, EMPTY_POP_PAGES_HIGH, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MAX_UNIT_SIZE,
-    MIN_ALLOC_SIZE, MIN_UNIT_SIZE, PAGE_SIZE, SLOT_BASE_SHIFT, SLOT_FAIL_THRESHOLD,
+    AllocFlags, PcpuPtr, BLOCK_BITS, EMPTY_POP_PAGES_HIGH, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE,
+    MAX_UNIT_SIZE, MIN_ALLOC_SIZE, MIN_UNIT_SIZE, PAGE_SIZE, SLOT_BASE_SHIFT, SLOT_FAIL_THRESHOLD,
 };

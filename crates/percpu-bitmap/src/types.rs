@@ -1,6 +1,8 @@
 //! Vocabulary: the size constants, the area handle [`PcpuPtr`] and the
-//! request flags.
+//! request flags [`AllocFlags`].
 
+use core::fmt;
+use core::ops::{BitOr, BitOrAssign};
 use core::ptr::NonNull;
 
 /// Page size (= metadata block size).
@@ -64,5 +66,88 @@ impl PcpuPtr {
 impl core::fmt::Debug for PcpuPtr {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "PcpuPtr({:p})", self.0)
+    }
+}
+
+/// Flags of a request (the kernel derives them from `gfp_t` and the
+/// `reserved` argument of `pcpu_alloc`). Combine them with `|`; the empty
+/// set is [`KERNEL`](Self::KERNEL).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AllocFlags(u8);
+
+impl AllocFlags {
+    /// A blocking (`GFP_KERNEL`) request: may create a chunk and populate
+    /// pages (no flag set).
+    pub const KERNEL: AllocFlags = AllocFlags(0);
+    /// Never sleep, populate or create chunks; use populated pages only
+    /// (`GFP_ATOMIC`/`GFP_NOWAIT`). Requests made in interrupt context are
+    /// atomic whatever the flags say.
+    pub const ATOMIC: AllocFlags = AllocFlags(1 << 0);
+    /// Serve from the reserved chunk (`__alloc_reserved_percpu`); without a
+    /// reserved chunk the request is served normally, as in the kernel.
+    /// Alone: a reserved, blocking request.
+    pub const RESERVED: AllocFlags = AllocFlags(1 << 1);
+    /// A failed atomic attempt is not counted as an atomic failure and does
+    /// not ask the balance work for more pages (`GlobalBitmap`'s first,
+    /// opportunistic attempt). Not for outside callers.
+    pub(crate) const QUIET: AllocFlags = AllocFlags(1 << 2);
+
+    /// Whether all of `other`'s flags are set.
+    #[inline(always)]
+    pub const fn contains(self, other: AllocFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Both sets of flags.
+    #[inline(always)]
+    pub const fn union(self, other: AllocFlags) -> AllocFlags {
+        AllocFlags(self.0 | other.0)
+    }
+
+    /// Sets `other`'s flags if `value`, else clears them (as the
+    /// `bitflags` crate's `set`).
+    #[inline(always)]
+    pub fn set(&mut self, other: AllocFlags, value: bool) {
+        if value {
+            self.0 |= other.0;
+        } else {
+            self.0 &= !other.0;
+        }
+    }
+}
+
+impl BitOr for AllocFlags {
+    type Output = AllocFlags;
+    #[inline(always)]
+    fn bitor(self, rhs: AllocFlags) -> AllocFlags {
+        self.union(rhs)
+    }
+}
+
+impl BitOrAssign for AllocFlags {
+    #[inline(always)]
+    fn bitor_assign(&mut self, rhs: AllocFlags) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for AllocFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == 0 {
+            return f.write_str("AllocFlags(KERNEL)");
+        }
+        f.write_str("AllocFlags(")?;
+        let mut sep = "";
+        for (flag, name) in [
+            (AllocFlags::ATOMIC, "ATOMIC"),
+            (AllocFlags::RESERVED, "RESERVED"),
+            (AllocFlags::QUIET, "QUIET"),
+        ] {
+            if self.contains(flag) {
+                write!(f, "{sep}{name}")?;
+                sep = " | ";
+            }
+        }
+        f.write_str(")")
     }
 }

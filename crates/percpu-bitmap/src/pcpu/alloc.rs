@@ -6,13 +6,14 @@ use core::ptr::NonNull;
 
 use local_lock::Platform;
 
-use super::{chunk_slot, relocate, AllocFlags, Inner, PcpuAllocator};
+use super::{chunk_slot, relocate, Inner, PcpuAllocator};
 use crate::chunk::{Chunk, ChunkKind};
 use crate::error::PcpuError;
 use crate::source::PageSource;
 use crate::sync::atomic::Ordering;
 use crate::types::{
-    PcpuPtr, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE, SLOT_FAIL_THRESHOLD,
+    AllocFlags, PcpuPtr, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE,
+    SLOT_FAIL_THRESHOLD,
 };
 
 /// Validated request: bits, alignment in bits, size in bytes.
@@ -58,7 +59,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         align: usize,
         flags: AllocFlags,
     ) -> Result<PcpuPtr, PcpuError> {
-        let (p, _, dirty) = self.pcpu_alloc(size, align, flags.reserved, flags.atomic, false)?;
+        let (p, _, dirty) = self.pcpu_alloc(size, align, flags)?;
         // Only the first `dirty` bytes may hold old data; the rest is known
         // zero (see `PageSource::populates_zeroed`).
         if dirty != 0 {
@@ -78,10 +79,10 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
     /// one. Not zeroed.
     #[cfg(all(feature = "std", not(loom)))]
     pub(crate) fn alloc_heap(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
-        match self.pcpu_alloc(size, align, false, true, true) {
+        match self.pcpu_alloc(size, align, AllocFlags::ATOMIC | AllocFlags::QUIET) {
             Ok((p, _, _)) => Some(p),
             Err(PcpuError::NoMemory) => self
-                .pcpu_alloc(size, align, false, false, true)
+                .pcpu_alloc(size, align, AllocFlags::QUIET)
                 .ok()
                 .map(|(p, _, _)| p),
             Err(_) => None,
@@ -91,18 +92,18 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
     /// `pcpu_alloc`. Returns unit 0's address, the rounded size and how
     /// many bytes from the start of the area may hold old data (the rest is
     /// known zero in every unit).
-    /// `quiet` atomic failures do not ask the balance work for more pages
-    /// (the heap's first, opportunistic attempt).
+    /// [`AllocFlags::QUIET`] atomic failures do not ask the balance work
+    /// for more pages (the heap's first, opportunistic attempt).
     fn pcpu_alloc(
         &self,
         size: usize,
         align: usize,
-        reserved: bool,
-        atomic: bool,
-        quiet: bool,
+        flags: AllocFlags,
     ) -> Result<(NonNull<u8>, usize, usize), PcpuError> {
         let (bits, bit_align, size) = validate(size, align)?;
-        let is_atomic = atomic || self.platform.in_interrupt();
+        let reserved = flags.contains(AllocFlags::RESERVED);
+        let quiet = flags.contains(AllocFlags::QUIET);
+        let is_atomic = flags.contains(AllocFlags::ATOMIC) || self.platform.in_interrupt();
         let slow = if is_atomic {
             None
         } else {

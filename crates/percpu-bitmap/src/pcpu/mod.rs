@@ -225,37 +225,6 @@ impl<P: Platform> Drop for DataGuard<'_, P> {
 // The allocator
 // ---------------------------------------------------------------------
 
-/// Flags of a request (the kernel derives them from `gfp_t` and the
-/// `reserved` argument of `pcpu_alloc`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AllocFlags {
-    /// Never sleep, populate or create chunks; use populated pages only
-    /// (`GFP_ATOMIC`/`GFP_NOWAIT`). Requests made in interrupt context are
-    /// atomic whatever this says.
-    pub atomic: bool,
-    /// Serve from the reserved chunk (`__alloc_reserved_percpu`); without a
-    /// reserved chunk the request is served normally, as in the kernel.
-    pub reserved: bool,
-}
-
-impl AllocFlags {
-    /// A blocking (`GFP_KERNEL`) request.
-    pub const KERNEL: AllocFlags = AllocFlags {
-        atomic: false,
-        reserved: false,
-    };
-    /// An atomic (`GFP_ATOMIC`) request.
-    pub const ATOMIC: AllocFlags = AllocFlags {
-        atomic: true,
-        reserved: false,
-    };
-    /// A reserved, blocking request.
-    pub const RESERVED: AllocFlags = AllocFlags {
-        atomic: false,
-        reserved: true,
-    };
-}
-
 /// The percpu area allocator (see the crate docs for the design).
 pub struct PcpuAllocator<P: Platform, S: PageSource> {
     platform: P,

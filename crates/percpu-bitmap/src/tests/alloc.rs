@@ -565,10 +565,9 @@ fn random_mixed_workload_keeps_invariants() {
                     _ => 1 + rng.below(MAX_ALLOC_SIZE),
                 };
                 let align = 1 << rng.below(13);
-                let flags = AllocFlags {
-                    atomic: rng.below(4) == 0,
-                    reserved: rng.below(8) == 0,
-                };
+                let mut flags = AllocFlags::KERNEL;
+                flags.set(AllocFlags::ATOMIC, rng.below(4) == 0);
+                flags.set(AllocFlags::RESERVED, rng.below(8) == 0);
                 if let Ok(p) = a.alloc_with(size, align, flags) {
                     assert_eq!(p.addr() % align, 0);
                     verify(&a, p, size.min(64), None);
