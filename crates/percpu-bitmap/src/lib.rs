@@ -31,7 +31,7 @@
 //!   serves only reserved requests and is on no slot list; its dynamic
 //!   region (`pcpu_first_chunk`) serves normal requests. Both hide the bytes
 //!   outside their region as pre-allocated (`start_offset`/`end_offset`).
-//! * **Dynamic chunks** are created on demand from the [`PageSource`],
+//! * **Dynamic chunks** are created on demand from the [`ChunkSource`],
 //!   unpopulated, and destroyed by [`PcpuAllocator::balance`] when free.
 //!
 //! # Bits, bytes and blocks
@@ -87,7 +87,7 @@
 //! Lock order (outermost first):
 //!
 //! 1. **`slow`** = the kernel's `pcpu_alloc_mutex` (a spin-then-yield lock
-//!    here; it may be held across page-source calls). Protects chunk
+//!    here; it may be held across chunk-source calls). Protects chunk
 //!    creation and destruction, population and depopulation, the lookup
 //!    table's growth, and serialises non-atomic allocations and the
 //!    balance work. Never taken in interrupt context (requests made there
@@ -96,7 +96,7 @@
 //! 3. **`data`** = `pcpu_lock` (a spin lock, `spin_lock_irqsave`).
 //!    Protects everything else: the slot lists, every chunk's state, bitmaps
 //!    and hints, the lookup table's contents, the global counters. Held only
-//!    for bitmap and list work, never across a page-source call, so atomic
+//!    for bitmap and list work, never across a chunk-source call, so atomic
 //!    requests and frees (which take only this lock) are safe from
 //!    interrupt context on kernel platforms.
 //!
@@ -107,7 +107,7 @@
 //! platform with the pinned strategy, per-CPU guards disable preemption and
 //! (with `_irqsave`) interrupts.
 //!
-//! The page source must not allocate from the allocator it serves; it is
+//! The chunk source must not allocate from the allocator it serves; it is
 //! called with `slow` held and `data` released.
 //!
 //! # Layers
@@ -162,9 +162,9 @@
 //! * The slow lock spins and yields instead of sleeping.
 //!
 //! One choice that does not touch the hints but differs from the kernel,
-//! which clears every area in every unit on allocation: a page source may
+//! which clears every area in every unit on allocation: a chunk source may
 //! promise that populated pages read as zero
-//! ([`PageSource::populates_zeroed`]; `MmapSource` does), and each chunk
+//! ([`ChunkSource::populates_zeroed`]; `MmapSource` does), and each chunk
 //! then keeps per page the offset from which the page has never been handed
 //! out since it was populated; an area is cleared only up to the end of its
 //! part that may have been handed out before.
@@ -206,9 +206,9 @@ pub use error::{FreeError, FreeErrorKind, PcpuError};
 pub use global::GlobalBitmap;
 pub use pcpu::{Config, PcpuAllocator, Stats, MAX_UNITS};
 pub use percpu::{PerCpu, PerCpuCounter, ThisCpu};
+pub use source::ChunkSource;
 #[cfg(feature = "std")]
 pub use source::MmapSource;
-pub use source::PageSource;
 #[cfg(any(feature = "std", test))]
 pub use source::{HeapSource, DEPOPULATE_POISON};
 pub use types::{

@@ -1,5 +1,5 @@
 //! Where a chunk lives: the header (`struct pcpu_chunk`) at the start of
-//! one metadata allocation from the page source, followed by the maps (see
+//! one metadata allocation from the chunk source, followed by the maps (see
 //! the layout in the parent module); and, for unit tests of the
 //! algorithms, a chunk over plain vectors.
 
@@ -8,7 +8,7 @@ use core::ptr::NonNull;
 use super::{ChunkCtx, ChunkState, Maps};
 use crate::bitmap::words_for;
 use crate::block::BlockMd;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::types::{BLOCK_BITS, PAGE_SIZE};
 
 // ---------------------------------------------------------------------
@@ -22,7 +22,7 @@ pub(crate) enum ChunkKind {
     First,
     /// The reserved region of the first chunk (`pcpu_reserved_chunk`).
     Reserved,
-    /// Created on demand from the page source.
+    /// Created on demand from the chunk source.
     Dynamic,
 }
 
@@ -107,7 +107,7 @@ pub(crate) struct Chunk {
 impl Chunk {
     /// `pcpu_alloc_chunk`: allocates and initialises the metadata of a
     /// chunk of `nr_pages` pages per unit at `base` (nothing populated).
-    pub fn create<S: PageSource>(
+    pub fn create<S: ChunkSource>(
         source: &S,
         nr_pages: usize,
         kind: ChunkKind,
@@ -136,13 +136,13 @@ impl Chunk {
         }
     }
 
-    /// `pcpu_free_chunk`: returns the metadata to the page source.
+    /// `pcpu_free_chunk`: returns the metadata to the chunk source.
     ///
     /// # Safety
     ///
     /// `c` came from [`create`](Self::create) with the same source, is on
     /// no list and in no lookup table, and is not used afterwards.
-    pub unsafe fn destroy_meta<S: PageSource>(source: &S, c: NonNull<Chunk>) {
+    pub unsafe fn destroy_meta<S: ChunkSource>(source: &S, c: NonNull<Chunk>) {
         // SAFETY: the header is valid (caller), and the metadata allocation
         // is `layout.pages` pages at `c`.
         unsafe {

@@ -13,7 +13,7 @@
 //! * `meta`: the chunk header (`struct pcpu_chunk`) and its metadata
 //!   allocation, and a chunk over vectors for unit tests.
 //!
-//! A chunk's metadata lives in one allocation from the page source:
+//! A chunk's metadata lives in one allocation from the chunk source:
 //!
 //! ```text
 //! +-------------+-----------+-----------+-----------+-----------+---------+---------+

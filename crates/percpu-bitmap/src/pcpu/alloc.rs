@@ -9,7 +9,7 @@ use local_lock::Platform;
 use super::{chunk_slot, relocate, Inner, PcpuAllocator};
 use crate::chunk::{Chunk, ChunkKind};
 use crate::error::PcpuError;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::sync::atomic::Ordering;
 use crate::types::{
     AllocFlags, PcpuPtr, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE,
@@ -33,7 +33,7 @@ fn validate(size: usize, align: usize) -> Result<(usize, usize, usize), PcpuErro
     Ok((size / MIN_ALLOC_SIZE, align / MIN_ALLOC_SIZE, size))
 }
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// `alloc_percpu`/`__alloc_percpu(size, align)` with `GFP_KERNEL`: may
     /// create a chunk and populate pages; the area is zeroed in every unit.
     pub fn alloc(&self, size: usize, align: usize) -> Result<PcpuPtr, PcpuError> {
@@ -61,7 +61,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
     ) -> Result<PcpuPtr, PcpuError> {
         let (p, _, dirty) = self.pcpu_alloc(size, align, flags)?;
         // Only the first `dirty` bytes may hold old data; the rest is known
-        // zero (see `PageSource::populates_zeroed`).
+        // zero (see `ChunkSource::populates_zeroed`).
         if dirty != 0 {
             for cpu in 0..self.geo.nr_units {
                 // SAFETY: the area is at least `dirty` bytes in every unit,

@@ -8,11 +8,11 @@ use local_lock::Platform;
 
 use super::{DataGuard, PcpuAllocator};
 use crate::chunk::Chunk;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::sync::atomic::Ordering;
 use crate::types::{EMPTY_POP_PAGES_HIGH, PAGE_SIZE};
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// `pcpu_balance_workfn`: release fully free chunks beyond one,
     /// depopulate the empty pages of isolated chunks, keep
     /// `EMPTY_POP_PAGES_LOW..=HIGH` (2..4) empty populated pages for atomic
@@ -23,7 +23,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
     /// # Panics
     ///
     /// In debug builds, if called in interrupt context (it takes the slow
-    /// lock and calls the page source).
+    /// lock and calls the chunk source).
     pub fn balance(&self) {
         debug_assert!(
             !self.platform.in_interrupt(),

@@ -9,10 +9,10 @@ use local_lock::Platform;
 use super::{chunk_slot, relocate, Inner, PcpuAllocator};
 use crate::chunk::{Chunk, ChunkKind};
 use crate::error::{FreeError, FreeErrorKind};
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::types::{PcpuPtr, EMPTY_POP_PAGES_HIGH, MIN_ALLOC_SIZE, PAGE_SIZE};
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// `free_percpu`.
     ///
     /// # Panics

@@ -26,7 +26,7 @@ use local_lock::{IrqFlags, Platform};
 use crate::chunk::{Chunk, ChunkKind, ChunkState, LIST_NONE};
 use crate::chunk_map::ChunkMap;
 use crate::error::PcpuError;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::sync::{SpinLock, SpinLockGuard};
 use crate::types::{PcpuPtr, BLOCK_BITS, MIN_ALLOC_SIZE, PAGE_SIZE};
@@ -226,7 +226,7 @@ impl<P: Platform> Drop for DataGuard<'_, P> {
 // ---------------------------------------------------------------------
 
 /// The percpu area allocator (see the crate docs for the design).
-pub struct PcpuAllocator<P: Platform, S: PageSource> {
+pub struct PcpuAllocator<P: Platform, S: ChunkSource> {
     platform: P,
     source: S,
     geo: Geometry,
@@ -249,11 +249,11 @@ pub struct PcpuAllocator<P: Platform, S: PageSource> {
 // SAFETY: the allocator's shared state is behind `slow`/`data` (and
 // atomics); chunk memory is handed out as raw pointers whose use is the
 // caller's business; P and S are shared by `&self` methods, hence Sync.
-unsafe impl<P: Platform + Send, S: PageSource + Send> Send for PcpuAllocator<P, S> {}
+unsafe impl<P: Platform + Send, S: ChunkSource + Send> Send for PcpuAllocator<P, S> {}
 // SAFETY: as above.
-unsafe impl<P: Platform, S: PageSource> Sync for PcpuAllocator<P, S> {}
+unsafe impl<P: Platform, S: ChunkSource> Sync for PcpuAllocator<P, S> {}
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     local_lock::const_fn! {
         /// An allocator without a first chunk: every area comes from dynamic
         /// chunks of `nr_units` units of `unit_size` bytes (one group).
@@ -420,7 +420,7 @@ impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
         &self.platform
     }
 
-    /// The page source.
+    /// The chunk source.
     pub fn source(&self) -> &S {
         &self.source
     }
@@ -624,7 +624,7 @@ unsafe fn relocate(geo: &Geometry, g: &mut Inner, c: NonNull<Chunk>, oslot: isiz
     }
 }
 
-impl<P: Platform, S: PageSource> Drop for PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> Drop for PcpuAllocator<P, S> {
     fn drop(&mut self) {
         let inner = self.data.get_mut();
         let chunks: [*mut Chunk; 2] = [inner.first, inner.reserved];
@@ -681,7 +681,7 @@ const _: () = assert!(BLOCK_BITS * MIN_ALLOC_SIZE == PAGE_SIZE);
 // ---------------------------------------------------------------------------
 
 #[cfg(all(feature = "std", not(loom)))]
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// Takes both locks in the lock order (`slow`, then `data`) and keeps
     /// them, for `fork`.
     pub(crate) fn fork_lock(&self) {

@@ -1,7 +1,7 @@
 //! Chunk creation and destruction and page (de)population (the kernel's
 //! `mm/percpu-vm.c`: `pcpu_create_chunk`, `pcpu_destroy_chunk`,
 //! `pcpu_populate_chunk`, `pcpu_depopulate_chunk`), with the bookkeeping
-//! of `pcpu_chunk_populated`/`pcpu_chunk_depopulated`. The page-source
+//! of `pcpu_chunk_populated`/`pcpu_chunk_depopulated`. The chunk-source
 //! calls run with `pcpu_alloc_mutex` held and `pcpu_lock` released.
 
 use core::ptr::NonNull;
@@ -11,10 +11,10 @@ use local_lock::Platform;
 use super::{relocate, Inner, PcpuAllocator};
 use crate::chunk::{Chunk, ChunkKind};
 use crate::chunk_map::ChunkMap;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::types::PAGE_SIZE;
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// `pcpu_chunk_populated` plus the global counts.
     ///
     /// # Safety

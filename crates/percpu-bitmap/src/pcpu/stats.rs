@@ -3,7 +3,7 @@
 use local_lock::Platform;
 
 use super::PcpuAllocator;
-use crate::source::PageSource;
+use crate::source::ChunkSource;
 use crate::sync::atomic::Ordering;
 
 /// Allocation statistics (`percpu-stats.c`), kept under `pcpu_lock`.
@@ -60,7 +60,7 @@ impl core::fmt::Display for Stats {
     }
 }
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// A snapshot of the statistics.
     pub fn stats(&self) -> Stats {
         let g = self.lock_data();

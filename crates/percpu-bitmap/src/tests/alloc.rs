@@ -636,7 +636,7 @@ fn seed_shapes_small() {
     a.check_invariants();
 }
 
-impl<S: crate::PageSource> PcpuAllocator<TestPlatform, S> {
+impl<S: crate::ChunkSource> PcpuAllocator<TestPlatform, S> {
     fn geo_to_depopulate_slot(&self) -> usize {
         self.geometry().to_depopulate_slot
     }
@@ -655,7 +655,7 @@ struct ZeroingHeap(HeapSource);
 
 // SAFETY: forwards to HeapSource, whose promises hold; depopulated pages
 // are zeroed, so populated pages read as zero (promise 4).
-unsafe impl crate::PageSource for ZeroingHeap {
+unsafe impl crate::ChunkSource for ZeroingHeap {
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<core::ptr::NonNull<u8>> {
         self.0.alloc_pages(pages, align)
     }
