@@ -121,6 +121,30 @@
 //! * `GlobalBitmap` (feature `std`): a `#[global_allocator]` byte heap over
 //!   one unit's bitmaps and hints, with large requests sent to `mmap`.
 //!
+//! # Source files
+//!
+//! Each module imports only from modules below it in this list (and
+//! `lib.rs` only declares and re-exports):
+//!
+//! * `global.rs`, `large.rs`, `fork.rs`: `GlobalBitmap`; `percpu.rs`: the
+//!   typed layer; `check.rs`: the invariant checker.
+//! * `pcpu/`: the allocator. `mod.rs` holds the struct, the data under
+//!   `pcpu_lock`, the locks, the constructors (`pcpu_setup_first_chunk`),
+//!   slot placement and teardown; the paths are `impl` blocks layered as
+//!   `balance.rs` (`pcpu_balance_workfn`) and `alloc.rs` (`pcpu_alloc`)
+//!   over `free.rs` (`free_percpu`) over `populate.rs` (chunk creation and
+//!   (de)population, `percpu-vm.c`); `config.rs` is [`Config`] and the
+//!   geometry, `stats.rs` [`Stats`].
+//! * `chunk/`: one chunk. `mod.rs` holds its state and the view the
+//!   algorithms work on; `area.rs` (search, `pcpu_alloc_area`,
+//!   `pcpu_free_area`, population bookkeeping) over `hints.rs` (the hint
+//!   maintenance); `meta.rs` is the header and its metadata allocation.
+//! * `chunk_map.rs` (address -> chunk), `block.rs` (one block's hints),
+//!   `bitmap.rs` (bit operations), `source.rs` ([`ChunkSource`],
+//!   `MmapSource`, [`HeapSource`]).
+//! * `types.rs` (constants, [`PcpuPtr`], [`AllocFlags`]) and `error.rs`
+//!   ([`PcpuError`], [`FreeError`]).
+//!
 //! # Divergences from the kernel
 //!
 //! The brute-force checker found four corners where the kernel's hint rules

@@ -30,7 +30,7 @@ pub const EMPTY_POP_PAGES_LOW: isize = 2;
 pub const EMPTY_POP_PAGES_HIGH: isize = 4;
 
 /// A percpu area: unit 0's address of it (`void __percpu *`). Valid in
-/// every unit through [`PcpuAllocator::per_cpu_ptr`]. Only the allocator
+/// every unit through [`PcpuAllocator::per_cpu_ptr`](crate::PcpuAllocator::per_cpu_ptr). Only the allocator
 /// makes them; using one after freeing it is detected only as far as the
 /// maps can tell (the area may have been handed out again).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

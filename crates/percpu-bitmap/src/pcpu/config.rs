@@ -29,7 +29,7 @@ pub(crate) const fn size_to_slot_raw(size: usize) -> usize {
     }
 }
 
-/// How to build a [`PcpuAllocator`] (the kernel's `pcpu_alloc_info`).
+/// How to build a [`PcpuAllocator`](crate::PcpuAllocator) (the kernel's `pcpu_alloc_info`).
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     /// Bytes per unit: a multiple of `PAGE_SIZE` (= the block size), at
@@ -55,8 +55,8 @@ pub struct Config {
     pub dyn_size: usize,
     /// Called (outside every allocator lock) when balance work is wanted,
     /// like `pcpu_schedule_balance_work`; a kernel queues a work item that
-    /// calls [`PcpuAllocator::balance`]. The request is also recorded (see
-    /// [`PcpuAllocator::balance_requested`]).
+    /// calls [`PcpuAllocator::balance`](crate::PcpuAllocator::balance). The request is also recorded (see
+    /// [`PcpuAllocator::balance_requested`](crate::PcpuAllocator::balance_requested)).
     pub on_balance_request: Option<fn()>,
 }
 
