@@ -123,8 +123,8 @@
 //!
 //! # Source files
 //!
-//! Each module imports only from modules below it in this list (and
-//! `lib.rs` only declares and re-exports):
+//! Each module imports only from modules below it in this list, never from
+//! `lib.rs`, which only declares and re-exports:
 //!
 //! * `global.rs`, `large.rs`, `fork.rs`: `GlobalBitmap`; `percpu.rs`: the
 //!   typed layer; `check.rs`: the invariant checker.
@@ -135,13 +135,14 @@
 //!   over `free.rs` (`free_percpu`) over `populate.rs` (chunk creation and
 //!   (de)population, `percpu-vm.c`); `config.rs` is [`Config`] and the
 //!   geometry, `stats.rs` [`Stats`].
-//! * `chunk/`: one chunk. `mod.rs` holds its state and the view the
-//!   algorithms work on; `area.rs` (search, `pcpu_alloc_area`,
+//! * `chunk_map.rs`: the address -> chunk lookup table.
+//! * `chunk/`: one chunk. `meta.rs` (the header and its metadata
+//!   allocation) and `area.rs` (search, `pcpu_alloc_area`,
 //!   `pcpu_free_area`, population bookkeeping) over `hints.rs` (the hint
-//!   maintenance); `meta.rs` is the header and its metadata allocation.
-//! * `chunk_map.rs` (address -> chunk), `block.rs` (one block's hints),
-//!   `bitmap.rs` (bit operations), `source.rs` ([`ChunkSource`],
-//!   `MmapSource`, [`HeapSource`]).
+//!   maintenance) over `state.rs` (its state and the view the algorithms
+//!   work on); `mod.rs` only re-exports.
+//! * `block.rs` (one block's hints), `bitmap.rs` (bit operations),
+//!   `source.rs` ([`ChunkSource`], `MmapSource`, `HeapSource`).
 //! * `types.rs` (constants, [`PcpuPtr`], [`AllocFlags`]) and `error.rs`
 //!   ([`PcpuError`], [`FreeError`]).
 //!
@@ -199,6 +200,9 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
+/// The sync shim (std, loom or spin) under its short name, for the unit
+/// tests; the modules import `local_lock::sync` directly.
+#[cfg(test)]
 pub(crate) use local_lock::sync;
 
 /// The platform layer this crate is built on (re-exported so users name

@@ -25,8 +25,8 @@ use local_lock::{LocalGuard, LocalLock, Platform, DEFAULT_SLOTS};
 use crate::error::PcpuError;
 use crate::pcpu::PcpuAllocator;
 use crate::source::ChunkSource;
-use crate::sync::atomic::{AtomicI64, Ordering::Relaxed};
 use crate::types::{PcpuPtr, MAX_ALLOC_SIZE, PAGE_SIZE};
+use local_lock::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 /// One `T` per CPU (unit) of an allocator, `alloc_percpu(T)` with a safe
 /// API. Each CPU's value is built by `init(cpu)` and dropped with the

@@ -123,8 +123,8 @@ mod heap {
     use std::alloc::{alloc_zeroed, dealloc, Layout};
 
     use super::ChunkSource;
-    use crate::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use crate::types::PAGE_SIZE;
+    use local_lock::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     /// Byte written over depopulated pages, so a test that reads an area
     /// the allocator should have zeroed (or memory it depopulated while

@@ -5,7 +5,7 @@
 //! and the first chunk's setup (`pcpu_alloc_first_chunk`). They call the
 //! hint maintenance in `hints`.
 
-use super::{ChunkCtx, PAGE_BITS};
+use super::state::{ChunkCtx, PAGE_BITS};
 use crate::bitmap::{
     clear_range, find_next_bit, find_next_zero_bit, next_clear_region, set_bit, set_range,
     test_bit, WORD_BITS,

@@ -4,7 +4,7 @@
 //! `pcpu_{block,chunk}_refresh_hint`, `pcpu_block_update_scan`). See the
 //! parent module for the equations they keep.
 
-use super::{ChunkCtx, BLOCK_WORDS};
+use super::state::{ChunkCtx, BLOCK_WORDS};
 use crate::bitmap::{find_last_bit, find_next_bit, find_next_zero_bit, next_clear_region};
 use crate::block::{align_up, region_overlap};
 use crate::types::BLOCK_BITS;

@@ -5,7 +5,7 @@
 
 use core::ptr::NonNull;
 
-use super::{ChunkCtx, ChunkState, Maps};
+use super::state::{ChunkCtx, ChunkState, Maps};
 use crate::bitmap::words_for;
 use crate::block::BlockMd;
 use crate::source::ChunkSource;

@@ -10,11 +10,11 @@ use super::{chunk_slot, relocate, Inner, PcpuAllocator};
 use crate::chunk::{Chunk, ChunkKind};
 use crate::error::PcpuError;
 use crate::source::ChunkSource;
-use crate::sync::atomic::Ordering;
 use crate::types::{
     AllocFlags, PcpuPtr, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE,
     SLOT_FAIL_THRESHOLD,
 };
+use local_lock::sync::atomic::Ordering;
 
 /// Validated request: bits, alignment in bits, size in bytes.
 #[inline]

@@ -9,8 +9,8 @@ use local_lock::Platform;
 use super::{DataGuard, PcpuAllocator};
 use crate::chunk::Chunk;
 use crate::source::ChunkSource;
-use crate::sync::atomic::Ordering;
 use crate::types::{EMPTY_POP_PAGES_HIGH, PAGE_SIZE};
+use local_lock::sync::atomic::Ordering;
 
 impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// `pcpu_balance_workfn`: release fully free chunks beyond one,

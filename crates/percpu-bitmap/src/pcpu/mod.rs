@@ -27,9 +27,9 @@ use crate::chunk::{Chunk, ChunkKind, ChunkState, LIST_NONE};
 use crate::chunk_map::ChunkMap;
 use crate::error::PcpuError;
 use crate::source::ChunkSource;
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use crate::sync::{SpinLock, SpinLockGuard};
 use crate::types::{PcpuPtr, BLOCK_BITS, MIN_ALLOC_SIZE, PAGE_SIZE};
+use local_lock::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use local_lock::sync::{SpinLock, SpinLockGuard};
 
 mod alloc;
 mod balance;
@@ -476,6 +476,17 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
         }
     }
 
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> Stats {
+        let g = self.lock_data();
+        let mut s = g.stats;
+        s.nr_populated = g.nr_populated;
+        s.nr_empty_pop_pages = g.nr_empty_pop_pages;
+        s.nr_chunks = g.map.len();
+        s.atomic_failures = self.atomic_failures.load(Ordering::Relaxed) as u64;
+        s
+    }
+
     /// Whether balance work was requested since the last
     /// [`balance`](Self::balance).
     pub fn balance_requested(&self) -> bool {
@@ -506,7 +517,7 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
             if let Some(g) = self.slow.try_lock() {
                 return g;
             }
-            let backoff = crate::sync::Backoff::new();
+            let backoff = local_lock::sync::Backoff::new();
             loop {
                 backoff.snooze();
                 if let Some(g) = self.slow.try_lock() {

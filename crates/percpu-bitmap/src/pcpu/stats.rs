@@ -1,11 +1,5 @@
 //! Allocation statistics (`mm/percpu-stats.c`).
 
-use local_lock::Platform;
-
-use super::PcpuAllocator;
-use crate::source::ChunkSource;
-use crate::sync::atomic::Ordering;
-
 /// Allocation statistics (`percpu-stats.c`), kept under `pcpu_lock`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -57,18 +51,5 @@ impl core::fmt::Display for Stats {
         writeln!(f, "  nr_empty_pop_pages  : {:>12}", self.nr_empty_pop_pages)?;
         writeln!(f, "  atomic_failures     : {:>12}", self.atomic_failures)?;
         write!(f, "  balance_runs        : {:>12}", self.balance_runs)
-    }
-}
-
-impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
-    /// A snapshot of the statistics.
-    pub fn stats(&self) -> Stats {
-        let g = self.lock_data();
-        let mut s = g.stats;
-        s.nr_populated = g.nr_populated;
-        s.nr_empty_pop_pages = g.nr_empty_pop_pages;
-        s.nr_chunks = g.map.len();
-        s.atomic_failures = self.atomic_failures.load(Ordering::Relaxed) as u64;
-        s
     }
 }
