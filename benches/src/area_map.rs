@@ -33,7 +33,7 @@
 //! * **map growth** (`pcpu_extend_area_map`): the array doubles (from 16)
 //!   when fewer than 3 free entries remain.
 //! * Like the bitmap allocator here: chunks are created on demand from the
-//!   same [`PageSource`], pages under an area are populated on allocation,
+//!   same [`ChunkSource`], pages under an area are populated on allocation,
 //!   and the area is cleared in every unit except where the pages are known
 //!   zero (fresh from a zeroing source and not handed out since), tracked
 //!   per page exactly as `percpu-bitmap` does. Chunk lookup on free is a
@@ -53,7 +53,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 
-use percpu_bitmap::{PageSource, MAX_ALLOC_SIZE, PAGE_SIZE};
+use percpu_bitmap::{ChunkSource, MAX_ALLOC_SIZE, PAGE_SIZE};
 
 /// `PCPU_SLOT_BASE_SHIFT`.
 const SLOT_BASE_SHIFT: usize = 5;
@@ -127,7 +127,7 @@ struct Inner {
 }
 
 /// The area-map percpu allocator (see the module docs).
-pub struct AreaMap<S: PageSource> {
+pub struct AreaMap<S: ChunkSource> {
     source: S,
     unit_size: usize,
     nr_units: usize,
@@ -149,7 +149,7 @@ pub struct AmStats {
     pub free_bytes: usize,
 }
 
-impl<S: PageSource> AreaMap<S> {
+impl<S: ChunkSource> AreaMap<S> {
     /// An allocator of chunks of `nr_units` units of `unit_size` bytes
     /// (a multiple of the page size, at least 32 KiB). `zeroed`: pages
     /// from `source` read as zero when populated (as `MmapSource`'s do), so
@@ -422,7 +422,7 @@ impl<S: PageSource> AreaMap<S> {
     }
 }
 
-impl<S: PageSource> Drop for AreaMap<S> {
+impl<S: ChunkSource> Drop for AreaMap<S> {
     fn drop(&mut self) {
         let span_pages = self.nr_units * self.unit_size / PAGE_SIZE;
         for c in self.data.get_mut().chunks.drain(..) {
@@ -435,9 +435,9 @@ impl<S: PageSource> Drop for AreaMap<S> {
 
 // SAFETY: the chunk memory is owned by the allocator; its state is behind
 // the spin lock.
-unsafe impl<S: PageSource + Send> Send for AreaMap<S> {}
+unsafe impl<S: ChunkSource + Send> Send for AreaMap<S> {}
 // SAFETY: as above.
-unsafe impl<S: PageSource> Sync for AreaMap<S> {}
+unsafe impl<S: ChunkSource> Sync for AreaMap<S> {}
 
 /// Marks `[off, off + size)` handed out in the per-page known-zero marks
 /// and returns the end of the part that may be dirty (`off` if none).

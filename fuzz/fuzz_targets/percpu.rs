@@ -140,7 +140,10 @@ fuzz_target!(|input: Input| {
             } => {
                 let size = size as usize;
                 let align = 1usize << (align_shift % 16);
-                let r = a.alloc_with(size, align, AllocFlags { atomic, reserved });
+                let mut flags = AllocFlags::KERNEL;
+                flags.set(AllocFlags::ATOMIC, atomic);
+                flags.set(AllocFlags::RESERVED, reserved);
+                let r = a.alloc_with(size, align, flags);
                 match r {
                     Ok(p) => {
                         assert!(size > 0 && size <= MAX_ALLOC_SIZE && align <= PAGE_SIZE);

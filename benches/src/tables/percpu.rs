@@ -26,7 +26,7 @@
 use std::ptr::NonNull;
 
 use local_lock::kernel::Kernel;
-use percpu_bitmap::{Config, MmapSource, PageSource, PcpuAllocator, PcpuPtr};
+use percpu_bitmap::{ChunkSource, Config, MmapSource, PcpuAllocator, PcpuPtr};
 
 use super::pages::verdict;
 use super::Table;
@@ -120,7 +120,7 @@ pub trait PcpuAlloc {
 /// The bitmap allocator of this family on the kernel platform.
 pub type Bitmap<S> = PcpuAllocator<UserKernel, S>;
 
-impl<S: PageSource> PcpuAlloc for Bitmap<S> {
+impl<S: ChunkSource> PcpuAlloc for Bitmap<S> {
     #[inline(always)]
     fn alloc(&self, size: usize, align: usize) -> NonNull<u8> {
         PcpuAllocator::alloc(self, size, align)
@@ -133,7 +133,7 @@ impl<S: PageSource> PcpuAlloc for Bitmap<S> {
     }
 }
 
-impl<S: PageSource> PcpuAlloc for AreaMap<S> {
+impl<S: ChunkSource> PcpuAlloc for AreaMap<S> {
     #[inline(always)]
     fn alloc(&self, size: usize, align: usize) -> NonNull<u8> {
         AreaMap::alloc(self, size, align).expect("area map: out of memory")
@@ -146,7 +146,7 @@ impl<S: PageSource> PcpuAlloc for AreaMap<S> {
 
 /// A fresh bitmap allocator: [`UNIT_SIZE`] units, `nr_units` of them, no
 /// first chunk, over `source`.
-pub fn new_bitmap<S: PageSource>(source: S, nr_units: usize) -> Bitmap<S> {
+pub fn new_bitmap<S: ChunkSource>(source: S, nr_units: usize) -> Bitmap<S> {
     PcpuAllocator::new(
         Kernel::new(),
         source,
@@ -157,7 +157,7 @@ pub fn new_bitmap<S: PageSource>(source: S, nr_units: usize) -> Bitmap<S> {
 
 /// A fresh area-map allocator of the same shape over `source` (a zeroing
 /// source such as `MmapSource`).
-pub fn new_area_map<S: PageSource>(source: S, nr_units: usize) -> AreaMap<S> {
+pub fn new_area_map<S: ChunkSource>(source: S, nr_units: usize) -> AreaMap<S> {
     AreaMap::new(source, UNIT_SIZE, nr_units, true)
 }
 

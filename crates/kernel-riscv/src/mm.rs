@@ -44,7 +44,7 @@ use core::sync::atomic::AtomicUsize;
 use buddy::{AllocFlags, Buddy, Config, Order, ZoneId, ZoneSpec};
 use local_lock::kernel::Kernel;
 use pcp::{Pcp, Policy};
-use percpu_bitmap::{PageSource, PcpuAllocator, PerCpuCounter};
+use percpu_bitmap::{ChunkSource, PcpuAllocator, PerCpuCounter};
 use slub::{Geometry, Kmalloc, KmemCache, SlabFlags};
 
 use crate::arch::MAX_HARTS;
@@ -132,7 +132,7 @@ pub static SHEAF_CACHE: Excl<KmemCache<&'static KPcp, Kp, NCPU>> = Excl::new(
     .with_sheaves(32),
 );
 
-/// The percpu allocator's page source: whole buddy blocks (chunk memory and
+/// The percpu allocator's chunk source: whole buddy blocks (chunk memory and
 /// metadata), from the Normal zone with fallback.
 pub struct PercpuPages;
 
@@ -144,7 +144,7 @@ fn percpu_order(pages: usize, align: usize) -> Option<Order> {
 // `pages` pages and `align`), held by us until freed; `populate` does
 // nothing (RAM is always there) and nothing here calls back into the
 // percpu allocator.
-unsafe impl PageSource for PercpuPages {
+unsafe impl ChunkSource for PercpuPages {
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
         let order = percpu_order(pages, align)?;
         BUDDY.alloc_pages(order, AllocFlags::NONE).map(|p| p.ptr)

@@ -29,8 +29,10 @@ use local_lock::Platform;
 
 use crate::bitmap::{find_next_bit, find_next_zero_bit, test_bit, weight};
 use crate::chunk::{Chunk, ChunkCtx, ChunkKind, LIST_NONE};
+use crate::pcpu::PcpuAllocator;
 use crate::pcpu::{chunk_slot, Geometry, MAX_SLOTS};
-use crate::{PageSource, PcpuAllocator, BLOCK_BITS, MIN_ALLOC_SIZE};
+use crate::source::ChunkSource;
+use crate::types::{BLOCK_BITS, MIN_ALLOC_SIZE};
 
 /// Facts about one chunk, for the global checks.
 pub(crate) struct ChunkFacts {
@@ -259,7 +261,7 @@ fn last_set_end(alloc: &[u64], lo: usize, hi: usize) -> usize {
     }
 }
 
-impl<P: Platform, S: PageSource> PcpuAllocator<P, S> {
+impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
     /// Checks every invariant by brute force (with both locks held, so the
     /// state is quiescent) and panics with a description of the first
     /// violation. Compiled under `cfg(test)` and feature `invariants`.

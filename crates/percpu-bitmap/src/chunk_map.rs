@@ -5,7 +5,7 @@
 //! `chunk_align = next_power_of_two(unit_size)`, so all of unit 0 shares one
 //! key `addr >> log2(chunk_align)` and no two chunks share a key. The keys
 //! live in an open-addressing table (linear probing, backward-shift
-//! deletion, load factor <= 1/2) whose memory comes from the page source.
+//! deletion, load factor <= 1/2) whose memory comes from the chunk source.
 //! A lookup never dereferences the address, so a foreign pointer is
 //! detected, not followed.
 //!
@@ -16,7 +16,7 @@
 use core::ptr::{null_mut, NonNull};
 
 use crate::chunk::Chunk;
-use crate::PAGE_SIZE;
+use crate::types::PAGE_SIZE;
 
 /// One slot: `key == 0` is empty (key 0 would be address 0).
 #[derive(Clone, Copy)]

@@ -10,7 +10,7 @@ use core::sync::atomic::Ordering;
 
 use local_lock::fork::{in_main_image, level, ForkLocks};
 
-use crate::GlobalBitmap;
+use crate::global::GlobalBitmap;
 
 impl ForkLocks for GlobalBitmap {
     fn fork_prepare(&self) {

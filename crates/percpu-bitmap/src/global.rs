@@ -20,7 +20,9 @@ use core::sync::atomic::AtomicBool;
 use local_lock::std_platform::StdCpu;
 
 use crate::large::{bad_large_free, LargeBlocks};
-use crate::{MmapSource, PcpuAllocator, MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE};
+use crate::pcpu::PcpuAllocator;
+use crate::source::MmapSource;
+use crate::types::{MAX_ALLOC_SIZE, MIN_ALLOC_SIZE, PAGE_SIZE};
 
 /// The bitmap allocator as a global allocator (see the module docs).
 ///
@@ -86,7 +88,7 @@ impl GlobalBitmap {
 /// not unwind).
 #[cold]
 #[inline(never)]
-fn bad_free(e: crate::FreeError) -> ! {
+fn bad_free(e: crate::error::FreeError) -> ! {
     local_lock::std_platform::die(format_args!("GlobalBitmap: bad dealloc: {e}"))
 }
 

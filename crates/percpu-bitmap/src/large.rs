@@ -21,7 +21,7 @@ use core::ptr::{null_mut, NonNull};
 use local_lock::std_platform::die;
 use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
 
-use crate::PAGE_SIZE;
+use crate::types::PAGE_SIZE;
 
 /// Key of a never used table entry.
 const EMPTY: usize = 0;

@@ -31,7 +31,7 @@
 //!   serves only reserved requests and is on no slot list; its dynamic
 //!   region (`pcpu_first_chunk`) serves normal requests. Both hide the bytes
 //!   outside their region as pre-allocated (`start_offset`/`end_offset`).
-//! * **Dynamic chunks** are created on demand from the [`PageSource`],
+//! * **Dynamic chunks** are created on demand from the [`ChunkSource`],
 //!   unpopulated, and destroyed by [`PcpuAllocator::balance`] when free.
 //!
 //! # Bits, bytes and blocks
@@ -87,7 +87,7 @@
 //! Lock order (outermost first):
 //!
 //! 1. **`slow`** = the kernel's `pcpu_alloc_mutex` (a spin-then-yield lock
-//!    here; it may be held across page-source calls). Protects chunk
+//!    here; it may be held across chunk-source calls). Protects chunk
 //!    creation and destruction, population and depopulation, the lookup
 //!    table's growth, and serialises non-atomic allocations and the
 //!    balance work. Never taken in interrupt context (requests made there
@@ -96,7 +96,7 @@
 //! 3. **`data`** = `pcpu_lock` (a spin lock, `spin_lock_irqsave`).
 //!    Protects everything else: the slot lists, every chunk's state, bitmaps
 //!    and hints, the lookup table's contents, the global counters. Held only
-//!    for bitmap and list work, never across a page-source call, so atomic
+//!    for bitmap and list work, never across a chunk-source call, so atomic
 //!    requests and frees (which take only this lock) are safe from
 //!    interrupt context on kernel platforms.
 //!
@@ -107,7 +107,7 @@
 //! platform with the pinned strategy, per-CPU guards disable preemption and
 //! (with `_irqsave`) interrupts.
 //!
-//! The page source must not allocate from the allocator it serves; it is
+//! The chunk source must not allocate from the allocator it serves; it is
 //! called with `slow` held and `data` released.
 //!
 //! # Layers
@@ -120,6 +120,31 @@
 //!   [`PerCpuCounter`] sums per-CPU deltas on read.
 //! * `GlobalBitmap` (feature `std`): a `#[global_allocator]` byte heap over
 //!   one unit's bitmaps and hints, with large requests sent to `mmap`.
+//!
+//! # Source files
+//!
+//! Each module imports only from modules below it in this list, never from
+//! `lib.rs`, which only declares and re-exports:
+//!
+//! * `global.rs`, `large.rs`, `fork.rs`: `GlobalBitmap`; `percpu.rs`: the
+//!   typed layer; `check.rs`: the invariant checker.
+//! * `pcpu/`: the allocator. `mod.rs` holds the struct, the data under
+//!   `pcpu_lock`, the locks, the constructors (`pcpu_setup_first_chunk`),
+//!   slot placement and teardown; the paths are `impl` blocks layered as
+//!   `balance.rs` (`pcpu_balance_workfn`) and `alloc.rs` (`pcpu_alloc`)
+//!   over `free.rs` (`free_percpu`) over `populate.rs` (chunk creation and
+//!   (de)population, `percpu-vm.c`); `config.rs` is [`Config`] and the
+//!   geometry, `stats.rs` [`Stats`].
+//! * `chunk_map.rs`: the address -> chunk lookup table.
+//! * `chunk/`: one chunk. `meta.rs` (the header and its metadata
+//!   allocation) and `area.rs` (search, `pcpu_alloc_area`,
+//!   `pcpu_free_area`, population bookkeeping) over `hints.rs` (the hint
+//!   maintenance) over `state.rs` (its state and the view the algorithms
+//!   work on); `mod.rs` only re-exports.
+//! * `block.rs` (one block's hints), `bitmap.rs` (bit operations),
+//!   `source.rs` ([`ChunkSource`], `MmapSource`, `HeapSource`).
+//! * `types.rs` (constants, [`PcpuPtr`], [`AllocFlags`]) and `error.rs`
+//!   ([`PcpuError`], [`FreeError`]).
 //!
 //! # Divergences from the kernel
 //!
@@ -162,9 +187,9 @@
 //! * The slow lock spins and yields instead of sleeping.
 //!
 //! One choice that does not touch the hints but differs from the kernel,
-//! which clears every area in every unit on allocation: a page source may
+//! which clears every area in every unit on allocation: a chunk source may
 //! promise that populated pages read as zero
-//! ([`PageSource::populates_zeroed`]; `MmapSource` does), and each chunk
+//! ([`ChunkSource::populates_zeroed`]; `MmapSource` does), and each chunk
 //! then keeps per page the offset from which the page has never been handed
 //! out since it was populated; an area is cleared only up to the end of its
 //! part that may have been handed out before.
@@ -175,6 +200,9 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
+/// The sync shim (std, loom or spin) under its short name, for the unit
+/// tests; the modules import `local_lock::sync` directly.
+#[cfg(test)]
 pub(crate) use local_lock::sync;
 
 /// The platform layer this crate is built on (re-exported so users name
@@ -187,6 +215,7 @@ mod block;
 mod check;
 pub mod chunk;
 mod chunk_map;
+mod error;
 #[cfg(all(feature = "std", not(loom)))]
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
@@ -198,174 +227,19 @@ mod percpu;
 mod source;
 #[cfg(test)]
 mod tests;
+mod types;
 
+pub use error::{FreeError, FreeErrorKind, PcpuError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use global::GlobalBitmap;
-pub use pcpu::{AllocFlags, Config, PcpuAllocator, Stats, MAX_UNITS};
+pub use pcpu::{Config, PcpuAllocator, Stats, MAX_UNITS};
 pub use percpu::{PerCpu, PerCpuCounter, ThisCpu};
+pub use source::ChunkSource;
 #[cfg(feature = "std")]
 pub use source::MmapSource;
-pub use source::PageSource;
 #[cfg(any(feature = "std", test))]
 pub use source::{HeapSource, DEPOPULATE_POISON};
-
-use core::ptr::NonNull;
-
-/// Page size (= metadata block size).
-pub const PAGE_SIZE: usize = 4096;
-/// `PCPU_MIN_ALLOC_SIZE`: bytes per bitmap bit, the smallest allocation and
-/// alignment.
-pub const MIN_ALLOC_SIZE: usize = 4;
-/// `PCPU_BITMAP_BLOCK_BITS`: bits per metadata block (one page).
-pub const BLOCK_BITS: usize = PAGE_SIZE / MIN_ALLOC_SIZE;
-/// `PCPU_MIN_UNIT_SIZE`: the smallest unit, 32 KiB.
-pub const MIN_UNIT_SIZE: usize = 32 << 10;
-/// The largest request (the kernel's limit is the minimum unit size).
-pub const MAX_ALLOC_SIZE: usize = MIN_UNIT_SIZE;
-/// The largest unit this crate accepts (1 GiB).
-pub const MAX_UNIT_SIZE: usize = 1 << 30;
-/// `PCPU_SLOT_BASE_SHIFT`.
-pub const SLOT_BASE_SHIFT: usize = 5;
-/// `PCPU_SLOT_FAIL_THRESHOLD`: chunks failing in slots below this are
-/// demoted to slot 0.
-pub const SLOT_FAIL_THRESHOLD: usize = 3;
-/// `PCPU_EMPTY_POP_PAGES_LOW`: below this many empty populated pages an
-/// allocation schedules the balance work.
-pub const EMPTY_POP_PAGES_LOW: isize = 2;
-/// `PCPU_EMPTY_POP_PAGES_HIGH`: the balance work populates up to this many.
-pub const EMPTY_POP_PAGES_HIGH: isize = 4;
-
-/// A percpu area: unit 0's address of it (`void __percpu *`). Valid in
-/// every unit through [`PcpuAllocator::per_cpu_ptr`]. Only the allocator
-/// makes them; using one after freeing it is detected only as far as the
-/// maps can tell (the area may have been handed out again).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PcpuPtr(NonNull<u8>);
-
-// SAFETY: a handle; dereferencing what it designates is unsafe anyway.
-unsafe impl Send for PcpuPtr {}
-// SAFETY: as above.
-unsafe impl Sync for PcpuPtr {}
-
-impl PcpuPtr {
-    /// Unit 0's copy of the area.
-    #[inline(always)]
-    pub fn as_ptr(self) -> NonNull<u8> {
-        self.0
-    }
-
-    /// The address of unit 0's copy.
-    #[inline(always)]
-    pub fn addr(self) -> usize {
-        self.0.as_ptr() as usize
-    }
-
-    /// A handle from a raw pointer (e.g. one kept as an integer by a
-    /// kernel). Freeing a pointer that is not a live allocation is
-    /// detected and refused (`try_free`) or reported (`free`).
-    #[inline(always)]
-    pub fn from_raw(p: NonNull<u8>) -> Self {
-        PcpuPtr(p)
-    }
-}
-
-impl core::fmt::Debug for PcpuPtr {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "PcpuPtr({:p})", self.0)
-    }
-}
-
-/// Why a request was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PcpuError {
-    /// A request for 0 bytes.
-    ZeroSize,
-    /// More than [`MAX_ALLOC_SIZE`] bytes.
-    TooLarge {
-        /// The requested size.
-        size: usize,
-    },
-    /// An alignment that is not a power of two or exceeds a page.
-    BadAlign {
-        /// The requested alignment.
-        align: usize,
-    },
-    /// No space: an atomic request found no populated fit, or the page
-    /// source could not provide a chunk or its pages.
-    NoMemory,
-    /// The reserved chunk has no fit.
-    ReservedExhausted,
-    /// The configuration is invalid (what is wrong).
-    BadConfig(&'static str),
-}
-
-impl core::fmt::Display for PcpuError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            PcpuError::ZeroSize => write!(f, "percpu: zero-sized request"),
-            PcpuError::TooLarge { size } => {
-                write!(
-                    f,
-                    "percpu: request of {size} bytes exceeds {MAX_ALLOC_SIZE}"
-                )
-            }
-            PcpuError::BadAlign { align } => {
-                write!(
-                    f,
-                    "percpu: alignment {align} is not a power of two <= {PAGE_SIZE}"
-                )
-            }
-            PcpuError::NoMemory => write!(f, "percpu: out of memory"),
-            PcpuError::ReservedExhausted => write!(f, "percpu: reserved chunk exhausted"),
-            PcpuError::BadConfig(what) => write!(f, "percpu: bad configuration: {what}"),
-        }
-    }
-}
-
-/// What is wrong with a pointer handed to free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FreeErrorKind {
-    /// Not inside any chunk of this allocator.
-    NotPercpu,
-    /// Inside the first chunk's static region, which is never freed.
-    Static,
-    /// Not a multiple of 4 bytes into its chunk.
-    Misaligned,
-    /// In a chunk but outside the region it serves.
-    OutOfRange,
-    /// Not allocated: already freed, or never handed out.
-    NotAllocated,
-    /// Inside a live allocation but not at its start.
-    Interior,
-}
-
-/// A refused free: the address and the reason.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FreeError {
-    /// The address passed in.
-    pub addr: usize,
-    /// What is wrong with it.
-    pub kind: FreeErrorKind,
-}
-
-impl core::fmt::Display for FreeError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let what = match self.kind {
-            FreeErrorKind::NotPercpu => {
-                "is not in any percpu chunk of this allocator (foreign pointer)"
-            }
-            FreeErrorKind::Static => "is in the static percpu region, which cannot be freed",
-            FreeErrorKind::Misaligned => {
-                "is not 4-byte aligned within its chunk (not an allocation start)"
-            }
-            FreeErrorKind::OutOfRange => "is outside the region its chunk serves",
-            FreeErrorKind::NotAllocated => {
-                "is not allocated (double free, or never allocated): its alloc_map bit is clear"
-            }
-            FreeErrorKind::Interior => {
-                "points inside a live allocation, not at its start: no boundary bit there"
-            }
-        };
-        write!(f, "{:#x} {what}", self.addr)
-    }
-}
+pub use types::{
+    AllocFlags, PcpuPtr, BLOCK_BITS, EMPTY_POP_PAGES_HIGH, EMPTY_POP_PAGES_LOW, MAX_ALLOC_SIZE,
+    MAX_UNIT_SIZE, MIN_ALLOC_SIZE, MIN_UNIT_SIZE, PAGE_SIZE, SLOT_BASE_SHIFT, SLOT_FAIL_THRESHOLD,
+};

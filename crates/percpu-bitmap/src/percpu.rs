@@ -22,8 +22,11 @@ use core::ptr::NonNull;
 
 use local_lock::{LocalGuard, LocalLock, Platform, DEFAULT_SLOTS};
 
-use crate::sync::atomic::{AtomicI64, Ordering::Relaxed};
-use crate::{PageSource, PcpuAllocator, PcpuError, PcpuPtr, MAX_ALLOC_SIZE, PAGE_SIZE};
+use crate::error::PcpuError;
+use crate::pcpu::PcpuAllocator;
+use crate::source::ChunkSource;
+use crate::types::{PcpuPtr, MAX_ALLOC_SIZE, PAGE_SIZE};
+use local_lock::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 /// One `T` per CPU (unit) of an allocator, `alloc_percpu(T)` with a safe
 /// API. Each CPU's value is built by `init(cpu)` and dropped with the
@@ -31,7 +34,7 @@ use crate::{PageSource, PcpuAllocator, PcpuError, PcpuPtr, MAX_ALLOC_SIZE, PAGE_
 ///
 /// `N` is the number of slots of the local lock used for this-CPU access
 /// (at least the platform's `MIN_SLOTS`; one cache line per slot).
-pub struct PerCpu<'a, T, P: Platform, S: PageSource, const N: usize = DEFAULT_SLOTS> {
+pub struct PerCpu<'a, T, P: Platform, S: ChunkSource, const N: usize = DEFAULT_SLOTS> {
     alloc: &'a PcpuAllocator<P, S>,
     ptr: PcpuPtr,
     lock: LocalLock<(), P, N>,
@@ -40,15 +43,15 @@ pub struct PerCpu<'a, T, P: Platform, S: PageSource, const N: usize = DEFAULT_SL
 
 // SAFETY: the `PerCpu` owns its `T`s (moving it moves them between
 // threads: `T: Send`); the allocator is shared by reference (it is Sync).
-unsafe impl<T: Send, P: Platform + Send, S: PageSource, const N: usize> Send
+unsafe impl<T: Send, P: Platform + Send, S: ChunkSource, const N: usize> Send
     for PerCpu<'_, T, P, S, N>
 {
 }
 // SAFETY: `&PerCpu` hands out `&T` to any thread (`get`, `this_cpu`,
 // `iter`): `T: Sync`. Mutation needs `&mut PerCpu`.
-unsafe impl<T: Sync, P: Platform, S: PageSource, const N: usize> Sync for PerCpu<'_, T, P, S, N> {}
+unsafe impl<T: Sync, P: Platform, S: ChunkSource, const N: usize> Sync for PerCpu<'_, T, P, S, N> {}
 
-impl<'a, T, P: Platform + Clone, S: PageSource, const N: usize> PerCpu<'a, T, P, S, N> {
+impl<'a, T, P: Platform + Clone, S: ChunkSource, const N: usize> PerCpu<'a, T, P, S, N> {
     /// Allocates one `T` per unit of `alloc` and initialises CPU `cpu`'s
     /// value with `init(cpu)` (a blocking request). Refuses types larger
     /// than [`MAX_ALLOC_SIZE`] or aligned beyond a page, a local lock with
@@ -79,13 +82,13 @@ impl<'a, T, P: Platform + Clone, S: PageSource, const N: usize> PerCpu<'a, T, P,
         let ptr = alloc.alloc(size, align)?;
 
         // If `init` panics, drop what was built and free the area.
-        struct Partial<'g, T, P: Platform, S: PageSource> {
+        struct Partial<'g, T, P: Platform, S: ChunkSource> {
             alloc: &'g PcpuAllocator<P, S>,
             ptr: PcpuPtr,
             done: usize,
             _t: PhantomData<T>,
         }
-        impl<T, P: Platform, S: PageSource> Drop for Partial<'_, T, P, S> {
+        impl<T, P: Platform, S: ChunkSource> Drop for Partial<'_, T, P, S> {
             fn drop(&mut self) {
                 for cpu in 0..self.done {
                     // SAFETY: CPUs below `done` hold an initialised `T`.
@@ -122,7 +125,7 @@ impl<'a, T, P: Platform + Clone, S: PageSource, const N: usize> PerCpu<'a, T, P,
     }
 }
 
-impl<'a, T, P: Platform, S: PageSource, const N: usize> PerCpu<'a, T, P, S, N> {
+impl<'a, T, P: Platform, S: ChunkSource, const N: usize> PerCpu<'a, T, P, S, N> {
     /// The allocator holding the values.
     #[inline]
     pub fn allocator(&self) -> &'a PcpuAllocator<P, S> {
@@ -228,7 +231,7 @@ impl<'a, T, P: Platform, S: PageSource, const N: usize> PerCpu<'a, T, P, S, N> {
     }
 }
 
-impl<T, P: Platform, S: PageSource, const N: usize> Drop for PerCpu<'_, T, P, S, N> {
+impl<T, P: Platform, S: ChunkSource, const N: usize> Drop for PerCpu<'_, T, P, S, N> {
     fn drop(&mut self) {
         for cpu in 0..self.nr_cpus() {
             // SAFETY: initialised in `new`, dropped once, here.
@@ -238,7 +241,7 @@ impl<T, P: Platform, S: PageSource, const N: usize> Drop for PerCpu<'_, T, P, S,
     }
 }
 
-impl<T: core::fmt::Debug, P: Platform, S: PageSource, const N: usize> core::fmt::Debug
+impl<T: core::fmt::Debug, P: Platform, S: ChunkSource, const N: usize> core::fmt::Debug
     for PerCpu<'_, T, P, S, N>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -273,11 +276,11 @@ impl<T, P: Platform, const N: usize> Deref for ThisCpu<'_, T, P, N> {
 /// (no atomic read-modify-write: a plain load and store, exclusive on that
 /// CPU), and reads sum all cells. A sum taken while others add is a
 /// snapshot of each cell, not a linearizable total.
-pub struct PerCpuCounter<'a, P: Platform, S: PageSource, const N: usize = DEFAULT_SLOTS> {
+pub struct PerCpuCounter<'a, P: Platform, S: ChunkSource, const N: usize = DEFAULT_SLOTS> {
     cells: PerCpu<'a, AtomicI64, P, S, N>,
 }
 
-impl<'a, P: Platform + Clone, S: PageSource, const N: usize> PerCpuCounter<'a, P, S, N> {
+impl<'a, P: Platform + Clone, S: ChunkSource, const N: usize> PerCpuCounter<'a, P, S, N> {
     /// A counter at zero.
     pub fn new(alloc: &'a PcpuAllocator<P, S>) -> Result<Self, PcpuError> {
         Ok(PerCpuCounter {
@@ -286,7 +289,7 @@ impl<'a, P: Platform + Clone, S: PageSource, const N: usize> PerCpuCounter<'a, P
     }
 }
 
-impl<'a, P: Platform, S: PageSource, const N: usize> PerCpuCounter<'a, P, S, N> {
+impl<'a, P: Platform, S: ChunkSource, const N: usize> PerCpuCounter<'a, P, S, N> {
     /// The allocator holding the cells.
     pub fn allocator(&self) -> &'a PcpuAllocator<P, S> {
         self.cells.alloc

@@ -1,4 +1,4 @@
-//! Page sources: where chunk memory and chunk metadata come from.
+//! Chunk sources: where chunk memory and chunk metadata come from.
 //!
 //! The kernel gets a chunk's address space from vmalloc (`pcpu_get_vm_areas`),
 //! its pages from the page allocator when populating, and its metadata from
@@ -9,9 +9,11 @@
 use core::ptr::NonNull;
 
 #[cfg(feature = "std")]
-use crate::PAGE_SIZE;
+use crate::types::PAGE_SIZE;
 
-/// A source of page-granular memory.
+/// What the percpu allocator takes its chunks from: page-granular
+/// reservations (a chunk's units, its metadata, the address lookup table)
+/// and the population and depopulation of a chunk's pages.
 ///
 /// # Safety
 ///
@@ -36,7 +38,7 @@ use crate::PAGE_SIZE;
 ///    `true` for it (whether the range is fresh from `alloc_pages` or was
 ///    depopulated before). The allocator then does not clear areas on such
 ///    pages until it has handed the bytes out once.
-pub unsafe trait PageSource: Sync {
+pub unsafe trait ChunkSource: Sync {
     /// Allocates `pages` pages aligned to `align` bytes.
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>>;
 
@@ -80,7 +82,7 @@ pub unsafe trait PageSource: Sync {
 }
 
 // SAFETY: forwards to `T`, which keeps the promises.
-unsafe impl<T: PageSource + ?Sized> PageSource for &T {
+unsafe impl<T: ChunkSource + ?Sized> ChunkSource for &T {
     #[inline]
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
         (**self).alloc_pages(pages, align)
@@ -120,16 +122,16 @@ mod heap {
     use core::ptr::NonNull;
     use std::alloc::{alloc_zeroed, dealloc, Layout};
 
-    use super::PageSource;
-    use crate::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    use crate::PAGE_SIZE;
+    use super::ChunkSource;
+    use crate::types::PAGE_SIZE;
+    use local_lock::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     /// Byte written over depopulated pages, so a test that reads an area
     /// the allocator should have zeroed (or memory it depopulated while
     /// still in use) sees garbage instead of zeroes.
     pub const DEPOPULATE_POISON: u8 = 0x6b;
 
-    /// A page source over the host heap (`std::alloc`), for tests, miri and
+    /// A chunk source over the host heap (`std::alloc`), for tests, miri and
     /// loom. Counts pages, can be given a page budget, can fail
     /// populations on demand, and poisons depopulated pages.
     #[derive(Debug)]
@@ -190,7 +192,7 @@ mod heap {
     // deallocates it with the same layout; it is always accessible
     // (populate does nothing to it); no method calls any allocator but the
     // host's.
-    unsafe impl PageSource for HeapSource {
+    unsafe impl ChunkSource for HeapSource {
         fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
             let prev = self.used.fetch_add(pages, Relaxed);
             if prev.checked_add(pages).is_none_or(|n| n > self.limit) {
@@ -301,7 +303,7 @@ impl MmapSource {
 // requested alignment; it stays mapped (readable and writable) until
 // `free_pages` unmaps exactly it; MADV_DONTNEED keeps the mapping (contents
 // become zero); nothing here allocates from any Rust allocator.
-unsafe impl PageSource for MmapSource {
+unsafe impl ChunkSource for MmapSource {
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
         let align = align.max(PAGE_SIZE);
         let len = pages.checked_mul(PAGE_SIZE)?;

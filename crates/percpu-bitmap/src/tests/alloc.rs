@@ -565,10 +565,9 @@ fn random_mixed_workload_keeps_invariants() {
                     _ => 1 + rng.below(MAX_ALLOC_SIZE),
                 };
                 let align = 1 << rng.below(13);
-                let flags = AllocFlags {
-                    atomic: rng.below(4) == 0,
-                    reserved: rng.below(8) == 0,
-                };
+                let mut flags = AllocFlags::KERNEL;
+                flags.set(AllocFlags::ATOMIC, rng.below(4) == 0);
+                flags.set(AllocFlags::RESERVED, rng.below(8) == 0);
                 if let Ok(p) = a.alloc_with(size, align, flags) {
                     assert_eq!(p.addr() % align, 0);
                     verify(&a, p, size.min(64), None);
@@ -637,7 +636,7 @@ fn seed_shapes_small() {
     a.check_invariants();
 }
 
-impl<S: crate::PageSource> PcpuAllocator<TestPlatform, S> {
+impl<S: crate::ChunkSource> PcpuAllocator<TestPlatform, S> {
     fn geo_to_depopulate_slot(&self) -> usize {
         self.geometry().to_depopulate_slot
     }
@@ -656,7 +655,7 @@ struct ZeroingHeap(HeapSource);
 
 // SAFETY: forwards to HeapSource, whose promises hold; depopulated pages
 // are zeroed, so populated pages read as zero (promise 4).
-unsafe impl crate::PageSource for ZeroingHeap {
+unsafe impl crate::ChunkSource for ZeroingHeap {
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<core::ptr::NonNull<u8>> {
         self.0.alloc_pages(pages, align)
     }

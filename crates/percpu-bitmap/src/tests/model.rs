@@ -225,7 +225,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 reserved,
             } => {
                 let align = 1usize << align_shift;
-                let r = a.alloc_with(size, align, AllocFlags { atomic, reserved });
+                let mut flags = AllocFlags::KERNEL;
+                flags.set(AllocFlags::ATOMIC, atomic);
+                flags.set(AllocFlags::RESERVED, reserved);
+                let r = a.alloc_with(size, align, flags);
                 match r {
                     Ok(p) => {
                         prop_assert!(size > 0 && size <= MAX_ALLOC_SIZE && align <= 4096);
