@@ -711,6 +711,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 => FAST_SHEAVES,
             _ => 0,
         };
+        // The hardened fast paths address the free pointer without the
+        // offset (`fp_word_fast`).
+        assert!(
+            f & FAST_H == 0 || self.lay.offset == 0,
+            "KmemCache {}: hardened fast path with the free pointer at {}",
+            self.name,
+            self.lay.offset
+        );
         self.dispatch.store(f, CoreOrdering::Relaxed);
         m
     }
@@ -859,12 +867,30 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
     }
 
+    /// The free-pointer word of `obj` on a fast path compiled for hardened
+    /// (`H`) or plain caches: hardened caches keep it at offset 0 (see
+    /// `cache_layout`; checked when the fast path is chosen), so `H` needs
+    /// no offset.
+    #[inline(always)]
+    fn fp_word_fast<const H: bool>(&self, obj: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(if H {
+            obj
+        } else {
+            obj + self.lay.offset
+        });
+        // SAFETY: as for `fp_word`.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+
     /// Hardened caches: the key of `obj`'s free-pointer word (`fp_code`'s
     /// XOR: a free pointer is stored as `next ^ key`, so a free object in
-    /// a sheaf, marked as encoding null, holds `key` itself).
+    /// a sheaf, marked as encoding null, holds `key` itself). Only for the
+    /// hardened fast paths, whose caches keep the free pointer at offset 0
+    /// (the word's address is the object's; debug caches go through
+    /// `fp_code` with their own offset).
     #[inline(always)]
     fn fp_key(&self, obj: usize) -> usize {
-        self.random.load(CoreOrdering::Relaxed) ^ (obj + self.lay.offset).swap_bytes()
+        self.random.load(CoreOrdering::Relaxed) ^ obj.swap_bytes()
     }
 
     /// Hardened caches: the key of sheaf entries (entries are stored as
@@ -1167,7 +1193,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let fl = g.freelist;
         if fl != 0 {
             let cpu = g.cpu();
-            let w = self.fp_word(fl);
+            let w = self.fp_word_fast::<H>(fl);
             let next = if H {
                 w.load(CoreOrdering::Relaxed) ^ self.fp_key(fl)
             } else {
@@ -1681,7 +1707,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         let obj = ptr.as_ptr().expose_provenance();
         let fl = g.freelist;
-        let w = self.fp_word(obj);
+        let w = self.fp_word_fast::<H>(obj);
         if H {
             // On a freelist of this slab already: its free pointer decodes
             // to null or to an object of the slab.
@@ -1776,7 +1802,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return self.free_to_pcs_miss(ptr, gen);
         }
         let obj = ptr.as_ptr().expose_provenance();
-        let w = self.fp_word(obj);
+        let w = self.fp_word_fast::<H>(obj);
         let r = if H {
             self.random.load(CoreOrdering::Relaxed)
         } else {
@@ -2311,7 +2337,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
                 g.unlock();
                 if H {
-                    self.fp_word(o).store(0, CoreOrdering::Relaxed);
+                    self.fp_word_fast::<H>(o).store(0, CoreOrdering::Relaxed);
                 }
                 return Some(Self::obj_ptr(o));
             }

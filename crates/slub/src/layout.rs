@@ -353,7 +353,12 @@ pub const fn calculate_layout(
         size += WORD;
     }
     let inuse = size;
-    let mut offset = if object_size >= WORD {
+    // Hardened caches keep it at word 0 instead [Linux differs]: every
+    // free pointer they decode is checked against its slab, so an overflow
+    // that reaches it is reported rather than followed, and their hot paths
+    // (the sheaf marker, the locked freelist) save the offset's load and
+    // add on every allocation and free.
+    let mut offset = if object_size >= WORD && !flags.contains(SlabFlags::HARDENED) {
         (object_size / 2) & !(WORD - 1)
     } else {
         0

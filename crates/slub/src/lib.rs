@@ -12,7 +12,9 @@
 //!   (fls(nr_cpus) + 1)`; `slub_max_order` 3, falling back to the minimum
 //!   order when the page allocator cannot supply the preferred one),
 //!   `min_partial`, the CPU partial limit. The free pointer lives inside a
-//!   free object, in its middle.
+//!   free object, in its middle (at word 0 in [`SlabFlags::HARDENED`]
+//!   caches, whose decoded free pointers are all checked: the hot paths
+//!   then need no offset).
 //! * Per CPU (`kmem_cache_cpu`): the CPU slab, its lockless `freelist`, the
 //!   transaction id `tid` (starts at the CPU number, advances by
 //!   [`KmemCache::TID_STEP`], a power of two >= the slots, so `tid %
