@@ -26,6 +26,8 @@
 
 extern crate std;
 
+pub mod stress;
+
 use core::marker::PhantomData;
 
 use crate::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
