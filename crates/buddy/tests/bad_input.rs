@@ -359,25 +359,7 @@ const SCENARIO: &str = "BAD_INPUT_SCENARIO";
 /// and returns its stderr; asserts it died with SIGABRT.
 #[cfg(unix)]
 fn run_child_abort(name: &str) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_scenarios",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, name)
-        .output()
-        .expect("spawn the child");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "scenario {name}: expected SIGABRT, got {:?}; stderr:\n{stderr}",
-        out.status
-    );
-    stderr
+    local_lock::child::expect_abort("child_scenarios", SCENARIO, name)
 }
 
 /// The child side: runs the scenario named by [`SCENARIO`] (nothing when
@@ -510,23 +492,7 @@ fn global_dealloc_of_a_large_block_with_another_size_aborts() {
 /// stderr.
 #[cfg(unix)]
 fn run_child_ok(name: &str) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_scenarios",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, name)
-        .output()
-        .expect("spawn the child");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "scenario {name} failed: {:?}; stderr:\n{stderr}",
-        out.status
-    );
-    stderr
+    local_lock::child::expect_success("child_scenarios", SCENARIO, name)
 }
 
 /// The process's address space now (bytes), from `/proc/self/statm`.

@@ -81,6 +81,8 @@ mod lock;
 pub mod platform;
 pub mod sync;
 
+#[cfg(all(feature = "std", unix, not(loom)))]
+pub mod child;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod fork;
 #[cfg(all(feature = "std", not(loom)))]

@@ -221,25 +221,7 @@ const SCENARIO: &str = "BAD_INPUT_SCENARIO";
 
 #[cfg(unix)]
 fn run_child_abort(name: &str) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_scenarios",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, name)
-        .output()
-        .expect("spawn the child");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGABRT),
-        "scenario {name}: expected SIGABRT, got {:?}; stderr:\n{stderr}",
-        out.status
-    );
-    stderr
+    local_lock::child::expect_abort("child_scenarios", SCENARIO, name)
 }
 
 /// The child side (nothing when the variable is unset).
@@ -427,20 +409,9 @@ fn child_small_requests_without_room_for_a_reservation() {
 #[cfg(target_os = "linux")]
 #[cfg_attr(miri, ignore = "spawns a process, setrlimit and mmap")]
 fn global_pcp_small_requests_without_room_for_a_reservation_are_served() {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_scenarios",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(SCENARIO, "small_requests_without_room_for_a_reservation")
-        .output()
-        .expect("spawn the child");
-    assert!(
-        out.status.success(),
-        "{:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    local_lock::child::expect_success(
+        "child_scenarios",
+        SCENARIO,
+        "small_requests_without_room_for_a_reservation",
     );
 }

@@ -141,8 +141,6 @@ fn percpu_zero_huge_and_bad_alignment_requests_are_refused() {
 mod global {
     use super::*;
     use percpu_bitmap::GlobalBitmap;
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::Command;
 
     static G: GlobalBitmap = GlobalBitmap::new();
 
@@ -157,18 +155,7 @@ mod global {
             eprintln!("no abort at {addr:#x}");
             std::process::exit(0);
         }
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &format!("global::{name}"), "--nocapture"])
-            .env(ENV, name)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGABRT),
-            "{name}: {:?}, stderr:\n{err}",
-            out.status
-        );
+        let err = local_lock::child::expect_abort(&format!("global::{name}"), ENV, name);
         let addr = err
             .lines()
             .find_map(|l| l.strip_prefix("ADDR "))

@@ -10,7 +10,6 @@
 
 use std::alloc::{alloc_zeroed, dealloc, GlobalAlloc, Layout};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::process::Command;
 use std::ptr::NonNull;
 
 use buddy::{Buddy, Config, Tunables};
@@ -228,43 +227,7 @@ fn child_scenario() -> Option<String> {
 /// returns its stderr after checking that it died of SIGABRT within a
 /// minute (a hang, e.g. at exit in a freelist cycle, fails).
 fn run_child(name: &str) -> String {
-    use std::io::Read;
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("SLUB_BAD_INPUT_CHILD", name)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("{name}: the child hung");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            status.signal(),
-            Some(6),
-            "{name}: expected SIGABRT, got {status:?}; stderr:\n{err}"
-        );
-    }
-    err
+    local_lock::child::expect_abort(name, "SLUB_BAD_INPUT_CHILD", name)
 }
 
 static HEAP: GlobalSlub = GlobalSlub::new();

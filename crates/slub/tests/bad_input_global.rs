@@ -8,7 +8,6 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
-use std::process::Command;
 
 use slub::GlobalSlub;
 
@@ -19,15 +18,7 @@ const ENV: &str = "SLUB_SCENARIO";
 
 /// Runs `name` in a child process and returns (exit status, stderr).
 fn run_child(name: &str) -> (std::process::ExitStatus, String) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(ENV, name)
-        .output()
-        .expect("re-running the test binary");
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    local_lock::child::run(name, ENV, name)
 }
 
 /// In the child: runs `f`, then exits 0. In the parent: runs the child and
