@@ -39,6 +39,7 @@ enum FuzzOp {
     AllocBulk { c: u8, n: u8, cpu: u8 },
     FreeBulk { c: u8, n: u8, cpu: u8 },
     Bad { kind: u8, i: u16, cpu: u8 },
+    KmallocBad { which: u8, zero: bool, cpu: u8 },
 }
 
 impl From<FuzzOp> for Op {
@@ -79,6 +80,11 @@ impl From<FuzzOp> for Op {
             FuzzOp::Bad { kind, i, cpu: k } => Op::Bad {
                 kind: kind as usize,
                 i: i as usize,
+                cpu: cpu(k),
+            },
+            FuzzOp::KmallocBad { which, zero, cpu: k } => Op::KmallocBad {
+                which: which as usize,
+                zero,
                 cpu: cpu(k),
             },
         }

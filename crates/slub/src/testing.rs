@@ -111,7 +111,29 @@ pub enum Op {
     /// contents are checked at their real free) and leave every cache
     /// valid.
     Bad { kind: usize, i: usize, cpu: usize },
+    /// kmalloc/kzalloc of an impossible request (`which` mod
+    /// [`BAD_KMALLOC`].len(): sizes and alignments above 2^63 or beyond the
+    /// largest block, alignments that are not powers of two) on `cpu`:
+    /// each must return `None` and change nothing.
+    KmallocBad {
+        which: usize,
+        zero: bool,
+        cpu: usize,
+    },
 }
+
+/// The requests of [`Op::KmallocBad`]: (size, align).
+pub const BAD_KMALLOC: [(usize, usize); 9] = [
+    (usize::MAX, 8),
+    ((1 << 63) + 1, 8),
+    (1 << 40, 8),
+    (1, 3 << 62),
+    (64, 1 << 63),
+    (5, 48),
+    (1, 3),
+    (100, 0),
+    (8192, 3 << 12),
+];
 
 /// The kinds of [`Op::Bad`].
 pub const BAD_KINDS: usize = 7;
@@ -282,6 +304,16 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
             }
             Op::Shrink { c } => {
                 caches[c % caches.len()].shrink();
+            }
+            Op::KmallocBad { which, zero, cpu } => {
+                let (size, align) = BAD_KMALLOC[which % BAD_KMALLOC.len()];
+                p.set_cpu(cpu % CPUS);
+                let got = if zero {
+                    k.kzalloc(size, align)
+                } else {
+                    k.kmalloc(size, align)
+                };
+                assert_eq!(got, None, "kmalloc({size:#x}, {align:#x}) must refuse");
             }
             Op::Bad { kind, i, cpu } => {
                 if live.is_empty() {

@@ -951,6 +951,8 @@ fn op_bad() -> impl Strategy<Value = Op> {
         8 => op(),
         2 => (0..crate::testing::BAD_KINDS, any::<usize>(), 0..CPUS)
             .prop_map(|(kind, i, cpu)| Op::Bad { kind, i, cpu }),
+        1 => (any::<usize>(), any::<bool>(), 0..CPUS)
+            .prop_map(|(which, zero, cpu)| Op::KmallocBad { which, zero, cpu }),
     ]
 }
 
