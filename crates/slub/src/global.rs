@@ -127,11 +127,11 @@ impl GlobalSlub {
     /// The flags of [`new`](Self::new)'s caches: [`SlabFlags::HARDENED`]
     /// (encoded and checked free pointers and sheaf entries, bounded
     /// freelist walks, the free marker that refuses `a, b, a` double
-    /// frees). Measured (`mm-bench --table slub-debug`, README): +6% to
-    /// +10% against no option with sheaves, one by one and in batches of
-    /// 1024 (183 against 173 instructions per pair, `ci/icount.sh`): above
-    /// the 5% the project accepts for a default, which the open part of
-    /// issue #14 is about. Opt out with
+    /// frees). Measured (`mm-bench --table slub-debug`, README): within 1%
+    /// of no option in batches of 1024, +7% to +8% (median) one by one
+    /// (179 against 173 instructions per pair, `ci/icount.sh`): the pairs
+    /// are above the 5% the project accepts for a default, which the open
+    /// part of issue #14 is about. Opt out with
     /// `GlobalSlub::with_flags(SlabFlags::NONE)`.
     pub const DEFAULT_FLAGS: SlabFlags = SlabFlags::HARDENED;
 
@@ -146,7 +146,7 @@ impl GlobalSlub {
     /// (`mm-bench --table slub-prodcons`, README): one object at a time
     /// from a producer thread to a consumer thread, sheaves make GlobalSlub
     /// several times faster than its slab path, where every free is remote;
-    /// the single-thread pair costs about the same either way (183 against
+    /// the single-thread pair costs about the same either way (179 against
     /// 184 instructions with the default hardening, `ci/icount.sh`: the
     /// sheaf free validates by the CPU's last looked-up slab range instead
     /// of the CPU slab's).
