@@ -453,37 +453,44 @@ fn block_addr(stderr: &str, what: &str) -> String {
     line.rsplit(' ').next().unwrap().to_string()
 }
 
+/// Runs `scenario` in a child that must abort with a message naming
+/// GlobalBuddy, the block the child announced after `marker`, and `what`.
+#[cfg(unix)]
+fn child_aborts_naming(scenario: &str, marker: &str, what: &str) {
+    let err = run_child_abort(scenario);
+    let addr = block_addr(&err, marker);
+    assert!(err.contains("GlobalBuddy"), "{err}");
+    assert!(err.contains(&addr), "address {addr} not named:\n{err}");
+    assert!(err.contains(what), "{err}");
+}
+
 #[test]
 #[cfg(unix)]
 #[cfg_attr(miri, ignore = "spawns a process and uses mmap")]
 fn global_dealloc_of_a_small_block_with_a_large_layout_aborts() {
-    let err = run_child_abort("small_freed_as_large");
-    let addr = block_addr(&err, "small block at");
-    assert!(err.contains("GlobalBuddy"), "{err}");
-    assert!(err.contains(&addr), "address {addr} not named:\n{err}");
-    assert!(err.contains("not a direct mapping"), "{err}");
+    child_aborts_naming(
+        "small_freed_as_large",
+        "small block at",
+        "not a direct mapping",
+    );
 }
 
 #[test]
 #[cfg(unix)]
 #[cfg_attr(miri, ignore = "spawns a process and uses mmap")]
 fn global_dealloc_of_a_large_block_twice_aborts() {
-    let err = run_child_abort("large_freed_twice");
-    let addr = block_addr(&err, "large block at");
-    assert!(err.contains("GlobalBuddy"), "{err}");
-    assert!(err.contains(&addr), "address {addr} not named:\n{err}");
-    assert!(err.contains("not a direct mapping"), "{err}");
+    child_aborts_naming(
+        "large_freed_twice",
+        "large block at",
+        "not a direct mapping",
+    );
 }
 
 #[test]
 #[cfg(unix)]
 #[cfg_attr(miri, ignore = "spawns a process and uses mmap")]
 fn global_dealloc_of_a_large_block_with_another_size_aborts() {
-    let err = run_child_abort("large_freed_with_wrong_size");
-    let addr = block_addr(&err, "large block at");
-    assert!(err.contains("GlobalBuddy"), "{err}");
-    assert!(err.contains(&addr), "address {addr} not named:\n{err}");
-    assert!(err.contains("bytes"), "{err}");
+    child_aborts_naming("large_freed_with_wrong_size", "large block at", "bytes");
 }
 
 // --- item 8: growth after a failure, and RLIMIT_AS ---------------------------

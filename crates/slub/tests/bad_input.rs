@@ -233,6 +233,23 @@ fn run_child(name: &str) -> String {
 static HEAP: GlobalSlub = GlobalSlub::new();
 static HEAP_NOSHEAVES: GlobalSlub = GlobalSlub::with_config(GlobalSlub::DEFAULT_FLAGS, 0);
 
+/// Test `me`: in the child, an ABA double free on `h` (must abort); in the
+/// parent, the child's message must name GlobalSlub and the object.
+fn global_aba_aborts(me: &str, h: &GlobalSlub) {
+    if child_scenario().as_deref() == Some(me) {
+        global_aba(h);
+        unreachable!("the double free was accepted");
+    }
+    let err = run_child(me);
+    let a = err
+        .lines()
+        .find_map(|l| l.strip_prefix("freeing "))
+        .and_then(|l| l.strip_suffix(" again"))
+        .expect("the child reached the second free");
+    assert!(err.contains("GlobalSlub"), "{err}");
+    assert!(err.contains(&format!("double free of {a}")), "{err}");
+}
+
 fn global_aba(h: &GlobalSlub) {
     let l = Layout::from_size_align(64, 8).unwrap();
     // SAFETY: valid layout; `a` is freed twice on purpose (must abort).
@@ -249,37 +266,16 @@ fn global_aba(h: &GlobalSlub) {
 #[test]
 #[cfg_attr(miri, ignore = "spawns a child process")]
 fn aba_double_free_via_global_slub_dealloc_aborts() {
-    let me = "aba_double_free_via_global_slub_dealloc_aborts";
-    if child_scenario().as_deref() == Some(me) {
-        global_aba(&HEAP);
-        unreachable!("the double free was accepted");
-    }
-    let err = run_child(me);
-    let a = err
-        .lines()
-        .find_map(|l| l.strip_prefix("freeing "))
-        .and_then(|l| l.strip_suffix(" again"))
-        .expect("the child reached the second free");
-    assert!(err.contains("GlobalSlub"), "{err}");
-    assert!(err.contains(&format!("double free of {a}")), "{err}");
+    global_aba_aborts("aba_double_free_via_global_slub_dealloc_aborts", &HEAP);
 }
 
 #[test]
 #[cfg_attr(miri, ignore = "spawns a child process")]
 fn aba_double_free_via_global_slub_without_sheaves_aborts() {
-    let me = "aba_double_free_via_global_slub_without_sheaves_aborts";
-    if child_scenario().as_deref() == Some(me) {
-        global_aba(&HEAP_NOSHEAVES);
-        unreachable!("the double free was accepted");
-    }
-    let err = run_child(me);
-    let a = err
-        .lines()
-        .find_map(|l| l.strip_prefix("freeing "))
-        .and_then(|l| l.strip_suffix(" again"))
-        .expect("the child reached the second free");
-    assert!(err.contains("GlobalSlub"), "{err}");
-    assert!(err.contains(&format!("double free of {a}")), "{err}");
+    global_aba_aborts(
+        "aba_double_free_via_global_slub_without_sheaves_aborts",
+        &HEAP_NOSHEAVES,
+    );
 }
 
 // --------------------------------------------------------------- bulk
