@@ -139,6 +139,30 @@ fn hardened_caches_obfuscate_free_pointers() {
     }
 }
 
+#[test]
+fn the_free_marker_first_byte_is_a_filter_not_the_check() {
+    // A live object whose first byte equals the marker's first byte (and
+    // whose other bytes do not) frees normally; a real double free is
+    // still refused.
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        let m = Mem::new(4);
+        let c = cache(&m, 64, p, SlabFlags::HARDENED).with_sheaves(8);
+        let a = c.alloc().unwrap();
+        let r = c.random.load(core::sync::atomic::Ordering::Relaxed);
+        let low = r as u8;
+        assert!(low & 1 == 1 && (0x81..=0xfd).contains(&low), "{r:#x}");
+        // SAFETY: a live 64 B object of ours.
+        unsafe { a.as_ptr().write(low) };
+        // SAFETY: live, freed once.
+        unsafe { c.try_free(a) }.expect("a live object is not a double free");
+        // SAFETY: freed above: refused.
+        assert_eq!(
+            unsafe { c.try_free(a) },
+            Err(FreeError::DoubleFree(a.as_ptr() as usize))
+        );
+    }
+}
+
 fn sheaf_cycle(p: TestPlatform) {
     let m = Mem::new(16);
     let mut c = cache(&m, 100, p, SlabFlags::NONE).with_sheaves(16);
