@@ -54,6 +54,7 @@ pub fn die(args: core::fmt::Arguments<'_>) -> ! {
 /// OS randomness (`getrandom`), or the time and an address if that fails
 /// (or under miri, which has no `getrandom` with isolation).
 pub fn os_random_seed() -> u64 {
+    #[cfg_attr(miri, allow(unused_mut))]
     let mut v: u64 = 0;
     #[cfg(not(miri))]
     {
