@@ -184,6 +184,9 @@ impl Barn {
     }
 }
 
+/// Objects per window of a bulk free (the bits of its `done` mask).
+const BULK_WINDOW: usize = 64;
+
 type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
 
 /// Why a free was refused (the state is left untouched).
@@ -3221,12 +3224,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                         i += 1;
                     }
                     None => {
-                        for p in &mut out[..i] {
-                            self.clear_fp(p.addr());
-                            // SAFETY: taken from this cache just above.
-                            unsafe { self.free(NonNull::new_unchecked(*p)) };
-                            *p = core::ptr::null_mut();
-                        }
+                        // SAFETY: taken from this cache just above.
+                        unsafe { self.undo_bulk_slab(&mut out[..i], true) };
                         return 0;
                     }
                 }
@@ -3242,11 +3241,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 // back up to `fl`, whose pointer is bad.
                 self.c_set_freelist(&mut g, fl);
                 drop(g);
-                for p in &mut out[..i] {
-                    self.clear_fp(p.addr());
-                    // SAFETY: taken from this cache just above.
-                    unsafe { self.free(NonNull::new_unchecked(*p)) };
-                }
+                // SAFETY: taken from this cache just above.
+                unsafe { self.undo_bulk_slab(&mut out[..i], false) };
                 self.bad_freelist(base, fl, next, "points outside its slab");
             }
             fl = next;
@@ -3254,6 +3250,33 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         self.c_set_freelist(&mut g, fl);
         n
+    }
+
+    /// Gives the objects a failed [`alloc_bulk_slab`](Self::alloc_bulk_slab)
+    /// took back to their slabs, one at a time through
+    /// [`do_slab_free`](Self::do_slab_free) (never through the sheaves: a
+    /// sheaf refill may be what failed), nulling the entries if `null`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer of `objs` was just allocated from this cache and is
+    /// not used afterwards.
+    unsafe fn undo_bulk_slab(&self, objs: &mut [*mut u8], null: bool) {
+        for p in objs {
+            self.clear_fp(p.addr());
+            // SAFETY: taken from this cache (caller's contract).
+            let ptr = unsafe { NonNull::new_unchecked(*p) };
+            // SAFETY: a validated object of that slab, a chain of one.
+            let r = self
+                .slab_of(ptr)
+                .and_then(|(s, obj)| unsafe { self.do_slab_free(s, obj, obj, 1) });
+            if let Err(e) = r {
+                panic!("kmem_cache_free({}): {e}", self.name)
+            }
+            if null {
+                *p = core::ptr::null_mut();
+            }
+        }
     }
 
     /// `kmem_cache_free_bulk`: frees every pointer of `objs`. Objects are
@@ -3308,7 +3331,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(());
         }
         // SAFETY: forwarded; checked as a whole.
-        unsafe { self.free_bulk_windows(objs, self.sheaf_capacity != 0) }
+        unsafe {
+            if self.sheaf_capacity != 0 {
+                self.free_bulk_pcs(objs)
+            } else {
+                self.free_bulk_windows(objs)
+            }
+        }
     }
 
     /// Validates a whole [`try_free_bulk`](Self::try_free_bulk) array
@@ -3426,76 +3455,102 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free_bulk`](Self::free_bulk).
     unsafe fn free_bulk_slab(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
         // SAFETY: forwarded.
-        unsafe { self.free_bulk_windows(objs, false) }
+        unsafe { self.free_bulk_windows(objs) }
     }
 
-    /// Frees `objs` by windows of 64, each validated before any change:
-    /// first onto the sheaves (`pcs`), the rest as detached freelists.
+    /// The bulk free of a sheaf cache: by windows of
+    /// `BULK_WINDOW`, each validated as a
+    /// whole and pushed onto the sheaves
+    /// ([`free_window_to_pcs`](Self::free_window_to_pcs)), the rest of the
+    /// window as detached freelists ([`free_detached`](Self::free_detached)).
     ///
     /// # Safety
     ///
     /// As [`free_bulk`](Self::free_bulk).
-    unsafe fn free_bulk_windows(&self, objs: &[NonNull<u8>], pcs: bool) -> Result<(), FreeError> {
-        const W: usize = 64;
-        for window in objs.rchunks(W) {
-            let mut done: u64 = 0;
-            let mut first = 0;
-            if pcs {
-                // Validated as a whole first, then onto the sheaves.
-                let taken = self.free_window_to_pcs(window)?;
-                if taken == window.len() {
-                    continue;
-                }
-                done = (1u64 << taken) - 1;
-                first = taken;
+    unsafe fn free_bulk_pcs(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        for window in objs.rchunks(BULK_WINDOW) {
+            // Validated as a whole first, then onto the sheaves.
+            let taken = self.free_window_to_pcs(window)?;
+            if taken < window.len() {
+                // SAFETY: forwarded; the sheaves took the first `taken`.
+                unsafe { self.free_detached(&window[taken..])? };
             }
-            // Validate the whole (rest of the) window first.
-            let mut slabs: [usize; W] = [0; W];
-            for k in first..window.len() {
-                slabs[k] = self.slab_of(window[k])?.0.addr();
-            }
-            let len = window.len();
-            let mut end = len;
-            while end > 0 {
-                let last = end - 1;
-                if done & (1 << last) != 0 {
-                    end -= 1;
-                    continue;
-                }
-                // build_detached_freelist
-                let slab = slabs[last];
-                let tail = window[last].as_ptr().expose_provenance();
-                let mut head = tail;
-                let mut cnt = 1;
-                done |= 1 << last;
-                let mut misses = 0;
-                let mut k = last;
-                while k > 0 {
-                    k -= 1;
-                    if done & (1 << k) != 0 {
-                        continue;
-                    }
-                    if slabs[k] == slab {
-                        let o = window[k].as_ptr().expose_provenance();
-                        if o == head {
-                            return Err(FreeError::DoubleFree(o));
-                        }
-                        self.set_fp(o, head);
-                        head = o;
-                        cnt += 1;
-                        done |= 1 << k;
-                    } else {
-                        // The kernel's look-ahead: give up after 3 misses.
-                        misses += 1;
-                        if misses == 3 {
-                            break;
-                        }
-                    }
-                }
-                // SAFETY: validated objects of that slab, linked above.
-                unsafe { self.do_slab_free(Slab::from_addr(slab), head, tail, cnt)? };
+        }
+        Ok(())
+    }
+
+    /// Frees `objs` by windows of
+    /// `BULK_WINDOW` as detached freelists,
+    /// each window validated before any change.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_windows(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        for window in objs.rchunks(BULK_WINDOW) {
+            // SAFETY: forwarded.
+            unsafe { self.free_detached(window)? };
+        }
+        Ok(())
+    }
+
+    /// One window (at most `BULK_WINDOW`
+    /// objects) of a bulk free: validated as a whole, then grouped per slab
+    /// into detached freelists, each freed by
+    /// [`do_slab_free`](Self::do_slab_free).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_detached(&self, window: &[NonNull<u8>]) -> Result<(), FreeError> {
+        debug_assert!(window.len() <= BULK_WINDOW);
+        let mut done: u64 = 0;
+        // Validate the whole window first.
+        let mut slabs: [usize; BULK_WINDOW] = [0; BULK_WINDOW];
+        for k in 0..window.len() {
+            slabs[k] = self.slab_of(window[k])?.0.addr();
+        }
+        let len = window.len();
+        let mut end = len;
+        while end > 0 {
+            let last = end - 1;
+            if done & (1 << last) != 0 {
                 end -= 1;
+                continue;
             }
+            // build_detached_freelist
+            let slab = slabs[last];
+            let tail = window[last].as_ptr().expose_provenance();
+            let mut head = tail;
+            let mut cnt = 1;
+            done |= 1 << last;
+            let mut misses = 0;
+            let mut k = last;
+            while k > 0 {
+                k -= 1;
+                if done & (1 << k) != 0 {
+                    continue;
+                }
+                if slabs[k] == slab {
+                    let o = window[k].as_ptr().expose_provenance();
+                    if o == head {
+                        return Err(FreeError::DoubleFree(o));
+                    }
+                    self.set_fp(o, head);
+                    head = o;
+                    cnt += 1;
+                    done |= 1 << k;
+                } else {
+                    // The kernel's look-ahead: give up after 3 misses.
+                    misses += 1;
+                    if misses == 3 {
+                        break;
+                    }
+                }
+            }
+            // SAFETY: validated objects of that slab, linked above.
+            unsafe { self.do_slab_free(Slab::from_addr(slab), head, tail, cnt)? };
+            end -= 1;
         }
         Ok(())
     }
