@@ -346,21 +346,63 @@ impl<T, P: Platform> Drop for IrqSpinGuard<'_, T, P> {
     }
 }
 
-const MODE_UNKNOWN: u8 = 0;
-const MODE_LOCKLESS: u8 = 1;
-const MODE_LOCKED: u8 = 2;
-/// `fast`: plain locked / lockless caches (no sheaves, no debug).
-const FAST_LOCKED: u8 = 1;
-const FAST_LOCKLESS: u8 = 2;
-/// `fast`: sheaves (either mode underneath), no debug.
-const FAST_SHEAVES: u8 = 4;
-/// `fast` bit: hardened (with `FAST_LOCKED` or `FAST_SHEAVES`). The hot
-/// paths are compiled per variant, so an unhardened cache pays no flag
-/// test for the hardened checks; bits, not a dense enumeration, so the
-/// dispatch is two bit tests rather than a jump table.
-const FAST_H: u8 = 8;
-/// Debug flags: every operation under the list lock with checks.
-const MODE_DEBUG: u8 = 3;
+/// How a cache's operations are protected, chosen at first use
+/// (`KmemCache::init_mode`); stored as its `u8` in `KmemCache::mode`.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Not chosen yet: the next operation runs `init_mode`.
+    Unknown = 0,
+    /// The lockless `(freelist, tid)` compare-exchange fast paths.
+    Lockless = 1,
+    /// The fast paths under the local lock.
+    Locked = 2,
+    /// Debug flags: every operation under the list lock with checks.
+    Debug = 3,
+}
+
+impl Mode {
+    /// Decodes a stored mode (an unknown value reads as `Unknown`).
+    #[inline(always)]
+    const fn from_u8(v: u8) -> Mode {
+        match v {
+            1 => Mode::Lockless,
+            2 => Mode::Locked,
+            3 => Mode::Debug,
+            _ => Mode::Unknown,
+        }
+    }
+}
+
+/// Which inline fast path `alloc`/`try_free` take, stored as its `u8` in
+/// `KmemCache::dispatch`. Bits, not a dense enumeration (`Locked`,
+/// `Lockless` and `Sheaves` are one bit each, [`Fast::HARDENED`] adds the
+/// hardened variant), so the dispatchers compare the loaded byte against
+/// these values with two bit tests rather than a jump table. The hot paths
+/// are compiled per variant, so an unhardened cache pays no flag test for
+/// the hardened checks.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fast {
+    /// The out-of-line dispatchers (`alloc_special`, `free_special`):
+    /// first use and debug caches.
+    Special = 0,
+    /// A plain (no sheaves, no debug) cache under the local lock.
+    Locked = 1,
+    /// A plain cache with the lockless fast paths.
+    Lockless = 2,
+    /// Sheaves (either mode underneath), no debug.
+    Sheaves = 4,
+    /// `Locked`, hardened.
+    LockedHardened = 1 | Fast::HARDENED,
+    /// `Sheaves`, hardened.
+    SheavesHardened = 4 | Fast::HARDENED,
+}
+
+impl Fast {
+    /// The hardened bit (with `Locked` or `Sheaves`).
+    const HARDENED: u8 = 8;
+}
 
 /// A SLUB object cache (`struct kmem_cache`) over the page allocator `S`,
 /// with per-CPU state for `N` slots of platform `P`.
@@ -389,8 +431,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     geometry: Geometry,
     source: S,
     mode: AtomicU8,
-    /// Which fast path `alloc`/`free` take: `FAST_LOCKED`, `FAST_LOCKLESS`,
-    /// or 0 (first use, sheaves or debug: the out-of-line dispatcher).
+    /// Which fast path `alloc`/`free` take: a [`Fast`] (`Special` on first
+    /// use and for debug caches: the out-of-line dispatchers).
     dispatch: AtomicU8,
     cpu: LocalLock<CpuLocked, P, N>,
     fast: [CachePadded<CpuFast>; N],
@@ -439,8 +481,8 @@ macro_rules! build_cache {
             flags: $flags,
             geometry: $g,
             source: $source,
-            mode: AtomicU8::new(MODE_UNKNOWN),
-            dispatch: AtomicU8::new(0),
+            mode: AtomicU8::new(Mode::Unknown as u8),
+            dispatch: AtomicU8::new(Fast::Special as u8),
             cpu: $cpu,
             fast: $fast,
             node: SpinLock::new(PartialList::new()),
@@ -635,21 +677,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Whether the fast paths are the lockless (freelist, tid)
     /// compare-exchange (`true`) or run under the local lock.
     pub fn lockless(&self) -> bool {
-        self.mode() == MODE_LOCKLESS
+        self.mode() == Mode::Lockless
     }
 
     #[inline(always)]
-    fn mode(&self) -> u8 {
+    fn mode(&self) -> Mode {
         let m = self.mode.load(CoreOrdering::Relaxed);
-        if m != MODE_UNKNOWN {
-            m
+        if m != Mode::Unknown as u8 {
+            Mode::from_u8(m)
         } else {
             self.init_mode()
         }
     }
 
     #[cold]
-    fn init_mode(&self) -> u8 {
+    fn init_mode(&self) -> Mode {
         let p = self.cpu.platform();
         let lockless = P::HAS_IRQS
             && local_lock::sync::dwcas_is_lock_free()
@@ -697,32 +739,32 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.shuffle.store((z as usize) | 1, CoreOrdering::Relaxed);
         }
         let m = if self.flags.is_debug() {
-            MODE_DEBUG
+            Mode::Debug
         } else if lockless {
-            MODE_LOCKLESS
+            Mode::Lockless
         } else {
-            MODE_LOCKED
+            Mode::Locked
         };
-        self.mode.store(m, CoreOrdering::Relaxed);
+        self.mode.store(m as u8, CoreOrdering::Relaxed);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
         let f = match m {
-            MODE_LOCKED if plain && h => FAST_LOCKED | FAST_H,
-            MODE_LOCKED if plain => FAST_LOCKED,
-            MODE_LOCKLESS if plain => FAST_LOCKLESS,
-            MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 && h => FAST_SHEAVES | FAST_H,
-            MODE_LOCKED | MODE_LOCKLESS if self.sheaf_capacity != 0 => FAST_SHEAVES,
-            _ => 0,
+            Mode::Locked if plain && h => Fast::LockedHardened,
+            Mode::Locked if plain => Fast::Locked,
+            Mode::Lockless if plain => Fast::Lockless,
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 && h => Fast::SheavesHardened,
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 => Fast::Sheaves,
+            _ => Fast::Special,
         };
         // The hardened fast paths address the free pointer without the
         // offset (`fp_word_fast`).
         assert!(
-            f & FAST_H == 0 || self.lay.offset == 0,
+            f as u8 & Fast::HARDENED == 0 || self.lay.offset == 0,
             "KmemCache {}: hardened fast path with the free pointer at {}",
             self.name,
             self.lay.offset
         );
-        self.dispatch.store(f, CoreOrdering::Relaxed);
+        self.dispatch.store(f as u8, CoreOrdering::Relaxed);
         m
     }
 
@@ -1054,23 +1096,23 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn alloc(&self) -> Option<NonNull<u8>> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
         // The default (`GlobalSlub::new()`) first.
-        if f == FAST_SHEAVES | FAST_H {
+        if f == Fast::SheavesHardened as u8 {
             match self.alloc_from_pcs::<true>() {
                 Some(o) => Some(o),
                 None => self.alloc_pcs_fallback(),
             }
-        } else if f & FAST_SHEAVES != 0 {
+        } else if f & Fast::Sheaves as u8 != 0 {
             match self.alloc_from_pcs::<false>() {
                 Some(o) => Some(o),
                 None => self.alloc_pcs_fallback(),
             }
-        } else if f & FAST_LOCKED != 0 {
-            if f & FAST_H != 0 {
+        } else if f & Fast::Locked as u8 != 0 {
+            if f & Fast::HARDENED != 0 {
                 self.alloc_locked::<true>()
             } else {
                 self.alloc_locked::<false>()
             }
-        } else if f == FAST_LOCKLESS {
+        } else if f == Fast::Lockless as u8 {
             self.alloc_lockless()
         } else {
             self.alloc_special(core::panic::Location::caller())
@@ -1082,7 +1124,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[cold]
     #[inline(never)]
     fn alloc_pcs_fallback(&self) -> Option<NonNull<u8>> {
-        if self.mode() == MODE_LOCKLESS {
+        if self.mode() == Mode::Lockless {
             self.alloc_lockless()
         } else {
             self.alloc_slow_locked()
@@ -1106,7 +1148,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return o;
             }
         }
-        if m == MODE_LOCKLESS {
+        if m == Mode::Lockless {
             self.alloc_lockless()
         } else if self.hardened() {
             self.alloc_locked::<true>()
@@ -1240,7 +1282,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The CPU freelist (either mode), under the local lock.
     #[inline(always)]
     fn c_freelist(&self, g: &Guard<'_, P, N>) -> usize {
-        if self.mode() == MODE_LOCKLESS {
+        if self.mode() == Mode::Lockless {
             self.fast_of(g.cpu()).fl_tid.load(Ordering::Acquire).lo
         } else {
             g.freelist
@@ -1252,7 +1294,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     fn c_set_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) {
         let cpu = g.cpu();
-        if self.mode() == MODE_LOCKLESS {
+        if self.mode() == Mode::Lockless {
             let c = self.fast_of(cpu);
             let d = c.fl_tid.load(Ordering::Relaxed);
             c.fl_tid
@@ -1268,7 +1310,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// a compare-exchange loop.
     fn c_take_freelist(&self, g: &mut Guard<'_, P, N>) -> usize {
         let cpu = g.cpu();
-        if self.mode() == MODE_LOCKLESS {
+        if self.mode() == Mode::Lockless {
             let c = self.fast_of(cpu);
             let mut d = c.fl_tid.load(Ordering::Acquire);
             loop {
@@ -1668,16 +1710,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
         // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`; the
         // default (`GlobalSlub::new()`) first.
-        if f == FAST_SHEAVES | FAST_H {
+        if f == Fast::SheavesHardened as u8 {
             if self.free_to_pcs_ptr::<true>(ptr)? {
                 return Ok(());
             }
-        } else if f & FAST_SHEAVES != 0 {
+        } else if f & Fast::Sheaves as u8 != 0 {
             if self.free_to_pcs_ptr::<false>(ptr)? {
                 return Ok(());
             }
-        } else if f & FAST_LOCKED != 0 {
-            let done = if f & FAST_H != 0 {
+        } else if f & Fast::Locked as u8 != 0 {
+            let done = if f & Fast::HARDENED != 0 {
                 self.free_locked::<true>(ptr)?
             } else {
                 self.free_locked::<false>(ptr)?
@@ -1749,7 +1791,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         f: u8,
         loc: &'static core::panic::Location<'static>,
     ) -> Result<(), FreeError> {
-        if f == 0 {
+        if f == Fast::Special as u8 {
             // SAFETY: forwarded.
             return unsafe { self.free_special(ptr, loc) };
         }
@@ -3569,7 +3611,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         tail: usize,
         cnt: usize,
     ) -> Result<(), FreeError> {
-        if self.mode() == MODE_LOCKLESS {
+        if self.mode() == Mode::Lockless {
             let p = self.cpu.platform();
             loop {
                 let cpu = p.current_cpu();
@@ -3708,7 +3750,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         self.flush_barn();
         let mut work: [(usize, usize, usize); N] = [(0, 0, 0); N];
-        let lockless = self.mode() == MODE_LOCKLESS;
+        let lockless = self.mode() == Mode::Lockless;
         for (i, l) in self.cpu.iter_mut().enumerate() {
             let c = &self.fast[i];
             let slab = c.slab.load(Ordering::Relaxed);
@@ -3887,7 +3929,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// * CPU freelists lie inside their CPU slab.
     pub fn validate(&mut self) {
         self.validate_nodes();
-        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == Mode::Lockless as u8;
         let v = self.validator();
         for (i, l) in self.cpu.iter_mut().enumerate() {
             v.cpu(i, &self.fast[i], l, lockless);
@@ -3901,7 +3943,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// cache must be quiescent as for `validate`.
     pub fn validate_shared(&self) {
         self.validate_nodes();
-        let lockless = self.mode.load(CoreOrdering::Relaxed) == MODE_LOCKLESS;
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == Mode::Lockless as u8;
         let v = self.validator();
         {
             let g = self.lock_cpu();
@@ -4088,7 +4130,7 @@ impl<S: SlabSource, P: Platform, const N: usize> Drop for KmemCache<S, P, N> {
     /// Gives every empty slab back; slabs with objects still allocated are
     /// left (and leak), as `kmem_cache_destroy` leaves them.
     fn drop(&mut self) {
-        if self.mode.load(CoreOrdering::Relaxed) != MODE_UNKNOWN {
+        if self.mode.load(CoreOrdering::Relaxed) != Mode::Unknown as u8 {
             let _ = self.destroy();
         }
     }
