@@ -184,6 +184,36 @@ impl Barn {
     }
 }
 
+/// An encoded free pointer (`freeptr_t`): the word a free object holds at
+/// the cache's free-pointer offset, from which
+/// [`KmemCache::fp_decode`] recovers the next free object (or 0, the end
+/// of the freelist). In unhardened caches the word is the pointer itself;
+/// in hardened ones it is obfuscated with the cache's secret and the
+/// word's address, so the end of a freelist is not the zero word.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FreePtr(usize);
+
+impl FreePtr {
+    /// The zero word: the end of a freelist in an unhardened cache; in a
+    /// hardened one, what [`KmemCache::clear_fp`] leaves in an object
+    /// being handed out (it decodes to neither null nor an object).
+    pub(crate) const NULL: FreePtr = FreePtr(0);
+
+    /// Whether this is the zero word ([`NULL`](Self::NULL)).
+    #[inline(always)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) const fn is_null(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The word as stored.
+    #[inline(always)]
+    pub(crate) const fn raw(self) -> usize {
+        self.0
+    }
+}
+
 /// Objects per window of a bulk free (the bits of its `done` mask).
 const BULK_WINDOW: usize = 64;
 
@@ -860,10 +890,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     // ------------------------------------------------------ free pointers
 
-    /// The free pointer of the free object at `obj` (`get_freepointer`).
-    /// Read atomically: the lockless fast path may read an object another
-    /// context has just allocated (the value is then discarded by the
-    /// failing compare-exchange, as `get_freepointer_safe` does).
+    /// The free pointer of the free object at `obj` (`get_freepointer`),
+    /// decoded. Read atomically: the lockless fast path may read an object
+    /// another context has just allocated (the value is then discarded by
+    /// the failing compare-exchange, as `get_freepointer_safe` does).
     #[inline(always)]
     fn get_fp(&self, obj: usize) -> usize {
         let slot = obj + self.lay.offset;
@@ -871,27 +901,42 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // SAFETY: objects are word aligned inside slab memory, which stays
         // mapped; the read is atomic.
         let v = unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.load(CoreOrdering::Relaxed);
-        self.fp_code(v, slot)
+        self.fp_decode(FreePtr(v), slot)
     }
 
-    /// Sets the free pointer of an object the caller holds.
+    /// Sets the free pointer of an object the caller holds
+    /// (`set_freepointer`): `next` (an object, or 0 for the end of the
+    /// freelist) stored encoded.
     #[inline(always)]
     fn set_fp(&self, obj: usize, next: usize) {
         let slot = obj + self.lay.offset;
         let p = core::ptr::with_exposed_provenance_mut::<usize>(slot);
         // SAFETY: as in `get_fp`; the caller holds the object.
         unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
-            .store(self.fp_code(next, slot), CoreOrdering::Relaxed)
+            .store(self.fp_encode(next, slot).0, CoreOrdering::Relaxed)
     }
 
-    /// `freelist_ptr`: encodes or decodes (the same XOR) a free pointer
-    /// stored at `slot`, when the cache is hardened.
+    /// `freelist_ptr_encode`: the word that stores the free pointer `next`
+    /// at `slot` (hardened caches: `next ^ secret ^ swab(slot)`; others:
+    /// `next` itself).
     #[inline(always)]
-    fn fp_code(&self, v: usize, slot: usize) -> usize {
+    pub(crate) fn fp_encode(&self, next: usize, slot: usize) -> FreePtr {
         if self.flags.contains(SlabFlags::HARDENED) {
-            v ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes()
+            FreePtr(next ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes())
         } else {
-            v
+            FreePtr(next)
+        }
+    }
+
+    /// `freelist_ptr_decode`: the free pointer (an object, or 0) that the
+    /// word `fp` stored at `slot` encodes (the same XOR as
+    /// [`fp_encode`](Self::fp_encode)).
+    #[inline(always)]
+    pub(crate) fn fp_decode(&self, fp: FreePtr, slot: usize) -> usize {
+        if self.flags.contains(SlabFlags::HARDENED) {
+            fp.0 ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes()
+        } else {
+            fp.0
         }
     }
 
@@ -927,12 +972,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
     }
 
-    /// Hardened caches: the key of `obj`'s free-pointer word (`fp_code`'s
+    /// Hardened caches: the key of `obj`'s free-pointer word (`fp_encode`'s
     /// XOR: a free pointer is stored as `next ^ key`, so a free object in
     /// a sheaf, marked as encoding null, holds `key` itself). Only for the
     /// hardened fast paths, whose caches keep the free pointer at offset 0
     /// (the word's address is the object's; debug caches go through
-    /// `fp_code` with their own offset).
+    /// `fp_encode` with their own offset).
     #[inline(always)]
     fn fp_key(&self, obj: usize) -> usize {
         self.random.load(CoreOrdering::Relaxed) ^ obj.swap_bytes()
@@ -970,7 +1015,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
             // SAFETY: an object the caller just took; word aligned in slab
             // memory.
-            unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.store(0, CoreOrdering::Relaxed)
+            unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+                .store(FreePtr::NULL.0, CoreOrdering::Relaxed)
         }
     }
 
@@ -1258,7 +1304,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     g.unlock();
                     self.bad_freelist(base, fl, next, "points outside its slab");
                 }
-                w.store(0, CoreOrdering::Relaxed);
+                w.store(FreePtr::NULL.raw(), CoreOrdering::Relaxed);
             }
             g.freelist = next;
             // Locked mode: the tid only counts transactions (no CAS reads
@@ -4032,11 +4078,11 @@ impl Validator {
             s,
             fl,
             self.name,
-            move |v: usize, slot: usize| {
+            move |v: FreePtr, slot: usize| {
                 if hardened {
-                    v ^ random ^ slot.swap_bytes()
+                    v.raw() ^ random ^ slot.swap_bytes()
                 } else {
-                    v
+                    v.raw()
                 }
             },
         )
@@ -4097,7 +4143,7 @@ fn walk_freelist(
     s: Slab<'_>,
     fl: usize,
     name: &str,
-    decode: impl Fn(usize, usize) -> usize,
+    decode: impl Fn(FreePtr, usize) -> usize,
 ) -> usize {
     let base = s.base().addr();
     let objects = s.state().counters.objects as usize;
@@ -4121,7 +4167,7 @@ fn walk_freelist(
         // SAFETY: inside the slab, word aligned.
         let raw = unsafe { core::sync::atomic::AtomicUsize::from_ptr(q as *mut usize) }
             .load(CoreOrdering::Relaxed);
-        p = decode(raw, p + offset);
+        p = decode(FreePtr(raw), p + offset);
     }
     n
 }

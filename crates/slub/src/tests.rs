@@ -134,6 +134,15 @@ fn hardened_caches_obfuscate_free_pointers() {
         let stored = unsafe { (b.as_ptr().add(off) as *const usize).read() };
         assert_ne!(stored, a.as_ptr() as usize, "stored in the clear");
         assert_ne!(stored, 0);
+        // The typed view (`freeptr_t`): the word decodes to a; the end of a
+        // freelist is not the zero word in a hardened cache.
+        let slot = b.as_ptr() as usize + off;
+        let fp = c.fp_encode(a.as_ptr() as usize, slot);
+        assert_eq!(fp.raw(), stored);
+        assert_eq!(c.fp_decode(fp, slot), a.as_ptr() as usize);
+        assert!(!c.fp_encode(0, slot).is_null());
+        assert_eq!(c.fp_decode(c.fp_encode(0, slot), slot), 0);
+        assert!(crate::cache::FreePtr::NULL.is_null());
         assert_eq!(c.alloc().unwrap(), b);
         assert_eq!(c.alloc().unwrap(), a, "decodes back");
     }
