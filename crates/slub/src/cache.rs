@@ -8,7 +8,9 @@ use buddy::AllocFlags;
 use buddy::Order;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
-use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
+use local_lock::{
+    this_cpu_cmpxchg_double, ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy,
+};
 
 use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
 use crate::slab::{Counters, PartialList, Slab, SlabState, ON_PARTIAL, TAG_KIND, TAG_SLAB};
@@ -1206,9 +1208,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The lockless fast path: read `(freelist, tid)` (tid and freelist in
     /// one load, so a stale object never pairs with a newer tid), then the
     /// slab; compare-exchange `(object, tid) -> (next, next tid)` on the
-    /// CPU we run on. `this_cpu_cmpxchg_double` is one instruction on x86;
-    /// here it is "pin (preemption off), same CPU?, compare-exchange,
-    /// unpin", as the generic per-CPU ops do: nothing else is disabled.
+    /// CPU we run on ([`this_cpu_cmpxchg_double`]: one instruction on x86;
+    /// here "pin (preemption off), same CPU?, compare-exchange, unpin", as
+    /// the generic per-CPU ops do: nothing else is disabled).
     #[inline]
     fn alloc_lockless(&self) -> Option<NonNull<u8>> {
         let p = self.cpu.platform();
@@ -1230,19 +1232,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.recheck_lockless(cpu, d);
                 continue;
             }
-            let pin = p.pin();
-            let ok = pin.cpu == cpu
-                && c.fl_tid
-                    .compare_exchange(
-                        d,
-                        DWord::new(next, Self::next_tid(d.hi, cpu)),
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok();
-            // SAFETY: matches the pin above.
-            unsafe { p.unpin(pin) };
-            if ok {
+            if this_cpu_cmpxchg_double(
+                p,
+                cpu,
+                &c.fl_tid,
+                d,
+                DWord::new(next, Self::next_tid(d.hi, cpu)),
+            ) {
                 self.clear_fp(d.lo);
                 c.stats.inc(SlubStat::ALLOC_FASTPATH);
                 return Some(Self::obj_ptr(d.lo));
@@ -3670,19 +3666,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     return Err(FreeError::DoubleFree(tail));
                 }
                 self.set_fp(tail, d.lo);
-                let pin = p.pin();
-                let ok = pin.cpu == cpu
-                    && c.fl_tid
-                        .compare_exchange(
-                            d,
-                            DWord::new(head, Self::next_tid(d.hi, cpu)),
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok();
-                // SAFETY: matches the pin above.
-                unsafe { p.unpin(pin) };
-                if ok {
+                if this_cpu_cmpxchg_double(
+                    p,
+                    cpu,
+                    &c.fl_tid,
+                    d,
+                    DWord::new(head, Self::next_tid(d.hi, cpu)),
+                ) {
                     c.stats.inc(SlubStat::FREE_FASTPATH);
                     return Ok(());
                 }
