@@ -425,7 +425,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> core::fmt::Displa
     for Report<'_, S, P, N>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        writeln!(f, "{}", crate::cache::SlabInfo::HEADER)?;
+        writeln!(f, "{}", crate::cache::report::SlabInfo::HEADER)?;
         for c in &self.0.caches {
             writeln!(f, "{}", c.slabinfo())?;
         }

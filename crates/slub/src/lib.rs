@@ -160,7 +160,8 @@ mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
 
-pub use crate::cache::{CacheBusy, FreeError, KmemCache, SlabInfo};
+pub use crate::cache::report::SlabInfo;
+pub use crate::cache::{CacheBusy, FreeError, KmemCache};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};
 #[cfg(not(loom))]
