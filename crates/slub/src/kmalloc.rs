@@ -7,7 +7,8 @@ use buddy::{AllocFlags, Order};
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
-use crate::cache::{FreeError, KmemCache};
+use crate::cache::KmemCache;
+use crate::error::FreeError;
 use crate::layout::{get_order, Geometry, SlabFlags};
 use crate::slab::{tag_kmalloc_index, TAG_KIND, TAG_LARGE, TAG_SLAB};
 use crate::source::SlabSource;

@@ -147,6 +147,7 @@
 extern crate std;
 
 mod cache;
+mod error;
 pub mod layout;
 pub mod slab;
 mod source;
@@ -161,7 +162,8 @@ mod fork;
 mod global;
 
 pub use crate::cache::report::SlabInfo;
-pub use crate::cache::{CacheBusy, FreeError, KmemCache};
+pub use crate::cache::KmemCache;
+pub use crate::error::{CacheBusy, FreeError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};
 #[cfg(not(loom))]

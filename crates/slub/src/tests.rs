@@ -758,6 +758,13 @@ fn bad_frees(p: TestPlatform, sheaves: usize) {
             Err(FreeError::NotObjectStart(_, _))
         ));
         assert!(matches!(c.try_free(x), Err(FreeError::WrongCache(_, _))));
+        // Every refusal names slub, the address and what was wrong.
+        let e = c.try_free(x).unwrap_err();
+        assert_eq!(e.addr(), x.as_ptr() as usize);
+        let msg = format!("{e}");
+        assert!(msg.starts_with("slub: "), "{msg}");
+        assert!(msg.contains(&format!("{:#x}", e.addr())), "{msg}");
+        let _: &dyn core::error::Error = &e;
         let page = m
             .buddy
             .alloc_pages(buddy::Order::ZERO, buddy::AllocFlags::NONE)

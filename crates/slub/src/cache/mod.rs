@@ -28,6 +28,7 @@ use local_lock::{
     this_cpu_cmpxchg_double, ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy,
 };
 
+use crate::error::{CacheBusy, FreeError};
 use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
 use crate::slab::{Counters, PartialList, Slab, SlabState, ON_PARTIAL, TAG_KIND, TAG_SLAB};
 use crate::source::SlabSource;
@@ -241,68 +242,6 @@ impl FreePtr {
 }
 
 type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
-
-/// Why a free was refused (the state is left untouched).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FreeError {
-    /// No allocated block of the page allocator contains the address.
-    NotAllocated(usize),
-    /// The block is not a slab (a page allocation or a large kmalloc).
-    NotSlab(usize),
-    /// The slab belongs to another cache (its name).
-    WrongCache(usize, &'static str),
-    /// Not the start of an object: the address and its offset in the slab.
-    NotObjectStart(usize, usize),
-    /// The object is at the head of the freelist it would be pushed onto:
-    /// freed twice (the kernel's naive check).
-    DoubleFree(usize),
-}
-
-impl fmt::Display for FreeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            FreeError::NotAllocated(a) => {
-                write!(
-                    f,
-                    "{a:#x} is not in any allocated block of this cache's page allocator"
-                )
-            }
-            FreeError::NotSlab(a) => write!(f, "{a:#x} is not in a slab"),
-            FreeError::WrongCache(a, other) => {
-                write!(f, "{a:#x} is an object of another cache ({other})")
-            }
-            FreeError::NotObjectStart(a, off) => {
-                write!(
-                    f,
-                    "{a:#x} is not the start of an object (offset {off} in its slab)"
-                )
-            }
-            FreeError::DoubleFree(a) => write!(f, "double free of {a:#x}"),
-        }
-    }
-}
-
-/// A cache still held objects when it was destroyed (they and their slabs
-/// are left alone, as `kmem_cache_destroy` does).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheBusy {
-    /// The cache's name.
-    pub name: &'static str,
-    /// Slabs still allocated.
-    pub slabs: usize,
-    /// Objects still allocated.
-    pub objects: usize,
-}
-
-impl fmt::Display for CacheBusy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "kmem_cache_destroy {}: slab cache still has objects ({} in {} slabs)",
-            self.name, self.objects, self.slabs
-        )
-    }
-}
 
 /// A node spin lock (`list_lock`, the barn's lock) with interrupts saved
 /// (`spin_lock_irqsave`).
