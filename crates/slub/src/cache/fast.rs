@@ -52,7 +52,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// `alloc` on first use, with sheaves, or with debug flags.
+    /// `alloc` on first use (of any cache, sheaves or not) and for debug
+    /// caches: the dispatch byte is [`Fast::Special`] (sheaf caches then
+    /// dispatch inline to `alloc_from_pcs`).
     #[inline(never)]
     fn alloc_special(&self, loc: &'static core::panic::Location<'static>) -> Option<NonNull<u8>> {
         let m = self.mode();
@@ -315,7 +317,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         unsafe { self.free_validated(s, obj) }
     }
 
-    /// `try_free` on first use, with sheaves, or with debug flags.
+    /// `try_free` on first use (of any cache, sheaves or not) and for
+    /// debug caches: the dispatch byte is [`Fast::Special`] (sheaf caches
+    /// then dispatch inline to `free_to_pcs_ptr`).
     ///
     /// # Safety
     ///
