@@ -5,7 +5,18 @@
 //! look-ahead (`free_bulk_windows`); `try_free_bulk` validates the whole
 //! array first.
 
-use super::*;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use buddy::Order;
+use local_lock::Platform;
+
+use crate::error::FreeError;
+use crate::slab::Slab;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{CpuLocked, Guard, KmemCache, Sheaf};
 
 /// Objects per window of a bulk free (the bits of its `done` mask).
 const BULK_WINDOW: usize = 64;

@@ -4,7 +4,19 @@
 //! the cache, the object, what was expected and found, and the recorded
 //! owners.
 
-use super::*;
+use core::fmt;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
+
+use local_lock::Platform;
+
+use crate::error::FreeError;
+use crate::layout::SlabFlags;
+use crate::slab::{Counters, Slab, SlabState};
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::KmemCache;
 
 /// An owner record for reports.
 struct Track(Option<(&'static core::panic::Location<'static>, usize, usize)>);

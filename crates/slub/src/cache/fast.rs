@@ -7,7 +7,18 @@
 //! ([`sheaf`](super::sheaf)) or the slab layer
 //! ([`slab_path`](super::slab_path)).
 
-use super::*;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
+use local_lock::{this_cpu_cmpxchg_double, Platform};
+
+use crate::error::FreeError;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Fast, FreePtr, KmemCache, Mode, Sheaf};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Allocates an object (`kmem_cache_alloc`); `None` when the page

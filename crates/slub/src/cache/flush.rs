@@ -2,7 +2,18 @@
 //! `kmem_cache_shrink`, `kmem_cache_destroy`, and the fork support that
 //! takes every lock of the cache.
 
-use super::*;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
+use local_lock::Platform;
+
+use crate::error::CacheBusy;
+use crate::slab::Slab;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Guard, KmemCache, Mode};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Detaches a CPU's slab and partial chain under its lock, then gives
@@ -53,7 +64,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Flushes one CPU, where the platform lets us reach it (see
-    /// [`LocalLock::lock_remote`]); `false` if it could not.
+    /// [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote)); `false` if it could not.
     pub fn flush_cpu(&self, cpu: usize) -> bool {
         match self.cpu.lock_remote(cpu) {
             Some(g) => {

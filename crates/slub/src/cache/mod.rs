@@ -20,19 +20,15 @@ use core::fmt;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
 
-use buddy::AllocFlags;
 use buddy::Order;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
-use local_lock::{
-    this_cpu_cmpxchg_double, ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy,
-};
+use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
 
-use crate::error::{CacheBusy, FreeError};
 use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
-use crate::slab::{Counters, PartialList, Slab, SlabState, ON_PARTIAL, TAG_KIND, TAG_SLAB};
+use crate::slab::{PartialList, Slab, TAG_SLAB};
 use crate::source::SlabSource;
-use crate::stats::{SlubStat, SlubStats, StatCells};
+use crate::stats::{SlubStat, StatCells};
 
 mod bulk;
 mod debug;

@@ -2,7 +2,17 @@
 //! node partial list and every reachable CPU's state checking the frozen
 //! rule and every freelist.
 
-use super::*;
+use core::fmt;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use crate::slab::{Slab, ON_PARTIAL};
+use crate::source::SlabSource;
+use crate::stats::SlubStats;
+
+use super::{CpuFast, CpuLocked, FreePtr, KmemCache, Mode};
 
 /// A slabinfo line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +215,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// [`validate`](Self::validate) through `&self` (e.g. on a
     /// `GlobalSlub`'s caches): the node lists under the list lock, and the
     /// CPU state of every slot the platform lets this context lock (its
-    /// own, and remote ones where [`LocalLock::lock_remote`] can). The
+    /// own, and remote ones where [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote) can). The
     /// cache must be quiescent as for `validate`.
     pub fn validate_shared(&self) {
         self.validate_nodes();

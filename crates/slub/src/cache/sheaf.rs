@@ -4,7 +4,18 @@
 //! slab-level bulk operations), and the barn's bounded lists of full and
 //! empty sheaves.
 
-use super::*;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use buddy::{AllocFlags, Order};
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use crate::error::FreeError;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Barn, CpuLocked, Guard, KmemCache, NodeBarnGuard, Sheaf};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded

@@ -5,7 +5,21 @@
 //! `do_slab_free`, the free of a detached chain onto the CPU freelist or
 //! its slab. Nothing here calls up into the sheaves, bulk or fast paths.
 
-use super::*;
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use buddy::{AllocFlags, Order};
+use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
+use local_lock::{this_cpu_cmpxchg_double, Platform};
+
+use crate::error::FreeError;
+use crate::layout::SlabFlags;
+use crate::slab::{Counters, Slab, SlabState, TAG_KIND, TAG_SLAB};
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Guard, KmemCache, Mode, NodeGuard};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The CPU freelist (either mode), under the local lock.
