@@ -94,7 +94,7 @@ pub mod test_platform;
 pub mod loom_platform;
 
 pub use lock::{ConstInit, LocalGuard, LocalLock, DEFAULT_SLOTS};
-pub use platform::{IrqFlags, Pin, Platform, Strategy};
+pub use platform::{this_cpu_cmpxchg_double, IrqFlags, Pin, Platform, Strategy};
 
 macro_rules! const_init_zero {
     ($($t:ty),*) => { $(impl ConstInit for $t { const INIT: Self = 0; })* };

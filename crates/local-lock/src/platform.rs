@@ -1,7 +1,8 @@
 //! The platform trait: what a kernel (or a std process, loom, a test) must
 //! tell the allocators about CPUs, interrupts and preemption.
 
-use crate::sync::Backoff;
+use crate::sync::atomic::Ordering;
+use crate::sync::{AtomicDWord, Backoff, DWord};
 
 /// Interrupt state saved by [`Platform::irq_save`], to be handed back to
 /// [`Platform::irq_restore`] (the kernel's `unsigned long flags`).
@@ -175,4 +176,36 @@ pub unsafe trait Platform: Sync {
     fn spin_wait(&self, backoff: &Backoff) {
         backoff.snooze();
     }
+}
+
+/// `this_cpu_cmpxchg_double` as the generic per-CPU operations implement it
+/// ("preemption off, still this CPU?, compare-exchange, preemption on"; on
+/// x86 it is one `cmpxchg16b` on a `%gs`-relative address): pins the caller
+/// ([`Platform::pin`]) and, if it still runs on `cpu`, compare-exchanges
+/// `word` (the per-CPU pair of `cpu`) from `old` to `new` (acquire-release
+/// on success, relaxed on failure), then unpins. Nothing else is disabled:
+/// interrupts stay on.
+///
+/// Returns whether the exchange happened: `false` if the caller migrated
+/// away from `cpu` since it read `old` on that CPU (then `word` is not
+/// touched: another CPU's pair may only be changed by its owner), or if the
+/// pair no longer equals `old` (an interrupt or another context changed it,
+/// e.g. advanced a transaction id). Callers retry from a fresh read, as
+/// SLUB's lockless `(freelist, tid)` fast paths do.
+#[inline(always)]
+pub fn this_cpu_cmpxchg_double<P: Platform + ?Sized>(
+    platform: &P,
+    cpu: usize,
+    word: &AtomicDWord,
+    old: DWord,
+    new: DWord,
+) -> bool {
+    let pin = platform.pin();
+    let ok = pin.cpu == cpu
+        && word
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+    // SAFETY: matches the pin above, released once.
+    unsafe { platform.unpin(pin) };
+    ok
 }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Barrier};
 use std::vec::Vec;
 
 use crate::std_platform::{PerThread, StdCpu};
+use crate::sync::{AtomicDWord, DWord};
 use crate::test_platform::TestPlatform;
-use crate::{LocalLock, Platform, Strategy};
+use crate::{this_cpu_cmpxchg_double, LocalLock, Platform, Strategy};
 
 const PINNED: TestPlatform = TestPlatform::pinned(4);
 const LOCKED: TestPlatform = TestPlatform::locked(4);
@@ -401,4 +402,81 @@ fn per_thread_remote_access_only_to_free_slots() {
     }
     // The overflow slot is always remotely lockable.
     assert!(l.lock_remote(PerThread::OVERFLOW_SLOT).is_some());
+}
+
+#[test]
+fn this_cpu_cmpxchg_double_on_the_right_cpu_only() {
+    for p in both() {
+        let w = AtomicDWord::new(DWord::new(1, 2));
+        p.on_cpu(1, || {
+            // Still on CPU 1, the pair as read: exchanged, pins balanced.
+            assert!(this_cpu_cmpxchg_double(
+                &p,
+                1,
+                &w,
+                DWord::new(1, 2),
+                DWord::new(3, 4)
+            ));
+            assert_eq!(p.preempt_count(), 0);
+            assert_eq!(w.load(Ordering::Relaxed), DWord::new(3, 4));
+            // The pair changed since it was read: refused, untouched.
+            assert!(!this_cpu_cmpxchg_double(
+                &p,
+                1,
+                &w,
+                DWord::new(1, 2),
+                DWord::new(5, 6)
+            ));
+            assert_eq!(w.load(Ordering::Relaxed), DWord::new(3, 4));
+        });
+        // Read on CPU 1, migrated to CPU 2 before the exchange: refused
+        // although the pair matches, untouched.
+        p.on_cpu(2, || {
+            assert!(!this_cpu_cmpxchg_double(
+                &p,
+                1,
+                &w,
+                DWord::new(3, 4),
+                DWord::new(7, 8)
+            ));
+            assert_eq!(p.preempt_count(), 0);
+        });
+        assert_eq!(w.load(Ordering::Relaxed), DWord::new(3, 4));
+    }
+}
+
+#[test]
+fn this_cpu_cmpxchg_double_loses_to_an_interrupt() {
+    let p = PINNED;
+    let w = AtomicDWord::new(DWord::new(10, 0));
+    p.on_cpu(0, || {
+        let d = w.load(Ordering::Acquire);
+        // An interrupt between the read and the exchange advances the pair
+        // (the tid): the interrupted exchange fails and a retry succeeds.
+        p.interrupt(|| {
+            assert!(this_cpu_cmpxchg_double(
+                &p,
+                0,
+                &w,
+                d,
+                DWord::new(11, d.hi + 1)
+            ))
+        });
+        assert!(!this_cpu_cmpxchg_double(
+            &p,
+            0,
+            &w,
+            d,
+            DWord::new(12, d.hi + 1)
+        ));
+        let d = w.load(Ordering::Acquire);
+        assert!(this_cpu_cmpxchg_double(
+            &p,
+            0,
+            &w,
+            d,
+            DWord::new(12, d.hi + 1)
+        ));
+    });
+    assert_eq!(w.load(Ordering::Relaxed), DWord::new(12, 2));
 }

@@ -12,8 +12,8 @@
 
 use local_lock::handover::SlotTable;
 use local_lock::loom_platform::{model, LoomPlatform};
-use local_lock::sync::UnsafeCell;
-use local_lock::{LocalLock, Platform, Strategy};
+use local_lock::sync::{AtomicDWord, DWord, UnsafeCell};
+use local_lock::{this_cpu_cmpxchg_double, LocalLock, Platform, Strategy};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
@@ -116,6 +116,36 @@ fn trylock_fails_when_reentered() {
         }
         let got = irq.join().unwrap();
         assert_eq!(*l.lock(), if got { 11 } else { 1 });
+    });
+}
+
+/// `this_cpu_cmpxchg_double` against an interrupt on the same CPU doing
+/// the same (SLUB's lockless `(freelist, tid)` pattern, nothing masked):
+/// each side retries from a fresh read until its exchange succeeds, and
+/// neither update is lost.
+#[test]
+fn this_cpu_cmpxchg_double_vs_interrupt() {
+    model("this_cpu_cmpxchg_double_vs_interrupt", || {
+        let p = LoomPlatform::new(1, Strategy::Pinned);
+        let w = Arc::new(AtomicDWord::new(DWord::new(0, 0)));
+        let bump = |p: &LoomPlatform, w: &AtomicDWord, by: usize| loop {
+            let cpu = p.current_cpu();
+            let d = w.load(loom::sync::atomic::Ordering::Acquire);
+            if this_cpu_cmpxchg_double(p, cpu, w, d, DWord::new(d.lo + by, d.hi + 1)) {
+                break;
+            }
+        };
+        let irq = {
+            let (p, w) = (p.clone(), w.clone());
+            thread::spawn(move || p.interrupt(0, || bump(&p, &w, 10)))
+        };
+        p.set_cpu(0);
+        bump(&p, &w, 1);
+        irq.join().unwrap();
+        assert_eq!(
+            w.load(loom::sync::atomic::Ordering::Relaxed),
+            DWord::new(11, 2)
+        );
     });
 }
 

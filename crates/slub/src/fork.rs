@@ -17,7 +17,7 @@
 use local_lock::fork::{level, ForkLocks};
 use local_lock::std_platform::PerThread;
 
-use crate::GlobalSlub;
+use crate::global::GlobalSlub;
 
 const OVERFLOW: Option<usize> = Some(PerThread::OVERFLOW_SLOT);
 

@@ -258,7 +258,7 @@ impl GlobalSlub {
     }
 
     /// The kmalloc caches without registering anything (fork handlers).
-    pub(crate) fn kmalloc_caches(&self) -> &[crate::KmemCache<GlobalPages, PerThread>; 13] {
+    pub(crate) fn kmalloc_caches(&self) -> &[crate::cache::KmemCache<GlobalPages, PerThread>; 13] {
         self.k.caches()
     }
 
@@ -296,7 +296,7 @@ impl Drop for GlobalSlub {
 }
 
 #[cold]
-fn abort_bad_free(ptr: *mut u8, e: crate::FreeError) -> ! {
+fn abort_bad_free(ptr: *mut u8, e: crate::error::FreeError) -> ! {
     die(format_args!("GlobalSlub: dealloc({ptr:p}): {e}"))
 }
 

@@ -7,7 +7,8 @@ use buddy::{AllocFlags, Order};
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
-use crate::cache::{FreeError, KmemCache};
+use crate::cache::KmemCache;
+use crate::error::FreeError;
 use crate::layout::{get_order, Geometry, SlabFlags};
 use crate::slab::{tag_kmalloc_index, TAG_KIND, TAG_LARGE, TAG_SLAB};
 use crate::source::SlabSource;
@@ -425,7 +426,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> core::fmt::Displa
     for Report<'_, S, P, N>
 {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        writeln!(f, "{}", crate::cache::SlabInfo::HEADER)?;
+        writeln!(f, "{}", crate::cache::report::SlabInfo::HEADER)?;
         for c in &self.0.caches {
             writeln!(f, "{}", c.slabinfo())?;
         }

@@ -150,18 +150,22 @@ pub enum CacheError {
 impl core::fmt::Display for CacheError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            CacheError::ZeroSize => write!(f, "object size 0"),
+            CacheError::ZeroSize => write!(f, "slub: object size 0"),
             CacheError::BadAlign(a) => {
                 write!(
                     f,
-                    "alignment {a} is not a power of two no larger than the page"
+                    "slub: alignment {a} is not a power of two no larger than the page"
                 )
             }
-            CacheError::TooLarge(s) => write!(f, "object size {s} fits no slab order"),
-            CacheError::BadPageSize(p) => write!(f, "page size {p} is not a power of two >= 16"),
+            CacheError::TooLarge(s) => write!(f, "slub: object size {s} fits no slab order"),
+            CacheError::BadPageSize(p) => {
+                write!(f, "slub: page size {p} is not a power of two >= 16")
+            }
         }
     }
 }
+
+impl core::error::Error for CacheError {}
 
 /// Computed layout of a cache's objects and slabs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

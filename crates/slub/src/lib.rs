@@ -36,9 +36,10 @@
 //!   (migration, an interrupt that allocated or freed, a slow path) retries.
 //!   A free of an object of the CPU slab links it and compare-exchanges the
 //!   same way. No lock is taken and nothing is disabled around the path;
-//!   the compare-exchange itself is `this_cpu_cmpxchg_double` ("preemption
-//!   off, still this CPU?, compare-exchange", as the generic per-CPU ops
-//!   implement it).
+//!   the compare-exchange itself is
+//!   [`this_cpu_cmpxchg_double`](local_lock::this_cpu_cmpxchg_double)
+//!   ("preemption off, still this CPU?, compare-exchange", as the generic
+//!   per-CPU ops implement it).
 //! * **Locked** (`PREEMPT_RT`'s locked strategy, where a fast path could
 //!   interleave with a slow path on the same CPU slot; a CPU without a
 //!   lock-free double-word CAS; the per-thread std platform; or
@@ -146,6 +147,7 @@
 extern crate std;
 
 mod cache;
+mod error;
 pub mod layout;
 pub mod slab;
 mod source;
@@ -159,7 +161,9 @@ mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
 
-pub use crate::cache::{CacheBusy, FreeError, KmemCache, SlabInfo};
+pub use crate::cache::report::SlabInfo;
+pub use crate::cache::KmemCache;
+pub use crate::error::{CacheBusy, FreeError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};
 #[cfg(not(loom))]

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `pair.lo` | `freelist`: first free object (exposed address), 0 if none |
 //! | `pair.hi` | `counters`: `inuse:16 \| objects:15 \| frozen:1` |
-//! | `data` | the cache (address of its `KmemCache`) |
+//! | `data` | the cache's id (`KmemCache::id`, drawn at first use: not its address, so a cache may move) |
 //! | `link` | next slab on the node partial list, or on a CPU partial chain |
 //! | `prev` | previous slab on the node partial list |
 //! | `tag` | [`TAG_SLAB`] (+ [`ON_PARTIAL`] while on the node partial list) |

@@ -16,7 +16,9 @@ use std::vec::Vec;
 use buddy::{Buddy, Config, Tunables};
 use local_lock::test_platform::TestPlatform;
 
-use crate::{Geometry, Kmalloc, KmemCache, SlabFlags};
+use crate::cache::KmemCache;
+use crate::kmalloc::Kmalloc;
+use crate::layout::{Geometry, SlabFlags};
 
 /// Page size of the harness.
 pub const PAGE: usize = 4096;
@@ -360,7 +362,7 @@ fn bad_input(
     // slab path); cache 0 has only the naive check, cache 3 (debug)
     // panics on a double free by design.
     let detects_aba = |c: Option<usize>| matches!(c, None | Some(1) | Some(2));
-    let try_free = |c: Option<usize>, p: NonNull<u8>| -> Result<(), crate::FreeError> {
+    let try_free = |c: Option<usize>, p: NonNull<u8>| -> Result<(), crate::error::FreeError> {
         // SAFETY: refused before any change (the cases below only pass
         // pointers that must be refused), or a live object of `c`.
         unsafe {

@@ -134,6 +134,15 @@ fn hardened_caches_obfuscate_free_pointers() {
         let stored = unsafe { (b.as_ptr().add(off) as *const usize).read() };
         assert_ne!(stored, a.as_ptr() as usize, "stored in the clear");
         assert_ne!(stored, 0);
+        // The typed view (`freeptr_t`): the word decodes to a; the end of a
+        // freelist is not the zero word in a hardened cache.
+        let slot = b.as_ptr() as usize + off;
+        let fp = c.fp_encode(a.as_ptr() as usize, slot);
+        assert_eq!(fp.raw(), stored);
+        assert_eq!(c.fp_decode(fp, slot), a.as_ptr() as usize);
+        assert!(!c.fp_encode(0, slot).is_null());
+        assert_eq!(c.fp_decode(c.fp_encode(0, slot), slot), 0);
+        assert!(crate::cache::FreePtr::NULL.is_null());
         assert_eq!(c.alloc().unwrap(), b);
         assert_eq!(c.alloc().unwrap(), a, "decodes back");
     }
@@ -771,6 +780,13 @@ fn bad_frees(p: TestPlatform, sheaves: usize) {
             Err(FreeError::NotObjectStart(_, _))
         ));
         assert!(matches!(c.try_free(x), Err(FreeError::WrongCache(_, _))));
+        // Every refusal names slub, the address and what was wrong.
+        let e = c.try_free(x).unwrap_err();
+        assert_eq!(e.addr(), x.as_ptr() as usize);
+        let msg = format!("{e}");
+        assert!(msg.starts_with("slub: "), "{msg}");
+        assert!(msg.contains(&format!("{:#x}", e.addr())), "{msg}");
+        let _: &dyn core::error::Error = &e;
         let page = m
             .buddy
             .alloc_pages(buddy::Order::ZERO, buddy::AllocFlags::NONE)

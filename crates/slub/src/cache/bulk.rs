@@ -1,0 +1,578 @@
+//! `kmem_cache_alloc_bulk` / `kmem_cache_free_bulk`: the sheaves first
+//! (`alloc_from_pcs_bulk`, `free_to_pcs_bulk`, the per-window routing of
+//! `free_bulk_pcs`), then slabs: the CPU freelist under one local-lock hold
+//! (`alloc_bulk_slab`) and detached freelists per slab with the kernel's
+//! look-ahead (`free_bulk_windows`); `try_free_bulk` validates the whole
+//! array first.
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use buddy::Order;
+use local_lock::Platform;
+
+use crate::error::FreeError;
+use crate::slab::Slab;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{CpuLocked, Guard, KmemCache, Sheaf};
+
+/// Objects per window of a bulk free (the bits of its `done` mask).
+const BULK_WINDOW: usize = 64;
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// `kmem_cache_alloc_bulk`: fills `out` with objects under one
+    /// local-lock hold (the slow path runs where the CPU freelist runs dry),
+    /// advancing the tid once per hold. Returns `out.len()`, or 0 when the
+    /// page allocator runs out (the objects taken so far are freed again,
+    /// as the kernel does).
+    #[track_caller]
+    pub fn alloc_bulk(&self, out: &mut [*mut u8]) -> usize {
+        if self.flags.is_debug() {
+            // Debug caches check every object: one at a time.
+            for i in 0..out.len() {
+                match self.alloc() {
+                    Some(o) => out[i] = o.as_ptr(),
+                    None => {
+                        for p in &mut out[..i] {
+                            // SAFETY: taken just above.
+                            unsafe { self.free(NonNull::new_unchecked(*p)) };
+                            *p = core::ptr::null_mut();
+                        }
+                        return 0;
+                    }
+                }
+            }
+            return out.len();
+        }
+        // Sheaves first (`alloc_from_pcs_bulk`), then slabs for the rest.
+        let from_pcs = if self.sheaf_capacity != 0 {
+            self.alloc_from_pcs_bulk(out)
+        } else {
+            0
+        };
+        if from_pcs == out.len() {
+            return from_pcs;
+        }
+        if self.alloc_bulk_slab(&mut out[from_pcs..]) == 0 {
+            for p in &mut out[..from_pcs] {
+                // SAFETY: taken from this cache just above.
+                unsafe { self.free(NonNull::new_unchecked(*p)) };
+                *p = core::ptr::null_mut();
+            }
+            return 0;
+        }
+        if self.hardened() {
+            // Handed out: no longer free (see `looks_free`).
+            for p in &out[from_pcs..] {
+                self.clear_fp(p.addr());
+            }
+        }
+        out.len()
+    }
+
+    /// `alloc_from_pcs_bulk`: fills `out` from this CPU's sheaves (main,
+    /// then a non-empty spare, then full sheaves from the barn; no refill:
+    /// once the barn has no full sheaf the caller continues from slabs,
+    /// rather than copying pointers twice). Returns how many it filled.
+    fn alloc_from_pcs_bulk(&self, out: &mut [*mut u8]) -> usize {
+        let mut i = 0;
+        while i < out.len() {
+            let Some(mut g) = self.try_lock_cpu() else {
+                break;
+            };
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n > 0 {
+                    if n > self.sheaf_capacity {
+                        g.unlock();
+                        self.bad_sheaf_size(main, n);
+                    }
+                    let batch = n.min(out.len() - i);
+                    for k in 0..batch {
+                        let o = match self.sheaf_get(main, n - batch + k) {
+                            Ok(o) => o,
+                            Err(o) => {
+                                // The objects popped so far stay in the sheaf.
+                                g.unlock();
+                                self.bad_sheaf(main, n - batch + k, o)
+                            }
+                        };
+                        self.clear_fp(o);
+                        out[i + k] = core::ptr::with_exposed_provenance_mut(o);
+                    }
+                    main.set_size(n - batch);
+                    self.fast_of(g.cpu()).stats.add(SlubStat::ALLOC_PCS, batch);
+                    i += batch;
+                    g.unlock();
+                    continue;
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() > 0 {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    g.unlock();
+                    continue;
+                }
+            }
+            let empty = core::mem::take(&mut g.main);
+            g.unlock();
+            // A CPU's first sheaf (the kernel's CPUs always have a main).
+            let empty = if empty != 0 {
+                Sheaf(empty)
+            } else {
+                match self.new_sheaf() {
+                    Some(e) => e,
+                    None => break,
+                }
+            };
+            match self.barn_get_full(empty) {
+                Some(full) => self.install_main(full),
+                None => {
+                    self.install_main(empty);
+                    break;
+                }
+            }
+        }
+        i
+    }
+
+    /// Installs a detached sheaf as this CPU's main, or (another context
+    /// installed one meanwhile, or the trylock fails) retires it.
+    fn install_main(&self, sh: Sheaf) {
+        match self.try_lock_cpu() {
+            Some(mut g) if g.main == 0 => {
+                g.main = sh.0;
+                g.unlock();
+            }
+            Some(g) => {
+                g.unlock();
+                self.retire_sheaf(sh);
+            }
+            None => self.retire_sheaf(sh),
+        }
+    }
+
+    /// `free_to_pcs_bulk`: pushes validated objects onto this CPU's
+    /// sheaves (main, an empty-enough spare, empty sheaves traded at the
+    /// barn for full ones); returns how many it took (the rest go to
+    /// slabs: the barn has its limit of full sheaves, or no memory).
+    fn free_to_pcs_bulk(&self, objs: &[NonNull<u8>]) -> usize {
+        let cap = self.sheaf_capacity;
+        let mut i = 0;
+        while i < objs.len() {
+            let Some(mut g) = self.try_lock_cpu() else {
+                break;
+            };
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n < cap {
+                    let batch = (cap - n).min(objs.len() - i);
+                    for k in 0..batch {
+                        let o = objs[i + k].as_ptr().expose_provenance();
+                        self.mark_free(o);
+                        self.sheaf_set(main, n + k, o);
+                    }
+                    main.set_size(n + batch);
+                    self.fast_of(g.cpu()).stats.add(SlubStat::FREE_PCS, batch);
+                    i += batch;
+                    g.unlock();
+                    continue;
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() < cap {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    g.unlock();
+                    continue;
+                }
+            }
+            let full = core::mem::take(&mut g.main);
+            g.unlock();
+            let empty = if full == 0 {
+                self.new_sheaf()
+            } else {
+                match self.barn_put_full(Sheaf(full)) {
+                    Ok(e) => Some(e),
+                    Err(f) => {
+                        self.install_main(f);
+                        None
+                    }
+                }
+            };
+            match empty {
+                Some(e) => self.install_main(e),
+                None => break,
+            }
+        }
+        i
+    }
+
+    /// A window of [`free_bulk`](Self::free_bulk) onto the sheaves: every
+    /// pointer validated first (by the CPU's validated range, else the
+    /// descriptor lookup; an error leaves everything untouched), then as
+    /// many pushed as the sheaves take ([`free_to_pcs_bulk`](Self::free_to_pcs_bulk));
+    /// returns how many.
+    fn free_window_to_pcs(&self, window: &[NonNull<u8>]) -> Result<usize, FreeError> {
+        let Some(mut g) = self.try_lock_cpu() else {
+            return Ok(0);
+        };
+        let gen = self.discards.load(CoreOrdering::Relaxed);
+        for p in window {
+            if !self.in_validated_range(&g, p.as_ptr().addr(), gen) {
+                match self.validate_range(*p) {
+                    Ok((base, objects)) => {
+                        g.vbase = base;
+                        g.vobjects = objects;
+                        g.vspan = objects * self.lay.size;
+                        g.vgen = gen;
+                    }
+                    Err(e) => {
+                        g.unlock();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        g.unlock();
+        Ok(self.free_to_pcs_bulk(window))
+    }
+
+    /// The slab part of [`alloc_bulk`](Self::alloc_bulk): the CPU freelist
+    /// under one local-lock hold (one tid bump), the slow path as needed;
+    /// all or nothing.
+    pub(super) fn alloc_bulk_slab(&self, out: &mut [*mut u8]) -> usize {
+        let n = out.len();
+        let mut i = 0;
+        let mut g = self.lock_cpu();
+        let mut fl = self.c_freelist(&g);
+        let cpu_slab = |g: &Guard<'_, P, N>| {
+            let c = self.fast_of(g.cpu());
+            (
+                c.slab_base.load(CoreOrdering::Relaxed),
+                c.slab_objects.load(CoreOrdering::Relaxed),
+            )
+        };
+        let (mut base, mut objects) = cpu_slab(&g);
+        while i < n {
+            if fl == 0 {
+                // Hand the (empty) freelist back with one tid bump, then
+                // let the slow path refill and take one object.
+                self.c_set_freelist(&mut g, 0);
+                match self.slab_alloc_slow(g) {
+                    Some(o) => {
+                        out[i] = o.as_ptr();
+                        i += 1;
+                    }
+                    None => {
+                        // SAFETY: taken from this cache just above.
+                        unsafe { self.undo_bulk_slab(&mut out[..i], true) };
+                        return 0;
+                    }
+                }
+                g = self.lock_cpu();
+                fl = self.c_freelist(&g);
+                (base, objects) = cpu_slab(&g);
+                continue;
+            }
+            out[i] = Self::obj_ptr(fl).as_ptr();
+            let next = self.get_fp(fl);
+            if !self.fp_ok(next, base, objects) {
+                // Nothing taken so far is lost: the freelist is handed
+                // back up to `fl`, whose pointer is bad.
+                self.c_set_freelist(&mut g, fl);
+                drop(g);
+                // SAFETY: taken from this cache just above.
+                unsafe { self.undo_bulk_slab(&mut out[..i], false) };
+                self.bad_freelist(base, fl, next, "points outside its slab");
+            }
+            fl = next;
+            i += 1;
+        }
+        self.c_set_freelist(&mut g, fl);
+        n
+    }
+
+    /// Gives the objects a failed [`alloc_bulk_slab`](Self::alloc_bulk_slab)
+    /// took back to their slabs, one at a time through
+    /// [`do_slab_free`](Self::do_slab_free) (never through the sheaves: a
+    /// sheaf refill may be what failed), nulling the entries if `null`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer of `objs` was just allocated from this cache and is
+    /// not used afterwards.
+    unsafe fn undo_bulk_slab(&self, objs: &mut [*mut u8], null: bool) {
+        for p in objs {
+            self.clear_fp(p.addr());
+            // SAFETY: taken from this cache (caller's contract).
+            let ptr = unsafe { NonNull::new_unchecked(*p) };
+            // SAFETY: a validated object of that slab, a chain of one.
+            let r = self
+                .slab_of(ptr)
+                .and_then(|(s, obj)| unsafe { self.do_slab_free(s, obj, obj, 1) });
+            if let Err(e) = r {
+                panic!("kmem_cache_free({}): {e}", self.name)
+            }
+            if null {
+                *p = core::ptr::null_mut();
+            }
+        }
+    }
+
+    /// `kmem_cache_free_bulk`: frees every pointer of `objs`. Objects are
+    /// grouped per slab into detached freelists (`build_detached_freelist`:
+    /// from the end of the array, gathering objects of the same slab with a
+    /// look-ahead of 3 misses), and each group is freed with one
+    /// compare-exchange (or one push onto the CPU freelist).
+    ///
+    /// # Panics
+    ///
+    /// If a pointer is not an object of this cache, is already free, or
+    /// appears twice in `objs`, naming it; the whole array is checked
+    /// before anything is freed, so nothing is.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer was allocated from this cache, appears once, and is
+    /// not used afterwards.
+    #[track_caller]
+    pub unsafe fn free_bulk(&self, objs: &[NonNull<u8>]) {
+        // SAFETY: forwarded.
+        if let Err(e) = unsafe { self.try_free_bulk(objs) } {
+            panic!("kmem_cache_free_bulk({}): {e}", self.name)
+        }
+    }
+
+    /// [`free_bulk`](Self::free_bulk) that reports the first bad pointer
+    /// instead of panicking.
+    ///
+    /// The whole array is validated before anything changes: an `Err`
+    /// means no object of `objs` was freed. Refused: a pointer that is not
+    /// an object of this cache (foreign, interior, of another cache), an
+    /// object already free (in a hardened cache: its free-pointer word
+    /// reads as free; in a debug cache: on its slab's freelist; otherwise
+    /// the kernel's naive check, the head of its slab's freelist), and a
+    /// pointer that appears twice in `objs` (found by sorting copies of
+    /// the addresses on the stack; nothing is written before the checks
+    /// pass).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk), for pointers that pass the checks.
+    #[track_caller]
+    pub unsafe fn try_free_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        self.mode();
+        self.check_bulk(objs)?;
+        if self.flags.is_debug() {
+            for p in objs {
+                // SAFETY: forwarded; each object checked.
+                unsafe { self.try_free(*p)? };
+            }
+            return Ok(());
+        }
+        // SAFETY: forwarded; checked as a whole.
+        unsafe {
+            if self.sheaf_capacity != 0 {
+                self.free_bulk_pcs(objs)
+            } else {
+                self.free_bulk_windows(objs)
+            }
+        }
+    }
+
+    /// Validates a whole [`try_free_bulk`](Self::try_free_bulk) array
+    /// before any change: every pointer an allocated object of this cache,
+    /// none twice.
+    fn check_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        let pad = self.lay.red_left_pad;
+        let debug = self.flags.is_debug();
+        // The last slab looked up (most arrays hold runs of one slab).
+        let (mut base, mut objects, mut slab) = (0usize, 0usize, 0usize);
+        for p in objs {
+            let a = p.as_ptr().addr();
+            let slot = a.wrapping_sub(pad);
+            if self.obj_index(slot.wrapping_sub(base), objects).is_none() {
+                let sp =
+                    NonNull::new(p.as_ptr().wrapping_sub(pad)).ok_or(FreeError::NotAllocated(a))?;
+                let (s, _, b) = self.slab_block_of(sp).map_err(|e| match e {
+                    FreeError::NotObjectStart(_, off) => FreeError::NotObjectStart(a, off),
+                    e => e,
+                })?;
+                (base, objects, slab) =
+                    (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
+            }
+            // SAFETY: looked up just above; the caller holds its objects.
+            let s = unsafe { Slab::from_addr(slab) };
+            let obj = p.as_ptr().expose_provenance();
+            let free = if debug {
+                self.debug_on_freelist(s, obj - pad)
+            } else if self.hardened() {
+                self.looks_free(obj, base, objects * self.lay.size)
+            } else {
+                s.state().freelist == obj
+            };
+            if free {
+                return Err(FreeError::DoubleFree(obj));
+            }
+        }
+        // Duplicates: sorted runs of 256 addresses on the stack (2 KiB),
+        // each searched for every later pointer (one sort up to 256
+        // objects; 4 sorts and 6 run searches for 1024). Nothing is
+        // written, so a refused array keeps its contents.
+        const C: usize = 256;
+        let mut buf = [0usize; C];
+        for (ci, chunk) in objs.chunks(C).enumerate() {
+            let run = &mut buf[..chunk.len()];
+            for (d, p) in run.iter_mut().zip(chunk) {
+                *d = p.as_ptr().addr();
+            }
+            run.sort_unstable();
+            if let Some(w) = run.windows(2).find(|w| w[0] == w[1]) {
+                return Err(FreeError::DoubleFree(w[0]));
+            }
+            for p in &objs[((ci + 1) * C).min(objs.len())..] {
+                let a = p.as_ptr().addr();
+                if run.binary_search(&a).is_ok() {
+                    return Err(FreeError::DoubleFree(a));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether object `obj` of slab `s` (headed at `head`, of `order`) is
+    /// known to be free: on its slab's freelist (debug caches), its
+    /// free-pointer word reads as free (hardened caches), or it heads its
+    /// slab's freelist (others). `ksize` asks.
+    pub(crate) fn known_free(
+        &self,
+        s: Slab<'_>,
+        head: NonNull<u8>,
+        order: Order,
+        obj: usize,
+    ) -> bool {
+        if self.flags.is_debug() {
+            self.debug_on_freelist(s, obj - self.lay.red_left_pad)
+        } else if self.hardened() {
+            self.looks_free(
+                obj,
+                head.as_ptr().addr(),
+                self.objects_of(order) * self.lay.size,
+            )
+        } else {
+            s.state().freelist == obj
+        }
+    }
+
+    /// The slab part of [`try_free_bulk`](Self::try_free_bulk) (a sheaf
+    /// flush).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    pub(super) unsafe fn free_bulk_slab(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        // SAFETY: forwarded.
+        unsafe { self.free_bulk_windows(objs) }
+    }
+
+    /// The bulk free of a sheaf cache: by windows of
+    /// `BULK_WINDOW`, each validated as a
+    /// whole and pushed onto the sheaves
+    /// ([`free_window_to_pcs`](Self::free_window_to_pcs)), the rest of the
+    /// window as detached freelists ([`free_detached`](Self::free_detached)).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_pcs(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        for window in objs.rchunks(BULK_WINDOW) {
+            // Validated as a whole first, then onto the sheaves.
+            let taken = self.free_window_to_pcs(window)?;
+            if taken < window.len() {
+                // SAFETY: forwarded; the sheaves took the first `taken`.
+                unsafe { self.free_detached(&window[taken..])? };
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees `objs` by windows of
+    /// `BULK_WINDOW` as detached freelists,
+    /// each window validated before any change.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_bulk_windows(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        for window in objs.rchunks(BULK_WINDOW) {
+            // SAFETY: forwarded.
+            unsafe { self.free_detached(window)? };
+        }
+        Ok(())
+    }
+
+    /// One window (at most `BULK_WINDOW`
+    /// objects) of a bulk free: validated as a whole, then grouped per slab
+    /// into detached freelists, each freed by
+    /// [`do_slab_free`](Self::do_slab_free).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_detached(&self, window: &[NonNull<u8>]) -> Result<(), FreeError> {
+        debug_assert!(window.len() <= BULK_WINDOW);
+        let mut done: u64 = 0;
+        // Validate the whole window first.
+        let mut slabs: [usize; BULK_WINDOW] = [0; BULK_WINDOW];
+        for k in 0..window.len() {
+            slabs[k] = self.slab_of(window[k])?.0.addr();
+        }
+        let len = window.len();
+        let mut end = len;
+        while end > 0 {
+            let last = end - 1;
+            if done & (1 << last) != 0 {
+                end -= 1;
+                continue;
+            }
+            // build_detached_freelist
+            let slab = slabs[last];
+            let tail = window[last].as_ptr().expose_provenance();
+            let mut head = tail;
+            let mut cnt = 1;
+            done |= 1 << last;
+            let mut misses = 0;
+            let mut k = last;
+            while k > 0 {
+                k -= 1;
+                if done & (1 << k) != 0 {
+                    continue;
+                }
+                if slabs[k] == slab {
+                    let o = window[k].as_ptr().expose_provenance();
+                    if o == head {
+                        return Err(FreeError::DoubleFree(o));
+                    }
+                    self.set_fp(o, head);
+                    head = o;
+                    cnt += 1;
+                    done |= 1 << k;
+                } else {
+                    // The kernel's look-ahead: give up after 3 misses.
+                    misses += 1;
+                    if misses == 3 {
+                        break;
+                    }
+                }
+            }
+            // SAFETY: validated objects of that slab, linked above.
+            unsafe { self.do_slab_free(Slab::from_addr(slab), head, tail, cnt)? };
+            end -= 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,255 @@
+//! Flushing CPU state back to the node (`flush_cpu_slab`, `flush_all`),
+//! `kmem_cache_shrink`, `kmem_cache_destroy`, and the fork support that
+//! takes every lock of the cache.
+
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
+use local_lock::Platform;
+
+use crate::error::CacheBusy;
+use crate::slab::Slab;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Guard, KmemCache, Mode};
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Detaches a CPU's slab and partial chain under its lock, then gives
+    /// them back outside it.
+    fn flush_guard<'a>(
+        &'a self,
+        mut g: Guard<'a, P, N>,
+        relock: impl Fn() -> Option<Guard<'a, P, N>>,
+    ) {
+        let sheaves = Self::take_sheaves(&mut g);
+        if sheaves != [0, 0] {
+            // Sheaves first (their objects go back to slabs), then the CPU
+            // slab and partial slabs, which those frees may have refilled.
+            drop(g);
+            self.drop_sheaves(sheaves);
+            g = match relock() {
+                Some(g) => g,
+                None => return,
+            };
+        }
+        let c = self.fast_of(g.cpu());
+        let slab = c.slab.load(Ordering::Relaxed);
+        let mut fl = 0;
+        if slab != 0 {
+            // Slab first, then the freelist with a tid bump: a fast free
+            // that still saw the old slab fails its compare-exchange.
+            self.set_cpu_slab(c, 0);
+            fl = self.c_take_freelist(&mut g);
+        }
+        let partial = g.partial;
+        g.partial = 0;
+        g.partial_slabs = 0;
+        c.partial_slabs.store(0, CoreOrdering::Relaxed);
+        drop(g);
+        if slab != 0 {
+            // SAFETY: detached from the CPU above; frozen for us.
+            self.deactivate_slab(unsafe { Slab::from_addr(slab) }, fl);
+            self.stat_here(SlubStat::CPUSLAB_FLUSH);
+        }
+        if partial != 0 {
+            self.unfreeze_partials(partial);
+        }
+    }
+
+    /// Flushes the calling CPU's slab and partial slabs (`flush_cpu_slab`).
+    pub fn flush_local(&self) {
+        self.flush_guard(self.lock_cpu(), || Some(self.lock_cpu()));
+    }
+
+    /// Flushes one CPU, where the platform lets us reach it (see
+    /// [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote)); `false` if it could not.
+    pub fn flush_cpu(&self, cpu: usize) -> bool {
+        match self.cpu.lock_remote(cpu) {
+            Some(g) => {
+                self.flush_guard(g, || self.cpu.lock_remote(cpu));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Flushes the calling CPU and every CPU the platform lets us reach
+    /// (`flush_all`); returns how many slots could not be reached (pinned
+    /// kernel CPUs must flush themselves, e.g. from an IPI; live per-thread
+    /// slots are flushed by their threads, at the latest on exit).
+    pub fn flush_all(&self) -> usize {
+        self.flush_local();
+        let mut missed = 0;
+        for cpu in 0..N {
+            if !self.flush_cpu(cpu) {
+                missed += 1;
+            }
+        }
+        missed
+    }
+
+    /// Flushes every slot through exclusive access (no other context can
+    /// use the cache).
+    fn flush_exclusive(&mut self) {
+        // Sheaves and the barn first: their objects go back to slabs (and
+        // may land on CPU freelists or partial lists, flushed next).
+        let mut sheaves: [[usize; 2]; N] = [[0; 2]; N];
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            sheaves[i] = [core::mem::take(&mut l.main), core::mem::take(&mut l.spare)];
+        }
+        for sh in sheaves {
+            self.drop_sheaves(sh);
+        }
+        self.flush_barn();
+        let mut work: [(usize, usize, usize); N] = [(0, 0, 0); N];
+        let lockless = self.mode() == Mode::Lockless;
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            let c = &self.fast[i];
+            let slab = c.slab.load(Ordering::Relaxed);
+            c.slab.store(0, Ordering::Relaxed);
+            c.slab_base.store(0, CoreOrdering::Relaxed);
+            c.slab_objects.store(0, CoreOrdering::Relaxed);
+            c.slab_span.store(0, CoreOrdering::Relaxed);
+            let fl = if lockless {
+                let d = c.fl_tid.load(Ordering::Relaxed);
+                c.fl_tid
+                    .store(DWord::new(0, Self::next_tid(d.hi, i)), Ordering::Relaxed);
+                d.lo
+            } else {
+                core::mem::take(&mut l.freelist)
+            };
+            work[i] = (slab, fl, core::mem::take(&mut l.partial));
+            l.partial_slabs = 0;
+            c.partial_slabs.store(0, CoreOrdering::Relaxed);
+        }
+        for (slab, fl, partial) in work {
+            if slab != 0 {
+                // SAFETY: detached above.
+                self.deactivate_slab(unsafe { Slab::from_addr(slab) }, fl);
+            }
+            if partial != 0 {
+                self.unfreeze_partials(partial);
+            }
+        }
+    }
+
+    /// `__kmem_cache_shrink`: flushes every reachable CPU, frees the empty
+    /// node partial slabs and sorts the rest fullest first (so allocations
+    /// fill them and the emptier ones may drain). Returns the slabs freed.
+    pub fn shrink(&self) -> usize {
+        // The barn first: its full sheaves' objects go back to slabs, and a
+        // slab they make partial may be frozen onto this CPU's partial
+        // list, which the CPU flush then empties.
+        self.flush_barn();
+        self.flush_all();
+        self.shrink_node()
+    }
+
+    fn shrink_node(&self) -> usize {
+        const PROMOTE: usize = 32;
+        let mut buckets = [0usize; PROMOTE];
+        let mut discard = 0;
+        let mut n = self.lock_node();
+        let mut cur = n.head;
+        while cur != 0 {
+            // SAFETY: list members are held slabs.
+            let s = unsafe { Slab::from_addr(cur) };
+            cur = s.next();
+            let c = s.state().counters;
+            let free = (c.objects - c.inuse) as usize;
+            if c.inuse == 0 {
+                n.remove(s);
+                s.set_next(discard);
+                discard = s.addr();
+            } else if free <= PROMOTE {
+                n.remove(s);
+                s.set_next(buckets[free - 1]);
+                buckets[free - 1] = s.addr();
+            }
+        }
+        // The fullest (fewest free) end up first; order within a bucket kept.
+        for b in buckets.iter().rev() {
+            let mut cur = *b;
+            while cur != 0 {
+                // SAFETY: collected above.
+                let s = unsafe { Slab::from_addr(cur) };
+                cur = s.next();
+                n.add(s, false);
+            }
+        }
+        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        drop(n);
+        let mut freed = 0;
+        while discard != 0 {
+            // SAFETY: collected above: unlisted, empty.
+            let s = unsafe { Slab::from_addr(discard) };
+            discard = s.next();
+            self.discard_slab(s);
+            freed += 1;
+        }
+        freed
+    }
+
+    /// `kmem_cache_destroy`: flushes every CPU, frees every empty slab and
+    /// reports objects still allocated (whose slabs are then left alone).
+    pub fn destroy(&mut self) -> Result<(), CacheBusy> {
+        self.flush_exclusive();
+        self.shrink_node();
+        let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
+        if slabs == 0 {
+            Ok(())
+        } else {
+            let info = self.slabinfo();
+            Err(CacheBusy {
+                name: self.name,
+                slabs,
+                objects: info.active_objs,
+            })
+        }
+    }
+}
+
+// Fork support (issue #14 item 13; see `crate::fork`).
+#[cfg(all(feature = "std", not(loom)))]
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Takes every lock of the cache in the lock order and keeps them, for
+    /// `fork`: `list_lock`, the debug caches' full list, the per-CPU lock
+    /// word of `locked_cpu` (a slot the platform always locks, e.g. the
+    /// per-thread platform's overflow slot), then the barn (a leaf: nothing
+    /// is taken while it is held).
+    ///
+    /// # Safety
+    ///
+    /// `locked_cpu`, if given, is protected by the locked strategy for
+    /// every context that uses it.
+    pub unsafe fn fork_lock(&self, locked_cpu: Option<usize>) {
+        self.node.lock_for_fork();
+        self.full.lock_for_fork();
+        if let Some(cpu) = locked_cpu {
+            // SAFETY: caller's contract.
+            unsafe { self.cpu.fork_lock_slot(cpu) };
+        }
+        self.barn.lock_for_fork();
+    }
+
+    /// Releases what [`fork_lock`](Self::fork_lock) took (same
+    /// `locked_cpu`), in the parent or in the forked child.
+    ///
+    /// # Safety
+    ///
+    /// Taken by `fork_lock` on this thread (in a child: on the thread that
+    /// forked).
+    pub unsafe fn fork_unlock(&self, locked_cpu: Option<usize>) {
+        // SAFETY: caller's contract: each is held, its guard forgotten.
+        unsafe {
+            self.barn.force_unlock();
+            if let Some(cpu) = locked_cpu {
+                self.cpu.fork_unlock_slot(cpu);
+            }
+            self.full.force_unlock();
+            self.node.force_unlock();
+        }
+    }
+}

@@ -1,0 +1,995 @@
+//! `struct kmem_cache`: the cache, its per-CPU and per-node state, the
+//! mode chosen at first use, free pointers, constructors and accessors.
+//! The paths live in one file per layer, each an `impl` block of
+//! [`KmemCache`]:
+//!
+//! * [`fast`]: the dispatchers (`alloc`, `free`, `try_free`) and the fast
+//!   paths;
+//! * [`sheaf`]: sheaves and the barn;
+//! * [`bulk`]: `alloc_bulk`, `free_bulk`;
+//! * [`slab_path`]: the slab layer (`___slab_alloc`, `__slab_free`,
+//!   partial lists, new slabs, deactivation, `do_slab_free`);
+//! * [`debug`]: `slub_debug` checks;
+//! * [`flush`]: flush, shrink, destroy, fork;
+//! * [`report`]: statistics, slabinfo, validation.
+//!
+//! Calls run downwards: fast -> sheaf / bulk -> slab_path -> the page
+//! allocator; debug, flush and report use the slab layer.
+
+use core::fmt;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
+
+use buddy::Order;
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
+use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
+use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
+
+use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
+use crate::slab::{PartialList, Slab, TAG_SLAB};
+use crate::source::SlabSource;
+use crate::stats::{SlubStat, StatCells};
+
+mod bulk;
+mod debug;
+mod fast;
+mod flush;
+pub(crate) mod report;
+mod sheaf;
+mod slab_path;
+
+/// The lock-free part of a CPU's state: `(freelist, tid)` for the lockless
+/// fast path, the CPU slab, statistics. (The rest of `kmem_cache_cpu` is
+/// [`CpuLocked`], behind the local lock.)
+#[repr(C)]
+pub(crate) struct CpuFast {
+    /// Lockless mode: `(freelist, tid)`, changed by the fast paths'
+    /// compare-exchange and by the slow path under the local lock.
+    fl_tid: AtomicDWord,
+    /// The CPU slab's descriptor address (0: none). Written under the local
+    /// lock only; read by the lockless fast paths.
+    slab: AtomicUsize,
+    /// The CPU slab's first byte and object count (0, 0: none): the locked
+    /// fast free recognises an object of the CPU slab by address alone,
+    /// without the descriptor lookup (`virt_to_slab`). Written with `slab`.
+    slab_base: CoreAtomicUsize,
+    slab_objects: CoreAtomicUsize,
+    /// `slab_objects * size`: the bytes the CPU slab's objects span (the
+    /// hardened range checks).
+    slab_span: CoreAtomicUsize,
+    /// Slabs on this CPU's partial list (a racy mirror for reports).
+    partial_slabs: CoreAtomicUsize,
+    stats: StatCells,
+}
+
+impl CpuFast {
+    #[cfg(not(loom))]
+    const fn new() -> Self {
+        CpuFast {
+            fl_tid: AtomicDWord::new(DWord::new(0, 0)),
+            slab: AtomicUsize::new(0),
+            slab_base: CoreAtomicUsize::new(0),
+            slab_objects: CoreAtomicUsize::new(0),
+            slab_span: CoreAtomicUsize::new(0),
+            partial_slabs: CoreAtomicUsize::new(0),
+            stats: StatCells::new(),
+        }
+    }
+    #[cfg(loom)]
+    fn new() -> Self {
+        CpuFast {
+            fl_tid: AtomicDWord::new(DWord::new(0, 0)),
+            slab: AtomicUsize::new(0),
+            slab_base: CoreAtomicUsize::new(0),
+            slab_objects: CoreAtomicUsize::new(0),
+            slab_span: CoreAtomicUsize::new(0),
+            partial_slabs: CoreAtomicUsize::new(0),
+            stats: StatCells::new(),
+        }
+    }
+}
+
+/// The part of `kmem_cache_cpu` behind the local lock.
+#[derive(Debug)]
+pub(crate) struct CpuLocked {
+    /// Locked mode: the CPU freelist.
+    freelist: usize,
+    /// Locked mode: the transaction id.
+    tid: usize,
+    /// First slab of the CPU partial chain (linked through `link`).
+    partial: usize,
+    /// Slabs on the chain.
+    partial_slabs: usize,
+    /// Sheaves (0: none): the main sheaf objects are taken from and freed
+    /// to, and the spare.
+    main: usize,
+    spare: usize,
+    /// Sheaf frees: the slab the last looked-up free belonged to (its first
+    /// byte and object count) and the cache's discard count then. A free
+    /// inside it is validated by its address alone while no slab of the
+    /// cache has been discarded since (a discarded slab's memory may belong
+    /// to someone else now).
+    vbase: usize,
+    vobjects: usize,
+    /// `vobjects * size`: the bytes the slab's objects span.
+    vspan: usize,
+    vgen: usize,
+}
+
+impl ConstInit for CpuLocked {
+    const INIT: Self = CpuLocked {
+        freelist: 0,
+        tid: 0,
+        partial: 0,
+        partial_slabs: 0,
+        main: 0,
+        spare: 0,
+        vbase: 0,
+        vobjects: 0,
+        vspan: 0,
+        vgen: 0,
+    };
+}
+
+/// A sheaf: one page block of the page allocator holding `size`, a barn
+/// link and up to `capacity` object pointers (exposed addresses).
+#[derive(Clone, Copy)]
+struct Sheaf(usize);
+
+impl Sheaf {
+    const HDR: usize = 2;
+    #[inline(always)]
+    fn word(self, i: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(
+            self.0 + i * core::mem::size_of::<usize>(),
+        );
+        // SAFETY: a sheaf page holds HDR + capacity words and is only
+        // touched by its current holder (a CPU slot or the barn lock).
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+    #[inline(always)]
+    fn size(self) -> usize {
+        self.word(0).load(CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn set_size(self, n: usize) {
+        self.word(0).store(n, CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn next(self) -> usize {
+        self.word(1).load(CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn set_next(self, n: usize) {
+        self.word(1).store(n, CoreOrdering::Relaxed)
+    }
+    #[inline(always)]
+    fn get(self, i: usize) -> usize {
+        self.word(Self::HDR + i).load(CoreOrdering::Relaxed)
+    }
+    /// The address of entry `i` (the key of its encoding).
+    #[inline(always)]
+    fn entry_addr(self, i: usize) -> usize {
+        self.0 + (Self::HDR + i) * core::mem::size_of::<usize>()
+    }
+    #[inline(always)]
+    fn set(self, i: usize, v: usize) {
+        self.word(Self::HDR + i).store(v, CoreOrdering::Relaxed)
+    }
+    /// The object slots as pointers.
+    fn objects(self) -> *mut *mut u8 {
+        core::ptr::with_exposed_provenance_mut::<*mut u8>(
+            self.0 + Self::HDR * core::mem::size_of::<usize>(),
+        )
+    }
+}
+
+/// The per-node barn: bounded lists of full and empty sheaves.
+#[derive(Debug)]
+pub(crate) struct Barn {
+    full: usize,
+    nr_full: usize,
+    empty: usize,
+    nr_empty: usize,
+}
+
+impl Barn {
+    /// `MAX_FULL_SHEAVES`, `MAX_EMPTY_SHEAVES`.
+    const MAX_FULL: usize = 10;
+    const MAX_EMPTY: usize = 10;
+    const fn new() -> Self {
+        Barn {
+            full: 0,
+            nr_full: 0,
+            empty: 0,
+            nr_empty: 0,
+        }
+    }
+}
+
+/// An encoded free pointer (`freeptr_t`): the word a free object holds at
+/// the cache's free-pointer offset, from which
+/// [`KmemCache::fp_decode`] recovers the next free object (or 0, the end
+/// of the freelist). In unhardened caches the word is the pointer itself;
+/// in hardened ones it is obfuscated with the cache's secret and the
+/// word's address, so the end of a freelist is not the zero word.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FreePtr(usize);
+
+impl FreePtr {
+    /// The zero word: the end of a freelist in an unhardened cache; in a
+    /// hardened one, what [`KmemCache::clear_fp`] leaves in an object
+    /// being handed out (it decodes to neither null nor an object).
+    pub(crate) const NULL: FreePtr = FreePtr(0);
+
+    /// Whether this is the zero word ([`NULL`](Self::NULL)).
+    #[inline(always)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) const fn is_null(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The word as stored.
+    #[inline(always)]
+    pub(crate) const fn raw(self) -> usize {
+        self.0
+    }
+}
+
+type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
+
+/// A node spin lock (`list_lock`, the barn's lock) with interrupts saved
+/// (`spin_lock_irqsave`).
+struct IrqSpinGuard<'a, T, P: Platform> {
+    g: core::mem::ManuallyDrop<SpinLockGuard<'a, T>>,
+    platform: &'a P,
+    flags: IrqFlags,
+}
+
+type NodeGuard<'a, P> = IrqSpinGuard<'a, PartialList, P>;
+
+type NodeBarnGuard<'a, P> = IrqSpinGuard<'a, Barn, P>;
+
+impl<T, P: Platform> core::ops::Deref for IrqSpinGuard<'_, T, P> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.g
+    }
+}
+
+impl<T, P: Platform> core::ops::DerefMut for IrqSpinGuard<'_, T, P> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.g
+    }
+}
+
+impl<T, P: Platform> Drop for IrqSpinGuard<'_, T, P> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here; then the saved IRQ state comes back.
+        unsafe {
+            core::mem::ManuallyDrop::drop(&mut self.g);
+            self.platform.irq_restore(self.flags);
+        }
+    }
+}
+
+/// How a cache's operations are protected, chosen at first use
+/// (`KmemCache::init_mode`); stored as its `u8` in `KmemCache::mode`.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Not chosen yet: the next operation runs `init_mode`.
+    Unknown = 0,
+    /// The lockless `(freelist, tid)` compare-exchange fast paths.
+    Lockless = 1,
+    /// The fast paths under the local lock.
+    Locked = 2,
+    /// Debug flags: every operation under the list lock with checks.
+    Debug = 3,
+}
+
+impl Mode {
+    /// Decodes a stored mode (an unknown value reads as `Unknown`).
+    #[inline(always)]
+    const fn from_u8(v: u8) -> Mode {
+        match v {
+            1 => Mode::Lockless,
+            2 => Mode::Locked,
+            3 => Mode::Debug,
+            _ => Mode::Unknown,
+        }
+    }
+}
+
+/// Which inline fast path `alloc`/`try_free` take, stored as its `u8` in
+/// `KmemCache::dispatch`. Bits, not a dense enumeration (`Locked`,
+/// `Lockless` and `Sheaves` are one bit each, [`Fast::HARDENED`] adds the
+/// hardened variant), so the dispatchers compare the loaded byte against
+/// these values with two bit tests rather than a jump table. The hot paths
+/// are compiled per variant, so an unhardened cache pays no flag test for
+/// the hardened checks.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fast {
+    /// The out-of-line dispatchers (`alloc_special`, `free_special`):
+    /// first use and debug caches.
+    Special = 0,
+    /// A plain (no sheaves, no debug) cache under the local lock.
+    Locked = 1,
+    /// A plain cache with the lockless fast paths.
+    Lockless = 2,
+    /// Sheaves (either mode underneath), no debug.
+    Sheaves = 4,
+    /// `Locked`, hardened.
+    LockedHardened = 1 | Fast::HARDENED,
+    /// `Sheaves`, hardened.
+    SheavesHardened = 4 | Fast::HARDENED,
+}
+
+impl Fast {
+    /// The hardened bit (with `Locked` or `Sheaves`).
+    const HARDENED: u8 = 8;
+}
+
+/// A SLUB object cache (`struct kmem_cache`) over the page allocator `S`,
+/// with per-CPU state for `N` slots of platform `P`.
+///
+/// See the crate documentation for the fast-path modes, the lock order and
+/// the frozen-slab rule.
+///
+/// Slabs record the cache's id (drawn at first use), not its address, so a
+/// cache may be moved like any Rust value.
+pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
+    name: &'static str,
+    /// Unique id, drawn at first use (0 before).
+    id: CoreAtomicUsize,
+    /// kmalloc class + 1, or 0.
+    kidx: u8,
+    /// Hardening: the per-cache random value (drawn at first use).
+    pub(crate) random: CoreAtomicUsize,
+    /// Freelist randomisation: xorshift state (0 until first use).
+    shuffle: CoreAtomicUsize,
+    /// Objects per sheaf (0: no sheaves).
+    sheaf_capacity: usize,
+    /// The barn (`node->barn`), under its own spin lock (IRQs saved).
+    barn: SpinLock<Barn>,
+    lay: CacheLayout,
+    flags: SlabFlags,
+    geometry: Geometry,
+    source: S,
+    mode: AtomicU8,
+    /// Which fast path `alloc`/`free` take: a [`Fast`] (`Special` on first
+    /// use and for debug caches: the out-of-line dispatchers).
+    dispatch: AtomicU8,
+    cpu: LocalLock<CpuLocked, P, N>,
+    fast: [CachePadded<CpuFast>; N],
+    pub(crate) node: SpinLock<PartialList>,
+    /// Debug caches: the full slabs (`n->full`), under `node` then this.
+    full: SpinLock<PartialList>,
+    /// Racy mirror of the node's `nr_partial`.
+    nr_partial: CoreAtomicUsize,
+    nr_slabs: CoreAtomicUsize,
+    total_objects: CoreAtomicUsize,
+    /// Slabs discarded so far (see `CpuLocked::vgen`).
+    discards: CoreAtomicUsize,
+    /// Hardening: the lowest first byte and the highest end of any slab
+    /// this cache ever had (grow only): a decoded sheaf entry outside
+    /// `[slab_lo, slab_hi)` is not an object of the cache.
+    slab_lo: CoreAtomicUsize,
+    slab_hi: CoreAtomicUsize,
+    /// The same span as one mask test (the hot check): `o` may be an object
+    /// of the cache only if `(o ^ slab_ref) & slab_mask == 0`, where
+    /// `slab_ref` is the first slab's address (set once) and `slab_mask`
+    /// keeps the bits above those in which any slab address differs from
+    /// it, and the low bits of word alignment (it only loses bits).
+    slab_ref: CoreAtomicUsize,
+    slab_mask: CoreAtomicUsize,
+    /// Stats of contexts whose CPU is beyond `N` (locked platforms).
+    spill_stats: StatCells,
+}
+
+// SAFETY: all shared state is atomic or behind the local lock / list lock.
+unsafe impl<S: SlabSource, P: Platform, const N: usize> Sync for KmemCache<S, P, N> {}
+// SAFETY: as above; the cache owns its slabs.
+unsafe impl<S: SlabSource + Send, P: Platform + Send, const N: usize> Send for KmemCache<S, P, N> {}
+
+/// Builds the struct (shared by the const and the loom constructors).
+macro_rules! build_cache {
+    ($name:expr, $lay:expr, $flags:expr, $g:expr, $source:expr, $cpu:expr, $fast:expr) => {
+        KmemCache {
+            name: $name,
+            id: CoreAtomicUsize::new(0),
+            kidx: 0,
+            random: CoreAtomicUsize::new(0),
+            shuffle: CoreAtomicUsize::new(0),
+            sheaf_capacity: 0,
+            barn: SpinLock::new(Barn::new()),
+            lay: $lay,
+            flags: $flags,
+            geometry: $g,
+            source: $source,
+            mode: AtomicU8::new(Mode::Unknown as u8),
+            dispatch: AtomicU8::new(Fast::Special as u8),
+            cpu: $cpu,
+            fast: $fast,
+            node: SpinLock::new(PartialList::new()),
+            full: SpinLock::new(PartialList::new_full()),
+            nr_partial: CoreAtomicUsize::new(0),
+            nr_slabs: CoreAtomicUsize::new(0),
+            total_objects: CoreAtomicUsize::new(0),
+            discards: CoreAtomicUsize::new(0),
+            slab_lo: CoreAtomicUsize::new(usize::MAX),
+            slab_hi: CoreAtomicUsize::new(0),
+            slab_ref: CoreAtomicUsize::new(0),
+            slab_mask: CoreAtomicUsize::new(usize::MAX),
+            spill_stats: StatCells::new(),
+        }
+    };
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// `tid` step: a power of two >= the slots, so `tid % TID_STEP` names
+    /// the CPU.
+    pub const TID_STEP: usize = N.next_power_of_two();
+
+    /// A cache (`kmem_cache_create`), usable in a `static`: objects of
+    /// `size` bytes aligned to `align`, slabs sized for `geometry`.
+    ///
+    /// # Panics
+    ///
+    /// On an invalid size or alignment (at compile time in a `static`).
+    #[cfg(not(loom))]
+    pub const fn new(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        geometry: Geometry,
+        source: S,
+        platform: P,
+    ) -> Self {
+        let lay = match calculate_layout(size, align, flags, &geometry) {
+            Ok(l) => l,
+            Err(CacheError::ZeroSize) => panic!("KmemCache::new: object size 0"),
+            Err(CacheError::BadAlign(_)) => {
+                panic!("KmemCache::new: alignment not a power of two up to the page size")
+            }
+            Err(CacheError::TooLarge(_)) => panic!("KmemCache::new: object too large for a slab"),
+            Err(CacheError::BadPageSize(_)) => panic!("KmemCache::new: bad page size"),
+        };
+        build_cache!(
+            name,
+            lay,
+            flags,
+            geometry,
+            source,
+            LocalLock::new(platform),
+            [const { CachePadded::new(CpuFast::new()) }; N]
+        )
+    }
+
+    /// A cache sized from the source's page size and the platform's CPU
+    /// count (`slub_max_order` 3); an invalid size or alignment is an error.
+    pub fn create(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        source: S,
+        platform: P,
+    ) -> Result<Self, CacheError> {
+        let g = Geometry {
+            page_size: source.page_size(),
+            nr_cpus: platform.nr_cpus().min(N),
+            max_order: 3,
+            page_max_order: source.max_order().get(),
+        };
+        Self::create_with(name, size, align, flags, g, source, platform)
+    }
+
+    /// [`create`](Self::create) with an explicit geometry (e.g. another
+    /// `slub_max_order`). Both add the global default flags
+    /// ([`set_default_flags`](crate::layout::set_default_flags), the
+    /// `slub_debug` of this crate).
+    pub fn create_with(
+        name: &'static str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        g: Geometry,
+        source: S,
+        platform: P,
+    ) -> Result<Self, CacheError> {
+        let flags = flags.union(crate::layout::default_flags());
+        let lay = calculate_layout(size, align, flags, &g)?;
+        Ok(build_cache!(
+            name,
+            lay,
+            flags,
+            g,
+            source,
+            LocalLock::new_with(platform, |_| CpuLocked::INIT),
+            core::array::from_fn(|_| CachePadded::new(CpuFast::new()))
+        ))
+    }
+
+    /// Marks the cache as kmalloc class `i` (its slabs' tags say so, and
+    /// `kfree` finds the cache from them).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) const fn with_kmalloc_index(mut self, i: usize) -> Self {
+        self.kidx = i as u8 + 1;
+        self
+    }
+
+    /// Enables per-CPU sheaves of `capacity` objects (the kernel's
+    /// `kmem_cache_args.sheaf_capacity`; 0 disables them). A sheaf is one
+    /// page block, so the capacity is capped by what a block of
+    /// `slub_max_order` holds.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` does not fit a sheaf block.
+    pub const fn with_sheaves(mut self, capacity: usize) -> Self {
+        assert!(
+            (capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
+                <= self.geometry.page_size << self.geometry.max_order,
+            "KmemCache::with_sheaves: capacity too large for a sheaf block"
+        );
+        self.sheaf_capacity = capacity;
+        self
+    }
+
+    /// The cache's flags.
+    pub fn flags(&self) -> SlabFlags {
+        self.flags
+    }
+
+    /// Whether the cache has debug flags (every operation checked, under
+    /// the list lock).
+    pub fn is_debug(&self) -> bool {
+        self.flags.is_debug()
+    }
+
+    /// Objects per sheaf (0: sheaves off).
+    pub fn sheaf_capacity(&self) -> usize {
+        self.sheaf_capacity
+    }
+
+    /// The slab tag of this cache.
+    #[inline(always)]
+    fn slab_tag(&self) -> u32 {
+        TAG_SLAB | ((self.kidx as u32) << 8)
+    }
+
+    /// The cache's id (0 until first use).
+    #[inline(always)]
+    pub(crate) fn id(&self) -> usize {
+        self.id.load(CoreOrdering::Relaxed)
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The computed layout.
+    pub fn layout(&self) -> &CacheLayout {
+        &self.lay
+    }
+
+    /// The size the user asked for.
+    pub fn object_size(&self) -> usize {
+        self.lay.object_size
+    }
+
+    /// Alignment every object of this cache has: the configured alignment,
+    /// and any larger power of two the stride guarantees (slabs are aligned
+    /// to their size), up to the page size.
+    pub fn object_align(&self) -> usize {
+        let mut stride_align = self.lay.size & self.lay.size.wrapping_neg();
+        let pad = self.lay.red_left_pad;
+        if pad != 0 {
+            // Debug objects sit `red_left_pad` into their slot.
+            stride_align = stride_align.min(pad & pad.wrapping_neg());
+        }
+        stride_align
+            .max(self.lay.align)
+            .min(self.geometry.page_size)
+    }
+
+    /// The page allocator.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &P {
+        self.cpu.platform()
+    }
+
+    /// Whether the fast paths are the lockless (freelist, tid)
+    /// compare-exchange (`true`) or run under the local lock.
+    pub fn lockless(&self) -> bool {
+        self.mode() == Mode::Lockless
+    }
+
+    #[inline(always)]
+    fn mode(&self) -> Mode {
+        let m = self.mode.load(CoreOrdering::Relaxed);
+        if m != Mode::Unknown as u8 {
+            Mode::from_u8(m)
+        } else {
+            self.init_mode()
+        }
+    }
+
+    #[cold]
+    fn init_mode(&self) -> Mode {
+        let p = self.cpu.platform();
+        let lockless = P::HAS_IRQS
+            && local_lock::sync::dwcas_is_lock_free()
+            && p.default_strategy() == Strategy::Pinned
+            && !self.flags.contains(SlabFlags::LOCKED_FASTPATH);
+        if lockless {
+            assert!(
+                p.nr_cpus() <= N,
+                "KmemCache {}: the platform has {} CPUs but the cache {N} slots",
+                self.name,
+                p.nr_cpus()
+            );
+        }
+        assert_eq!(
+            self.source.page_size(),
+            self.geometry.page_size,
+            "KmemCache {}: built for {} B pages but the page allocator has {} B pages",
+            self.name,
+            self.geometry.page_size,
+            self.source.page_size()
+        );
+        static NEXT_ID: CoreAtomicUsize = CoreAtomicUsize::new(1);
+        if self.id.load(CoreOrdering::Relaxed) == 0 {
+            let _ = self.id.compare_exchange(
+                0,
+                NEXT_ID.fetch_add(1, CoreOrdering::Relaxed),
+                CoreOrdering::Relaxed,
+                CoreOrdering::Relaxed,
+            );
+        }
+        if self.flags.contains(SlabFlags::HARDENED) && self.random.load(CoreOrdering::Relaxed) == 0
+        {
+            // splitmix64 of the platform's seed, the id and the address.
+            let mut z = p
+                .random_seed()
+                .wrapping_add((self.id() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+                ^ ((self as *const Self).addr() as u64).rotate_left(17);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            // The low byte (the free marker's first byte, see
+            // `marked_free`) is odd, in 0x81..=0xfd: not 0, not 0xff and
+            // not ASCII, the byte values user data holds most often.
+            let low = 0x81 + (z as usize & 0x3e);
+            self.random
+                .store((z as usize & !0xff) | low, CoreOrdering::Relaxed);
+        }
+        if self.flags.contains(SlabFlags::RANDOM_FREELIST) {
+            let z = p.random_seed() ^ (self.id() as u64).wrapping_mul(0xd6e8_feb8_6659_fd93);
+            self.shuffle.store((z as usize) | 1, CoreOrdering::Relaxed);
+        }
+        let m = if self.flags.is_debug() {
+            Mode::Debug
+        } else if lockless {
+            Mode::Lockless
+        } else {
+            Mode::Locked
+        };
+        self.mode.store(m as u8, CoreOrdering::Relaxed);
+        let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
+        let h = self.hardened();
+        let f = match m {
+            Mode::Locked if plain && h => Fast::LockedHardened,
+            Mode::Locked if plain => Fast::Locked,
+            Mode::Lockless if plain => Fast::Lockless,
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 && h => Fast::SheavesHardened,
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 => Fast::Sheaves,
+            _ => Fast::Special,
+        };
+        // The hardened fast paths address the free pointer without the
+        // offset (`fp_word_fast`).
+        assert!(
+            f as u8 & Fast::HARDENED == 0 || self.lay.offset == 0,
+            "KmemCache {}: hardened fast path with the free pointer at {}",
+            self.name,
+            self.lay.offset
+        );
+        self.dispatch.store(f as u8, CoreOrdering::Relaxed);
+        m
+    }
+
+    #[inline(always)]
+    fn next_tid(tid: usize, cpu: usize) -> usize {
+        if tid == 0 {
+            (cpu % Self::TID_STEP) + Self::TID_STEP
+        } else {
+            tid.wrapping_add(Self::TID_STEP)
+        }
+    }
+
+    /// Installs `slab` (a descriptor address, or 0) as the CPU slab of `c`,
+    /// under `c`'s local lock (or with exclusive access).
+    #[inline]
+    fn set_cpu_slab(&self, c: &CpuFast, slab: usize) {
+        let (base, objects) = if slab == 0 {
+            (0, 0)
+        } else {
+            // SAFETY: the caller installs a slab it holds.
+            let s = unsafe { Slab::from_addr(slab) };
+            let order = s.0.order().expect("a slab is an allocated block");
+            (s.base().addr(), self.objects_of(order))
+        };
+        c.slab_base.store(base, CoreOrdering::Relaxed);
+        c.slab_objects.store(objects, CoreOrdering::Relaxed);
+        c.slab_span
+            .store(objects * self.lay.size, CoreOrdering::Relaxed);
+        c.slab.store(slab, Ordering::Release);
+    }
+
+    /// Objects in a slab of `order` (the preferred order or the fallback):
+    /// from the block's order, no double-word load.
+    #[inline(always)]
+    fn objects_of(&self, order: Order) -> usize {
+        if order.get() == self.lay.oo.order {
+            self.lay.oo.objects as usize
+        } else {
+            self.lay.min.objects as usize
+        }
+    }
+
+    /// Whether `a` is an object of the CPU's validated slab range (sheaf
+    /// frees), recorded while the cache's discard count was `gen`.
+    #[inline(always)]
+    fn in_validated_range(&self, c: &CpuLocked, a: usize, gen: usize) -> bool {
+        c.vgen == gen
+            && self
+                .obj_index(a.wrapping_sub(c.vbase), c.vobjects)
+                .is_some()
+    }
+
+    /// The index of the object at offset `off` of a slab, if `off` is an
+    /// object boundary below `objects` (`obj_to_index` by reciprocal
+    /// multiplication: no division).
+    #[inline(always)]
+    fn obj_index(&self, off: usize, objects: usize) -> Option<usize> {
+        let idx = ((off as u128 * self.lay.reciprocal as u128) >> 64) as usize;
+        (idx < objects && idx * self.lay.size == off).then_some(idx)
+    }
+
+    /// `local_lock_irqsave(&s->cpu_slab->lock)`; a plain `local_lock` on
+    /// platforms without interrupts (nothing to save).
+    #[inline(always)]
+    fn lock_cpu(&self) -> Guard<'_, P, N> {
+        if P::HAS_IRQS {
+            self.cpu.lock_irqsave()
+        } else {
+            self.cpu.lock()
+        }
+    }
+
+    #[inline(always)]
+    fn fast_of(&self, cpu: usize) -> &CpuFast {
+        &self.fast[cpu % N]
+    }
+
+    #[inline(always)]
+    fn stat_cpu(&self, cpu: usize, s: SlubStat) {
+        self.fast_of(cpu).stats.inc(s)
+    }
+
+    /// Counts on the CPU the caller runs on (a hint; counters are racy).
+    #[inline(always)]
+    fn stat_here(&self, s: SlubStat) {
+        let cpu = self.cpu.platform().current_cpu();
+        if cpu < N {
+            self.fast[cpu].stats.inc(s)
+        } else {
+            self.spill_stats.inc(s)
+        }
+    }
+
+    /// The free pointer of the free object at `obj` (`get_freepointer`),
+    /// decoded. Read atomically: the lockless fast path may read an object
+    /// another context has just allocated (the value is then discarded by
+    /// the failing compare-exchange, as `get_freepointer_safe` does).
+    #[inline(always)]
+    fn get_fp(&self, obj: usize) -> usize {
+        let slot = obj + self.lay.offset;
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(slot);
+        // SAFETY: objects are word aligned inside slab memory, which stays
+        // mapped; the read is atomic.
+        let v = unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }.load(CoreOrdering::Relaxed);
+        self.fp_decode(FreePtr(v), slot)
+    }
+
+    /// Sets the free pointer of an object the caller holds
+    /// (`set_freepointer`): `next` (an object, or 0 for the end of the
+    /// freelist) stored encoded.
+    #[inline(always)]
+    fn set_fp(&self, obj: usize, next: usize) {
+        let slot = obj + self.lay.offset;
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(slot);
+        // SAFETY: as in `get_fp`; the caller holds the object.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+            .store(self.fp_encode(next, slot).0, CoreOrdering::Relaxed)
+    }
+
+    /// `freelist_ptr_encode`: the word that stores the free pointer `next`
+    /// at `slot` (hardened caches: `next ^ secret ^ swab(slot)`; others:
+    /// `next` itself).
+    #[inline(always)]
+    pub(crate) fn fp_encode(&self, next: usize, slot: usize) -> FreePtr {
+        if self.flags.contains(SlabFlags::HARDENED) {
+            FreePtr(next ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes())
+        } else {
+            FreePtr(next)
+        }
+    }
+
+    /// `freelist_ptr_decode`: the free pointer (an object, or 0) that the
+    /// word `fp` stored at `slot` encodes (the same XOR as
+    /// [`fp_encode`](Self::fp_encode)).
+    #[inline(always)]
+    pub(crate) fn fp_decode(&self, fp: FreePtr, slot: usize) -> usize {
+        if self.flags.contains(SlabFlags::HARDENED) {
+            fp.0 ^ self.random.load(CoreOrdering::Relaxed) ^ slot.swap_bytes()
+        } else {
+            fp.0
+        }
+    }
+
+    /// Whether the cache is hardened: free pointers and sheaf entries
+    /// encoded with the cache's secret, free objects recognisable by their
+    /// free-pointer word (double frees), decoded pointers checked.
+    #[inline(always)]
+    fn hardened(&self) -> bool {
+        self.flags.contains(SlabFlags::HARDENED)
+    }
+
+    /// The free-pointer word of object `obj`.
+    #[inline(always)]
+    fn fp_word(&self, obj: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+        // SAFETY: objects are word aligned inside slab memory, which stays
+        // mapped while the cache holds the slab; accesses are atomic.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+
+    /// The free-pointer word of `obj` on a fast path compiled for hardened
+    /// (`H`) or plain caches: hardened caches keep it at offset 0 (see
+    /// `cache_layout`; checked when the fast path is chosen), so `H` needs
+    /// no offset.
+    #[inline(always)]
+    fn fp_word_fast<const H: bool>(&self, obj: usize) -> &'static core::sync::atomic::AtomicUsize {
+        let p = core::ptr::with_exposed_provenance_mut::<usize>(if H {
+            obj
+        } else {
+            obj + self.lay.offset
+        });
+        // SAFETY: as for `fp_word`.
+        unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+    }
+
+    /// Hardened caches: the key of `obj`'s free-pointer word (`fp_encode`'s
+    /// XOR: a free pointer is stored as `next ^ key`, so a free object in
+    /// a sheaf, marked as encoding null, holds `key` itself). Only for the
+    /// hardened fast paths, whose caches keep the free pointer at offset 0
+    /// (the word's address is the object's; debug caches go through
+    /// `fp_encode` with their own offset).
+    #[inline(always)]
+    fn fp_key(&self, obj: usize) -> usize {
+        self.random.load(CoreOrdering::Relaxed) ^ obj.swap_bytes()
+    }
+
+    /// Hardened caches: the key of sheaf entries (entries are stored as
+    /// `object ^ key`; the key is the cache's secret, which is also the
+    /// marker a free object in a sheaf holds, see
+    /// [`looks_free`](Self::looks_free)).
+    #[inline(always)]
+    fn entry_key(&self) -> usize {
+        self.random.load(CoreOrdering::Relaxed)
+    }
+
+    /// Whether `o` is a word-aligned address within the span of this
+    /// cache's slabs, rounded to the power-of-two window around them (one
+    /// mask test; hardened sheaf entries must). A garbage value passes with
+    /// a probability of about `window / 2^64 / 8`.
+    #[inline(always)]
+    fn in_slabs(&self, o: usize) -> bool {
+        (o ^ self.slab_ref.load(CoreOrdering::Relaxed)) & self.slab_mask.load(CoreOrdering::Relaxed)
+            == 0
+    }
+
+    /// Hardened caches: clears the free-pointer word of an object being
+    /// handed out, so that it no longer reads as free ([`looks_free`]):
+    /// a raw 0 decodes to `secret ^ slot`, which is neither null nor an
+    /// object of the slab unless the secret happens to be one of about
+    /// `slab bytes` values out of 2^64.
+    ///
+    /// [`looks_free`]: Self::looks_free
+    #[inline(always)]
+    fn clear_fp(&self, obj: usize) {
+        if self.hardened() {
+            let p = core::ptr::with_exposed_provenance_mut::<usize>(obj + self.lay.offset);
+            // SAFETY: an object the caller just took; word aligned in slab
+            // memory.
+            unsafe { core::sync::atomic::AtomicUsize::from_ptr(p) }
+                .store(FreePtr::NULL.0, CoreOrdering::Relaxed)
+        }
+    }
+
+    /// Hardened caches: whether `obj` (an object of the slab whose objects
+    /// span `[base, base + span)`) reads as free: every free object's
+    /// free-pointer word holds the cache's secret (an object in a sheaf:
+    /// [`mark_free`](Self::mark_free)) or decodes to null (the end of a
+    /// freelist) or to an object of its own slab, and every allocation
+    /// clears the word ([`clear_fp`](Self::clear_fp)).
+    /// Without the secret, a live object's contents match with negligible
+    /// probability. Always `false` for unhardened caches (a user's data
+    /// may well hold a pointer into the slab).
+    #[inline(always)]
+    fn looks_free(&self, obj: usize, base: usize, span: usize) -> bool {
+        if !self.hardened() {
+            return false;
+        }
+        let w = self.fp_word(obj).load(CoreOrdering::Relaxed);
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let d = w ^ r ^ (obj + self.lay.offset).swap_bytes();
+        w == r || d == 0 || d.wrapping_sub(base) < span
+    }
+
+    /// Hardened caches: whether `next`, read from a free object of the slab
+    /// at `base` holding `objects`, is null or an object of that slab
+    /// (one range and stride check); unhardened caches trust it.
+    #[inline(always)]
+    fn fp_ok(&self, next: usize, base: usize, objects: usize) -> bool {
+        !self.hardened() || next == 0 || self.obj_index(next.wrapping_sub(base), objects).is_some()
+    }
+
+    /// Reports a free pointer that is not an object of its slab (a write
+    /// after free, or a freelist cycle) and panics.
+    #[cold]
+    #[inline(never)]
+    fn bad_freelist(&self, base: usize, obj: usize, next: usize, what: &str) -> ! {
+        panic!(
+            "slub {}: corrupted freelist in slab {base:#x}: free object {obj:#x} {what} \
+             (free pointer found: {next:#x}; a write after free or a double free)",
+            self.name
+        )
+    }
+
+    #[inline(always)]
+    fn obj_ptr(obj: usize) -> NonNull<u8> {
+        // SAFETY: objects are never at address 0.
+        unsafe { NonNull::new_unchecked(core::ptr::with_exposed_provenance_mut(obj)) }
+    }
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> Drop for KmemCache<S, P, N> {
+    /// Gives every empty slab back; slabs with objects still allocated are
+    /// left (and leak), as `kmem_cache_destroy` leaves them.
+    fn drop(&mut self) {
+        if self.mode.load(CoreOrdering::Relaxed) != Mode::Unknown as u8 {
+            let _ = self.destroy();
+        }
+    }
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> fmt::Debug for KmemCache<S, P, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KmemCache")
+            .field("name", &self.name)
+            .field("layout", &self.lay)
+            .field("lockless", &self.lockless())
+            .finish_non_exhaustive()
+    }
+}

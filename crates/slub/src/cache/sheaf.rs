@@ -1,0 +1,510 @@
+//! Sheaves and the barn (seed 004): per-CPU main and spare arrays of
+//! object pointers behind the local trylock, the sheaf slow paths
+//! (swap, trade at the barn, refill from and flush to slabs through the
+//! slab-level bulk operations), and the barn's bounded lists of full and
+//! empty sheaves.
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use buddy::{AllocFlags, Order};
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use crate::error::FreeError;
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{Barn, CpuLocked, Guard, KmemCache, NodeBarnGuard, Sheaf};
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
+    /// (`obj ^ secret`), so a write into a freed block that became a sheaf
+    /// cannot name an address kmalloc would return.
+    #[inline(always)]
+    pub(super) fn sheaf_set(&self, sh: Sheaf, i: usize, obj: usize) {
+        if self.hardened() {
+            sh.set(i, obj ^ self.entry_key())
+        } else {
+            sh.set(i, obj)
+        }
+    }
+
+    /// Sheaf entry `i`, decoded; a hardened cache reports (and panics on)
+    /// an entry outside its slabs instead of returning it (`None`: the
+    /// caller unlocks, then calls [`bad_sheaf`](Self::bad_sheaf) with the
+    /// `Err` value).
+    #[inline(always)]
+    pub(super) fn sheaf_get(&self, sh: Sheaf, i: usize) -> Result<usize, usize> {
+        let o = sh.get(i);
+        if self.hardened() {
+            let o = o ^ self.entry_key();
+            if !self.in_slabs(o) {
+                return Err(o);
+            }
+            return Ok(o);
+        }
+        Ok(o)
+    }
+
+    /// Hardened caches: marks an object pushed onto a sheaf as free (its
+    /// free-pointer word holds the secret, see
+    /// [`looks_free`](Self::looks_free)).
+    #[inline(always)]
+    pub(super) fn mark_free(&self, obj: usize) {
+        if self.hardened() {
+            self.fp_word(obj).store(
+                self.random.load(CoreOrdering::Relaxed),
+                CoreOrdering::Relaxed,
+            );
+        }
+    }
+
+    /// Hardened caches: whether the free-pointer word `w` of an object
+    /// being freed holds the free marker `r` (the object is already in a
+    /// sheaf: a double free).
+    ///
+    /// The first byte is compared first, the whole word only when it
+    /// matches (about 1 in 256 live objects; the marker's first byte is
+    /// kept out of the common byte values, see `init_mode`). A program
+    /// often writes an object with narrow stores just before freeing it:
+    /// a word load that overlaps a narrower recent store cannot be
+    /// forwarded from the store buffer and waits until the store commits
+    /// (on this project's machine a 64 B pair after a one-byte write took
+    /// 11.9 ns instead of 7.8 ns), while a byte load is always contained
+    /// in the store that last wrote its byte, so it forwards.
+    #[inline(always)]
+    pub(super) fn marked_free(w: &core::sync::atomic::AtomicUsize, r: usize) -> bool {
+        // SAFETY: the first byte of the aligned word `w`; the object is
+        // the caller's (being freed), so nothing accesses it concurrently
+        // (a racing double free is the caller's undefined behaviour).
+        let b = unsafe { core::sync::atomic::AtomicU8::from_ptr(w.as_ptr().cast::<u8>()) };
+        b.load(CoreOrdering::Relaxed) == r as u8 && w.load(CoreOrdering::Relaxed) == r
+    }
+
+    /// Reports a sheaf whose size word is beyond its capacity.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn bad_sheaf_size(&self, sh: Sheaf, n: usize) -> ! {
+        panic!(
+            "slub {}: corrupted sheaf {:#x}: size {n} above its capacity {} (a write after free)",
+            self.name, sh.0, self.sheaf_capacity
+        )
+    }
+
+    /// Reports a sheaf entry that decodes outside the cache's slabs.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn bad_sheaf(&self, sh: Sheaf, i: usize, o: usize) -> ! {
+        panic!(
+            "slub {}: corrupted sheaf {:#x}: entry {i} (at {:#x}) decodes to {o:#x}, \
+             which is not an object of the cache (slabs within {:#x}..{:#x}; a write after free)",
+            self.name,
+            sh.0,
+            sh.entry_addr(i),
+            self.slab_lo.load(CoreOrdering::Relaxed),
+            self.slab_hi.load(CoreOrdering::Relaxed)
+        )
+    }
+
+    /// `local_trylock` of the CPU's slot for the sheaves (interrupts saved
+    /// where there are any): a context that interrupted the holder gets
+    /// `None` and takes the slab path.
+    #[inline(always)]
+    pub(super) fn try_lock_cpu(&self) -> Option<Guard<'_, P, N>> {
+        if P::HAS_IRQS {
+            self.cpu.try_lock_irqsave()
+        } else {
+            self.cpu.try_lock()
+        }
+    }
+
+    /// `alloc_empty_sheaf`: a page block for a sheaf.
+    pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
+        let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
+        let order = Order::new(crate::layout::get_order(bytes, self.geometry.page_size))?;
+        let page = self.source.alloc_block(order, AllocFlags::NONE)?;
+        if let Some(b) = self.source.block_of(page.ptr.as_ptr()) {
+            b.owner
+                .tag()
+                .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
+        }
+        let sh = Sheaf(page.ptr.as_ptr().expose_provenance());
+        sh.set_size(0);
+        sh.set_next(0);
+        self.stat_here(SlubStat::SHEAF_ALLOC);
+        Some(sh)
+    }
+
+    /// Frees an empty sheaf's block.
+    fn free_sheaf(&self, sh: Sheaf) {
+        debug_assert_eq!(sh.size(), 0);
+        let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
+        if let Some(b) = self.source.block_of(p) {
+            b.owner.tag().store(0, Ordering::Relaxed);
+            // SAFETY: the block was allocated by `new_sheaf` and is empty.
+            unsafe { self.source.free_block(b.head, b.order) };
+            self.stat_here(SlubStat::SHEAF_FREE);
+        }
+    }
+
+    /// `sheaf_flush`: returns a sheaf's objects to their slabs (bulk free).
+    fn flush_sheaf(&self, sh: Sheaf) {
+        let n = sh.size();
+        if n == 0 {
+            return;
+        }
+        if n > self.sheaf_capacity {
+            self.bad_sheaf_size(sh, n);
+        }
+        if self.hardened() {
+            // Entries decoded in place for the bulk free.
+            for i in 0..n {
+                match self.sheaf_get(sh, i) {
+                    Ok(o) => sh.set(i, o),
+                    Err(o) => self.bad_sheaf(sh, i, o),
+                }
+            }
+        }
+        // SAFETY: the sheaf holds `n` validated objects of this cache, each
+        // once; NonNull<u8> has the layout of *mut u8.
+        let objs = unsafe { core::slice::from_raw_parts(sh.objects() as *const NonNull<u8>, n) };
+        // SAFETY: as above.
+        if let Err(e) = unsafe { self.free_bulk_slab(objs) } {
+            panic!("{}: corrupted sheaf: {e}", self.name)
+        }
+        sh.set_size(0);
+        self.stat_here(SlubStat::SHEAF_FLUSH);
+    }
+
+    /// `refill_sheaf`: fills an empty sheaf by bulk allocation; false if the
+    /// page allocator ran out.
+    fn refill_sheaf(&self, sh: Sheaf) -> bool {
+        let cap = self.sheaf_capacity;
+        // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
+        let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
+        if self.alloc_bulk_slab(out) == cap {
+            if self.hardened() {
+                // Marked free and encoded in place.
+                for i in 0..cap {
+                    let o = sh.get(i);
+                    self.mark_free(o);
+                    self.sheaf_set(sh, i, o);
+                }
+            }
+            sh.set_size(cap);
+            self.stat_here(SlubStat::SHEAF_REFILL);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn lock_barn(&self) -> NodeBarnGuard<'_, P> {
+        let platform = self.cpu.platform();
+        let flags = platform.irq_save();
+        NodeBarnGuard {
+            g: core::mem::ManuallyDrop::new(self.barn.lock()),
+            platform,
+            flags,
+        }
+    }
+
+    /// `barn_replace_empty_sheaf`: a full sheaf for our empty one, which
+    /// the barn keeps (or, beyond its limit, is freed).
+    pub(super) fn barn_get_full(&self, empty: Sheaf) -> Option<Sheaf> {
+        let mut b = self.lock_barn();
+        if b.full == 0 {
+            drop(b);
+            self.stat_here(SlubStat::BARN_GET_FAIL);
+            return None;
+        }
+        let full = Sheaf(b.full);
+        b.full = full.next();
+        b.nr_full -= 1;
+        let keep = b.nr_empty < Barn::MAX_EMPTY;
+        if keep {
+            empty.set_next(b.empty);
+            b.empty = empty.0;
+            b.nr_empty += 1;
+        }
+        drop(b);
+        if !keep {
+            self.free_sheaf(empty);
+        }
+        self.stat_here(SlubStat::BARN_GET);
+        Some(full)
+    }
+
+    /// `barn_replace_full_sheaf`: gives the barn our full sheaf for an
+    /// empty one (from the barn, or new); `Err(full)` when the barn already
+    /// holds its limit of full sheaves (or no empty sheaf can be had).
+    pub(super) fn barn_put_full(&self, full: Sheaf) -> Result<Sheaf, Sheaf> {
+        let mut b = self.lock_barn();
+        if b.nr_full >= Barn::MAX_FULL {
+            drop(b);
+            self.stat_here(SlubStat::BARN_PUT_FAIL);
+            return Err(full);
+        }
+        let empty = if b.empty != 0 {
+            let e = Sheaf(b.empty);
+            b.empty = e.next();
+            b.nr_empty -= 1;
+            Some(e)
+        } else {
+            None
+        };
+        let empty = match empty {
+            Some(e) => e,
+            None => {
+                drop(b);
+                let Some(e) = self.new_sheaf() else {
+                    self.stat_here(SlubStat::BARN_PUT_FAIL);
+                    return Err(full);
+                };
+                b = self.lock_barn();
+                if b.nr_full >= Barn::MAX_FULL {
+                    drop(b);
+                    self.free_sheaf(e);
+                    self.stat_here(SlubStat::BARN_PUT_FAIL);
+                    return Err(full);
+                }
+                e
+            }
+        };
+        full.set_next(b.full);
+        b.full = full.0;
+        b.nr_full += 1;
+        drop(b);
+        self.stat_here(SlubStat::BARN_PUT);
+        Some(empty).ok_or(full)
+    }
+
+    #[inline(never)]
+    pub(super) fn alloc_from_pcs_slow<'a>(&'a self, mut g: Guard<'a, P, N>) -> Option<NonNull<u8>> {
+        loop {
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n > self.sheaf_capacity {
+                    drop(g);
+                    self.bad_sheaf_size(main, n);
+                }
+                if n > 0 {
+                    let o = match self.sheaf_get(main, n - 1) {
+                        Ok(o) => o,
+                        Err(o) => {
+                            drop(g);
+                            self.bad_sheaf(main, n - 1, o)
+                        }
+                    };
+                    main.set_size(n - 1);
+                    self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);
+                    drop(g);
+                    self.clear_fp(o);
+                    return Some(Self::obj_ptr(o));
+                }
+                if g.spare != 0 && Sheaf(g.spare).size() > 0 {
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    continue;
+                }
+            }
+            // Detach the (empty or missing) main sheaf and get a full one
+            // outside the lock.
+            let empty = core::mem::take(&mut g.main);
+            drop(g);
+            let empty = if empty != 0 {
+                Sheaf(empty)
+            } else {
+                self.new_sheaf()?
+            };
+            let full = match self.barn_get_full(empty) {
+                Some(f) => f,
+                None => {
+                    if !self.refill_sheaf(empty) {
+                        self.free_sheaf(empty);
+                        return None;
+                    }
+                    empty
+                }
+            };
+            // Install it; another context may have installed a main sheaf
+            // meanwhile (or we moved): then give ours to the barn/slabs.
+            match self.try_lock_cpu() {
+                Some(g2) => {
+                    g = g2;
+                    if g.main == 0 {
+                        g.main = full.0;
+                    } else {
+                        drop(g);
+                        self.retire_sheaf(full);
+                        g = self.try_lock_cpu()?;
+                    }
+                }
+                None => {
+                    self.retire_sheaf(full);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// A detached sheaf nobody will use: to the barn if it is full and the
+    /// barn has room, else its objects back to slabs and the sheaf freed.
+    pub(super) fn retire_sheaf(&self, sh: Sheaf) {
+        if sh.size() == self.sheaf_capacity {
+            if let Ok(e) = self.barn_put_full(sh) {
+                self.free_sheaf(e);
+                return;
+            }
+        }
+        self.flush_sheaf(sh);
+        self.free_sheaf(sh);
+    }
+
+    /// Free into the per-CPU sheaves beyond the inline push: a full main
+    /// is swapped with an empty spare, traded at the barn for an empty
+    /// sheaf, or flushed to slabs by bulk free. `Ok(false)` sends the
+    /// caller to the slab path (a failed trylock; no memory for a sheaf).
+    #[inline(never)]
+    pub(super) fn free_to_pcs_slow<'a>(
+        &'a self,
+        mut g: Guard<'a, P, N>,
+        obj: usize,
+    ) -> Result<bool, FreeError> {
+        let cap = self.sheaf_capacity;
+        loop {
+            if g.main != 0 {
+                let main = Sheaf(g.main);
+                let n = main.size();
+                if n > cap {
+                    drop(g);
+                    self.bad_sheaf_size(main, n);
+                }
+                if n < cap {
+                    if !self.hardened() && n > 0 && main.get(n - 1) == obj {
+                        return Err(FreeError::DoubleFree(obj));
+                    }
+                    self.mark_free(obj);
+                    self.sheaf_set(main, n, obj);
+                    main.set_size(n + 1);
+                    self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
+                    return Ok(true);
+                }
+                if g.spare == 0 || Sheaf(g.spare).size() == 0 {
+                    if g.spare == 0 {
+                        drop(g);
+                        let sp = self.new_sheaf();
+                        g = match self.try_lock_cpu() {
+                            Some(g) => g,
+                            None => {
+                                if let Some(sp) = sp {
+                                    self.free_sheaf(sp);
+                                }
+                                return Ok(false);
+                            }
+                        };
+                        match sp {
+                            Some(sp) if g.spare == 0 => g.spare = sp.0,
+                            Some(sp) => {
+                                drop(g);
+                                self.free_sheaf(sp);
+                                g = match self.try_lock_cpu() {
+                                    Some(g) => g,
+                                    None => return Ok(false),
+                                };
+                            }
+                            None => return Ok(false),
+                        }
+                        continue;
+                    }
+                    let c: &mut CpuLocked = &mut g;
+                    core::mem::swap(&mut c.main, &mut c.spare);
+                    self.stat_cpu(g.cpu(), SlubStat::SHEAF_SWAP);
+                    continue;
+                }
+            }
+            // Detach the full (or missing) main and get an empty one.
+            let full = core::mem::take(&mut g.main);
+            drop(g);
+            let empty = if full == 0 {
+                match self.new_sheaf() {
+                    Some(e) => e,
+                    None => return Ok(false),
+                }
+            } else {
+                match self.barn_put_full(Sheaf(full)) {
+                    Ok(e) => e,
+                    Err(f) => {
+                        self.flush_sheaf(f);
+                        f
+                    }
+                }
+            };
+            match self.try_lock_cpu() {
+                Some(g2) => {
+                    g = g2;
+                    if g.main == 0 {
+                        g.main = empty.0;
+                    } else {
+                        drop(g);
+                        self.free_sheaf(empty);
+                        g = match self.try_lock_cpu() {
+                            Some(g) => g,
+                            None => return Ok(false),
+                        };
+                    }
+                }
+                None => {
+                    self.free_sheaf(empty);
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Detaches and returns a CPU's sheaves (under its lock).
+    pub(super) fn take_sheaves(g: &mut Guard<'_, P, N>) -> [usize; 2] {
+        [core::mem::take(&mut g.main), core::mem::take(&mut g.spare)]
+    }
+
+    /// Flushes detached sheaves to slabs and frees them.
+    pub(super) fn drop_sheaves(&self, sheaves: [usize; 2]) {
+        for sh in sheaves {
+            if sh != 0 {
+                self.flush_sheaf(Sheaf(sh));
+                self.free_sheaf(Sheaf(sh));
+            }
+        }
+    }
+
+    /// Empties the barn: full sheaves' objects back to slabs, every sheaf
+    /// freed (part of shrink).
+    pub(super) fn flush_barn(&self) {
+        let (mut full, mut empty) = {
+            let mut b = self.lock_barn();
+            let r = (b.full, b.empty);
+            *b = Barn::new();
+            r
+        };
+        while full != 0 {
+            let sh = Sheaf(full);
+            full = sh.next();
+            self.flush_sheaf(sh);
+            self.free_sheaf(sh);
+        }
+        while empty != 0 {
+            let sh = Sheaf(empty);
+            empty = sh.next();
+            self.free_sheaf(sh);
+        }
+    }
+
+    /// Full and empty sheaves in the barn (a racy snapshot).
+    pub fn barn_sheaves(&self) -> (usize, usize) {
+        let b = self.lock_barn();
+        (b.nr_full, b.nr_empty)
+    }
+}
