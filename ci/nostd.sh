@@ -12,6 +12,8 @@ for target in "${TARGETS[@]}"; do
     for c in "${crates[@]}"; do
         step cargo build -p "$c" --no-default-features --target "$target"
     done
+    # The `Allocator` impls (issue #19) are no_std too.
+    step cargo build -p slub --no-default-features --features allocator-api2 --target "$target"
 done
 
 ci_pass

@@ -5,5 +5,9 @@ source "$(dirname "$0")/common.sh"
 ci_header "cargo test --workspace"
 
 step cargo test --workspace
+# The `Allocator` impls behind slub's feature `allocator-api2`: their tests
+# and examples (the typed caches' run in the workspace pass above too).
+step cargo test -p slub --features allocator-api2 --test api
+step cargo test -p slub --features allocator-api2 --doc
 
 ci_pass
