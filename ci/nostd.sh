@@ -13,7 +13,9 @@ for target in "${TARGETS[@]}"; do
         step cargo build -p "$c" --no-default-features --target "$target"
     done
     # The `Allocator` impls (issue #19) are no_std too.
-    step cargo build -p slub --no-default-features --features allocator-api2 --target "$target"
+    for c in buddy pcp percpu-bitmap slub; do
+        step cargo build -p "$c" --no-default-features --features allocator-api2 --target "$target"
+    done
 done
 
 ci_pass

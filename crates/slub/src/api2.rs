@@ -12,7 +12,16 @@
 //!   `allocate_zeroed` is `kzalloc` (large blocks the page allocator knows
 //!   to be zero are not cleared again).
 //! - `&GlobalSlub` is its [`GlobalAlloc`](core::alloc::GlobalAlloc) front
-//!   end (kmalloc, then direct mappings for what the heap cannot hold).
+//!   end (kmalloc, then direct mappings for what the heap cannot hold),
+//!   through `local_lock::allocator_via_global_alloc!`.
+//!
+//! ```
+//! use allocator_api2::vec::Vec;
+//! static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+//! let mut v: Vec<u32, _> = Vec::new_in(&HEAP);
+//! v.extend(0..10_000);
+//! assert_eq!(v[9_999], 9_999);
+//! ```
 //!
 //! Zero-sized layouts get a dangling, aligned pointer and are never passed
 //! to the caches (the `Allocator` contract allows it; nothing is freed).
@@ -20,19 +29,10 @@
 use core::alloc::Layout;
 use core::ptr::NonNull;
 
-use allocator_api2::alloc::{AllocError, Allocator};
+use local_lock::api2::{dangling, AllocError, Allocator};
 use local_lock::Platform;
 
 use crate::{KmemCache, SlabSource};
-
-/// A dangling pointer aligned for `layout`, as a zero-length slice.
-#[inline]
-fn dangling(layout: Layout) -> NonNull<[u8]> {
-    // `align` is a non-zero power of two: never null.
-    let p = NonNull::new(core::ptr::without_provenance_mut::<u8>(layout.align()))
-        .unwrap_or(NonNull::dangling());
-    NonNull::slice_from_raw_parts(p, 0)
-}
 
 /// The allocation `p` of `len` usable bytes as a slice pointer.
 #[inline]
@@ -240,108 +240,6 @@ mod kmalloc_impl {
     }
 }
 
+// `&GlobalSlub`: its `GlobalAlloc` front end (example in the module docs).
 #[cfg(all(feature = "std", not(loom)))]
-mod global_impl {
-    use core::alloc::GlobalAlloc;
-
-    use super::*;
-    use crate::GlobalSlub;
-
-    /// The `GlobalSlub` front end: its `GlobalAlloc` methods.
-    ///
-    /// ```
-    /// use allocator_api2::vec::Vec;
-    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
-    /// let mut v: Vec<u32, _> = Vec::new_in(&HEAP);
-    /// v.extend(0..10_000);
-    /// assert_eq!(v[9_999], 9_999);
-    /// ```
-    // SAFETY: `GlobalAlloc::alloc` of a non-zero layout returns a block of
-    // that layout or null; `dealloc`/`realloc` take what it returned with
-    // the same layout; zero-sized layouts never reach it.
-    unsafe impl Allocator for &GlobalSlub {
-        #[inline]
-        fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-            if layout.size() == 0 {
-                return Ok(dangling(layout));
-            }
-            // SAFETY: a non-zero layout.
-            let p = NonNull::new(unsafe { GlobalAlloc::alloc(*self, layout) }).ok_or(AllocError)?;
-            Ok(slice(p, layout.size()))
-        }
-
-        #[inline]
-        fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
-            if layout.size() == 0 {
-                return Ok(dangling(layout));
-            }
-            // SAFETY: a non-zero layout.
-            let p = NonNull::new(unsafe { GlobalAlloc::alloc_zeroed(*self, layout) })
-                .ok_or(AllocError)?;
-            Ok(slice(p, layout.size()))
-        }
-
-        #[inline]
-        unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
-            if layout.size() != 0 {
-                // SAFETY: allocated by `allocate` with `layout`.
-                unsafe { GlobalAlloc::dealloc(*self, ptr.as_ptr(), layout) }
-            }
-        }
-
-        unsafe fn grow(
-            &self,
-            ptr: NonNull<u8>,
-            old: Layout,
-            new: Layout,
-        ) -> Result<NonNull<[u8]>, AllocError> {
-            if old.size() == 0 || old.align() != new.align() {
-                let n = self.allocate(new)?;
-                // SAFETY: valid for `old.size()` bytes, distinct; freed once.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        ptr.as_ptr(),
-                        n.cast::<u8>().as_ptr(),
-                        old.size(),
-                    );
-                    self.deallocate(ptr, old);
-                }
-                return Ok(n);
-            }
-            // SAFETY: `ptr` was allocated with `old`; `realloc` keeps the
-            // alignment and copies; the new size is non-zero.
-            let p =
-                NonNull::new(unsafe { GlobalAlloc::realloc(*self, ptr.as_ptr(), old, new.size()) })
-                    .ok_or(AllocError)?;
-            Ok(slice(p, new.size()))
-        }
-
-        unsafe fn shrink(
-            &self,
-            ptr: NonNull<u8>,
-            old: Layout,
-            new: Layout,
-        ) -> Result<NonNull<[u8]>, AllocError> {
-            if new.size() == 0 {
-                // SAFETY: forwarded.
-                unsafe { self.deallocate(ptr, old) };
-                return Ok(dangling(new));
-            }
-            if old.align() == new.align() {
-                // SAFETY: allocated with `old`; a non-zero new size.
-                let p = NonNull::new(unsafe {
-                    GlobalAlloc::realloc(*self, ptr.as_ptr(), old, new.size())
-                })
-                .ok_or(AllocError)?;
-                return Ok(slice(p, new.size()));
-            }
-            let n = self.allocate(new)?;
-            // SAFETY: valid for `new.size()` (<= old) bytes, distinct.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), new.size());
-                self.deallocate(ptr, old);
-            }
-            Ok(n)
-        }
-    }
-}
+local_lock::allocator_via_global_alloc!(impl[] for crate::GlobalSlub);
