@@ -12,20 +12,37 @@ use slub::{GlobalPages, SlabFlags, TypedCache};
 
 const PAGE: usize = 4096;
 
-/// A buddy over `pages` pages of leaked heap memory (tests that must run
-/// out).
-fn small_buddy(pages: usize) -> &'static Buddy<TestPlatform> {
-    let layout = Layout::from_size_align(pages * PAGE, PAGE).unwrap();
-    // SAFETY: non-zero size; leaked, so it outlives the buddy.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    assert!(!ptr.is_null());
-    let b = Box::leak(Box::new(Buddy::new(
-        TestPlatform::locked(2),
-        Config::new(PAGE, 4).with_tunables(Tunables::NO_MIN),
-    )));
-    // SAFETY: the memory is ours for the life of the program.
-    unsafe { b.add_region(ptr, pages * PAGE, true).unwrap() };
-    b
+/// A buddy over `pages` pages of heap memory (tests that must run out);
+/// the memory is freed when it drops.
+struct Small {
+    buddy: Box<Buddy<TestPlatform>>,
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Small {
+    fn new(pages: usize) -> Small {
+        let layout = Layout::from_size_align(pages * PAGE, PAGE).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        let buddy = Box::new(Buddy::new(
+            TestPlatform::locked(2),
+            Config::new(PAGE, 4).with_tunables(Tunables::NO_MIN),
+        ));
+        // SAFETY: the memory lives as long as `Small` and only the buddy
+        // uses it.
+        unsafe { buddy.add_region(ptr, pages * PAGE, true).unwrap() };
+        Small { buddy, ptr, layout }
+    }
+}
+
+impl Drop for Small {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the caches over the
+        // buddy are gone (they borrow `self`).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
 }
 
 #[cfg(feature = "allocator-api2")]
@@ -139,13 +156,13 @@ mod api2 {
 
     #[test]
     fn exhaustion_is_an_alloc_error() {
-        let b = small_buddy(16);
+        let m = Small::new(16);
         let cache = KmemCache::<_, _, 2>::create(
             "tiny",
             512,
             8,
             SlabFlags::NONE,
-            b,
+            &*m.buddy,
             TestPlatform::locked(2),
         )
         .unwrap();
@@ -206,11 +223,11 @@ fn typed_boxes_drop_their_value_and_free_from_any_thread() {
 
 #[test]
 fn try_new_hands_the_value_back_when_memory_runs_out() {
-    let b = small_buddy(8);
+    let m = Small::new(8);
     let c = TypedCache::<[u64; 64], _, _, 2>::create(
         "big",
         SlabFlags::NONE,
-        b,
+        &*m.buddy,
         TestPlatform::locked(2),
     )
     .unwrap();
