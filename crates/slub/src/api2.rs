@@ -198,7 +198,7 @@ mod kmalloc_impl {
             new: Layout,
         ) -> Result<NonNull<[u8]>, AllocError> {
             if old.size() != 0 && ptr.as_ptr().addr().is_multiple_of(new.align()) {
-                let usable = self.ksize(ptr);
+                let usable = self.ksize(ptr.as_ptr());
                 if new.size() <= usable {
                     // `krealloc` within the class or block.
                     return Ok(slice(ptr, usable));
@@ -227,7 +227,7 @@ mod kmalloc_impl {
             }
             if ptr.as_ptr().addr().is_multiple_of(new.align()) {
                 // Kept in place, as `krealloc` keeps a smaller size.
-                return Ok(slice(ptr, self.ksize(ptr)));
+                return Ok(slice(ptr, self.ksize(ptr.as_ptr())));
             }
             let n = self.allocate(new)?;
             // SAFETY: as in `grow`, for `new.size()` bytes.

@@ -262,3 +262,40 @@ fn zero_sized_types_get_distinct_objects() {
         slub::CacheBox::into_raw(b).as_ptr()
     );
 }
+
+#[test]
+fn krealloc_follows_the_kernel() {
+    let m = Small::new(16);
+    let k = slub::Kmalloc::<_, _, 2>::with_config(
+        &*m.buddy,
+        TestPlatform::locked(2),
+        slub::Geometry::new(2),
+        SlabFlags::HARDENED,
+        0,
+    );
+    // SAFETY: every pointer is this kmalloc's, each freed once.
+    unsafe {
+        // NULL: a kmalloc.
+        let p = k.krealloc(std::ptr::null_mut(), 24, 8).unwrap();
+        assert_eq!(k.ksize(p.as_ptr()), 32);
+        p.as_ptr().write_bytes(9, 24);
+        // Within ksize: in place; beyond it: moved, contents kept.
+        assert_eq!(k.krealloc(p.as_ptr(), 32, 8), Some(p));
+        let q = k.krealloc(p.as_ptr(), 100, 8).unwrap();
+        assert_ne!(q, p);
+        assert_eq!(std::slice::from_raw_parts(q.as_ptr(), 24), &[9; 24]);
+        // Out of memory: None, and the old block is intact and live.
+        assert_eq!(k.krealloc(q.as_ptr(), 1 << 30, 8), None);
+        assert_eq!(*q.as_ptr().add(23), 9);
+        assert_eq!(k.ksize(q.as_ptr()), 128);
+        // Size 0: freed, ZERO_SIZE_PTR back (and ksize of it is 0).
+        let z = k.krealloc(q.as_ptr(), 0, 8).unwrap();
+        assert_eq!(z, slub::ZERO_SIZE_PTR);
+        assert_eq!(k.ksize(z.as_ptr()), 0);
+        assert_eq!(k.ksize(std::ptr::null_mut()), 0);
+        // ZERO_SIZE_PTR is like NULL.
+        let r = k.krealloc(z.as_ptr(), 8, 8).unwrap();
+        k.kfree(r.as_ptr());
+    }
+    k.validate();
+}
