@@ -20,6 +20,8 @@ for c in $(existing_crates); do
     fi
     summary+=("$c $((SECONDS - t0)) s")
 done
+# The Rust-native API's tests that run on the test buddy (issue #19).
+step cargo +nightly miri test -p slub --features allocator-api2 --test api
 printf 'miri time per crate:'; printf ' %s;' "${summary[@]}"; echo
 
 ci_pass

@@ -12,6 +12,10 @@ for target in "${TARGETS[@]}"; do
     for c in "${crates[@]}"; do
         step cargo build -p "$c" --no-default-features --target "$target"
     done
+    # The `Allocator` impls (issue #19) are no_std too.
+    for c in buddy pcp percpu-bitmap slub; do
+        step cargo build -p "$c" --no-default-features --features allocator-api2 --target "$target"
+    done
 done
 
 ci_pass

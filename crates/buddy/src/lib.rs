@@ -171,6 +171,8 @@
 #[cfg(any(feature = "std", test, loom))]
 extern crate std;
 
+#[cfg(feature = "allocator-api2")]
+mod api2;
 mod buddy;
 #[cfg(any(test, loom, feature = "invariants"))]
 mod check;

@@ -75,6 +75,8 @@
 #[cfg(any(feature = "std", loom, test))]
 extern crate std;
 
+#[cfg(feature = "allocator-api2")]
+pub mod api2;
 pub mod handover;
 pub mod kernel;
 mod lock;

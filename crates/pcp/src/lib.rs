@@ -77,6 +77,8 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+#[cfg(feature = "allocator-api2")]
+mod api2;
 pub mod list;
 mod pcp;
 pub mod sizing;

@@ -209,6 +209,8 @@ pub(crate) use local_lock::sync;
 /// one dependency).
 pub use local_lock;
 
+#[cfg(feature = "allocator-api2")]
+mod api2;
 mod bitmap;
 mod block;
 #[cfg(any(test, feature = "invariants"))]

@@ -246,6 +246,87 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
     }
 
+    /// [`kmalloc`](Self::kmalloc) of a [`Layout`](core::alloc::Layout).
+    ///
+    /// ```
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let k = HEAP.kmalloc();
+    /// let p = k.kmalloc_layout(core::alloc::Layout::new::<[u64; 3]>()).unwrap();
+    /// assert_eq!(k.ksize(p.as_ptr()), 32, "kmalloc-32");
+    /// // SAFETY: from this kmalloc, freed once.
+    /// unsafe { k.kfree(p.as_ptr()) };
+    /// ```
+    #[inline]
+    #[track_caller]
+    pub fn kmalloc_layout(&self, layout: core::alloc::Layout) -> Option<NonNull<u8>> {
+        self.kmalloc(layout.size(), layout.align())
+    }
+
+    /// [`kzalloc`](Self::kzalloc) of a [`Layout`](core::alloc::Layout).
+    #[inline]
+    #[track_caller]
+    pub fn kzalloc_layout(&self, layout: core::alloc::Layout) -> Option<NonNull<u8>> {
+        self.kzalloc(layout.size(), layout.align())
+    }
+
+    /// `krealloc`: `ptr` resized to `new_size` bytes aligned to `align`. In
+    /// place while the allocation's usable size ([`ksize`](Self::ksize))
+    /// holds `new_size` and `ptr` has the alignment; else a new allocation
+    /// gets the first `min(ksize, new_size)` bytes and `ptr` is freed. A
+    /// null `ptr` (or [`ZERO_SIZE_PTR`]) is a [`kmalloc`](Self::kmalloc);
+    /// `new_size` 0 frees `ptr` and returns [`ZERO_SIZE_PTR`]. `None` when
+    /// memory runs out, with `ptr` left as it was (as Linux returns NULL and
+    /// keeps the old block).
+    ///
+    /// ```
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let k = HEAP.kmalloc();
+    /// let p = k.kmalloc(20, 8).unwrap(); // kmalloc-32
+    /// // SAFETY: `p` is ours; the old pointer is not used after a move.
+    /// unsafe {
+    ///     p.as_ptr().write_bytes(7, 20);
+    ///     let q = k.krealloc(p.as_ptr(), 30, 8).unwrap();
+    ///     assert_eq!(q, p, "kmalloc-32 holds 30 bytes: in place");
+    ///     let r = k.krealloc(q.as_ptr(), 5000, 8).unwrap();
+    ///     assert_eq!(*r.as_ptr().add(19), 7, "contents kept");
+    ///     k.kfree(r.as_ptr());
+    /// }
+    /// ```
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is null, [`ZERO_SIZE_PTR`] or a live allocation of this
+    /// kmalloc; after a move (a result other than `ptr`) it is freed.
+    #[track_caller]
+    pub unsafe fn krealloc(
+        &self,
+        ptr: *mut u8,
+        new_size: usize,
+        align: usize,
+    ) -> Option<NonNull<u8>> {
+        let Some(p) = NonNull::new(ptr).filter(|p| *p != ZERO_SIZE_PTR) else {
+            return self.kmalloc(new_size, align);
+        };
+        if new_size == 0 {
+            // SAFETY: the caller's contract.
+            unsafe { self.kfree(ptr) };
+            return Some(ZERO_SIZE_PTR);
+        }
+        let old = self.ksize(ptr);
+        if new_size <= old && align.is_power_of_two() && ptr.addr().is_multiple_of(align) {
+            return Some(p);
+        }
+        let n = self.kmalloc(new_size, align)?;
+        // SAFETY: both valid for the copied length (the old allocation's
+        // usable size, the new one's request) and distinct; `ptr` is freed
+        // once (the caller's contract).
+        unsafe {
+            core::ptr::copy_nonoverlapping(ptr, n.as_ptr(), old.min(new_size));
+            self.kfree(ptr);
+        }
+        Some(n)
+    }
+
     /// `kmalloc_large`: a block of pages tagged with its size.
     fn kmalloc_large(&self, size: usize, align: usize, flags: AllocFlags) -> Option<NonNull<u8>> {
         let ps = self.source.page_size();
@@ -334,7 +415,9 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     }
 
     /// `ksize`: the usable size of an allocation (its class's object size,
-    /// or the whole block for a large one).
+    /// or the whole block for a large one); 0 for null and
+    /// [`ZERO_SIZE_PTR`]. Takes the pointer type [`kfree`](Self::kfree)
+    /// takes.
     ///
     /// # Panics
     ///
@@ -342,10 +425,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// known to be free (on its slab's freelist in a debug cache; its
     /// free-pointer word reads as free in a hardened cache; the head of its
     /// slab's freelist otherwise).
-    pub fn ksize(&self, ptr: NonNull<u8>) -> usize {
-        if ptr == ZERO_SIZE_PTR {
+    pub fn ksize(&self, ptr: *mut u8) -> usize {
+        let Some(ptr) = NonNull::new(ptr).filter(|p| *p != ZERO_SIZE_PTR) else {
             return 0;
-        }
+        };
         let a = ptr.as_ptr().addr();
         let b = self
             .source

@@ -146,12 +146,15 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+#[cfg(feature = "allocator-api2")]
+mod api2;
 mod cache;
 mod error;
 pub mod layout;
 pub mod slab;
 mod source;
 pub mod stats;
+mod typed;
 
 #[cfg(not(loom))]
 mod kmalloc;
@@ -176,6 +179,7 @@ pub use crate::layout::{
 };
 pub use crate::source::SlabSource;
 pub use crate::stats::{SlubStat, SlubStats};
+pub use crate::typed::{CacheBox, OutOfMemory, TypedCache};
 
 #[cfg(all(any(test, feature = "testing"), not(loom)))]
 pub mod testing;

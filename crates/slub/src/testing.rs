@@ -219,7 +219,7 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
                 ctx(irq, &mut || got = k.kmalloc(size, 8));
                 let Some(o) = got else { continue };
                 tag = tag.wrapping_add(1);
-                assert!(k.ksize(o) >= size);
+                assert!(k.ksize(o.as_ptr()) >= size);
                 add(&mut ranges, o, size);
                 fill(o, size, tag);
                 live.push(Live {

@@ -886,7 +886,7 @@ fn kmalloc_kfree_ksize_without_sizes() {
     {
         let p = k.kmalloc(size, 8).unwrap();
         fill(p, size, i as u8 + 1);
-        let ks = k.ksize(p);
+        let ks = k.ksize(p.as_ptr());
         assert!(ks >= size, "ksize {ks} < {size}");
         if size <= 8192 {
             assert_eq!(ks, KMALLOC_SIZES[kmalloc_index(size)]);
@@ -952,7 +952,7 @@ fn ksize_of_a_page_panics() {
         .buddy
         .alloc_pages(buddy::Order::ZERO, buddy::AllocFlags::NONE)
         .unwrap();
-    k.ksize(page.ptr);
+    k.ksize(page.ptr.as_ptr());
 }
 
 #[test]

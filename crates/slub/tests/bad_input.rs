@@ -575,11 +575,11 @@ fn ksize_of_a_freed_object_panics() {
             let m = Mem::new();
             let k = kmalloc(&m, TestPlatform::locked(CPUS), flags, sheaves);
             let a = k.kmalloc(64, 8).unwrap();
-            assert!(k.ksize(a) >= 64);
+            assert!(k.ksize(a.as_ptr()) >= 64);
             // SAFETY: live, freed once.
             unsafe { k.kfree(a.as_ptr()) };
             let msg = panic_message(|| {
-                k.ksize(a);
+                k.ksize(a.as_ptr());
             });
             assert!(msg.contains("is free"), "{flags:?}: {msg}");
             assert!(msg.contains(&format!("{:#x}", addr(a))), "{msg}");

@@ -78,7 +78,7 @@ fn std_collections_and_threads_run_on_it() {
     assert!(s.get(SlubStat::SHEAF_REFILL) > 0, "{s}");
     // kfree/ksize without sizes through the global instance.
     let p = k.kmalloc(100, 8).unwrap();
-    assert_eq!(k.ksize(p), 128);
+    assert_eq!(k.ksize(p.as_ptr()), 128);
     // SAFETY: ours.
     unsafe { k.kfree(p.as_ptr()) };
     let report = format!("{}", k.report());
