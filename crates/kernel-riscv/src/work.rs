@@ -565,14 +565,14 @@ fn objects_round(rng: &mut Rng, me: usize, harts: usize) {
     // mailed to the next hart (which frees sheaf objects with free_bulk).
     for (kind, c) in [(1u8, OBJ_CACHE.get()), (2u8, SHEAF_CACHE.get())] {
         let size = c.object_size();
-        let mut objs = [core::ptr::null_mut::<u8>(); 24];
+        let mut objs = [None; 24];
         let got = c.alloc_bulk(&mut objs);
         assert!(got == objs.len(), "{}: alloc_bulk got {got}", c.name());
         count(H::BULK_OBJS, got as u64);
         let mut local = [NonNull::<u8>::dangling(); 24];
         let mut k = 0;
         for (i, &o) in objs.iter().enumerate() {
-            let p = NonNull::new(o).expect("alloc_bulk returned null");
+            let p = o.expect("alloc_bulk returned null");
             fill(p, size, me);
             if i % 2 == 0 {
                 local[k] = p;

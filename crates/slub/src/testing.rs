@@ -266,12 +266,12 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
                 let c = c % caches.len();
                 let n = n.clamp(1, 100);
                 p.set_cpu(cpu % CPUS);
-                let mut out = std::vec![core::ptr::null_mut(); n];
+                let mut out = std::vec![None; n];
                 if caches[c].alloc_bulk(&mut out) == 0 {
                     continue;
                 }
                 for o in out {
-                    let o = NonNull::new(o).expect("alloc_bulk filled every slot");
+                    let o = o.expect("alloc_bulk filled every slot");
                     tag = tag.wrapping_add(1);
                     add(&mut ranges, o, sizes[c]);
                     fill(o, sizes[c], tag);

@@ -650,8 +650,9 @@ fn bulk_alloc_and_free_across_slabs() {
         let m = Mem::new(16);
         let mut c = cache(&m, 200, p, SlabFlags::NONE);
         let per = c.layout().oo.objects as usize;
-        let mut out = vec![core::ptr::null_mut(); per * 5 + 3];
+        let mut out = vec![None; per * 5 + 3];
         assert_eq!(c.alloc_bulk(&mut out), out.len());
+        let out: Vec<*mut u8> = out.into_iter().map(|o| o.unwrap().as_ptr()).collect();
         let mut addrs: Vec<usize> = out.iter().map(|o| *o as usize).collect();
         addrs.sort_unstable();
         assert!(
@@ -697,8 +698,9 @@ fn bulk_calls_go_through_the_sheaves_first() {
     for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
         let m = Mem::new(16);
         let c = cache(&m, 64, p, SlabFlags::NONE).with_sheaves(16);
-        let mut objs = vec![core::ptr::null_mut::<u8>(); 100];
+        let mut objs = vec![None; 100];
         assert_eq!(c.alloc_bulk(&mut objs), 100);
+        let objs: Vec<*mut u8> = objs.into_iter().map(|o| o.unwrap().as_ptr()).collect();
         let mut addrs: Vec<usize> = objs.iter().map(|o| *o as usize).collect();
         addrs.sort_unstable();
         addrs.dedup();
@@ -714,8 +716,9 @@ fn bulk_calls_go_through_the_sheaves_first() {
         // The other CPU takes the full sheaves back in bulk: no slab work.
         p.set_cpu(0);
         let before = c.stats();
-        let mut again = vec![core::ptr::null_mut::<u8>(); 48];
+        let mut again = vec![None; 48];
         assert_eq!(c.alloc_bulk(&mut again), 48);
+        let again: Vec<*mut u8> = again.into_iter().map(|o| o.unwrap().as_ptr()).collect();
         let d = before.delta(&c.stats());
         assert_eq!(d.get(SlubStat::ALLOC_PCS), 48, "{d}");
         assert!(d.get(SlubStat::BARN_GET) >= 2, "{d}");
@@ -747,7 +750,7 @@ fn free_bulk_refuses_a_bad_window_untouched() {
     // Both still allocated: freeing them now works.
     // SAFETY: ours.
     unsafe { c.free_bulk(&[a, b]) };
-    let mut none: [*mut u8; 0] = [];
+    let mut none: [Option<NonNull<u8>>; 0] = [];
     assert_eq!(c.alloc_bulk(&mut none), 0);
 }
 

@@ -383,7 +383,11 @@ fn sheaf_bulk_vs_barn_trade_and_remote_flush() {
 }
 
 fn bulk_take(c: &Cache, out: &mut [*mut u8], v: u8) {
-    assert_eq!(c.alloc_bulk(out), out.len(), "the heap has room");
+    let mut got = vec![None; out.len()];
+    assert_eq!(c.alloc_bulk(&mut got), out.len(), "the heap has room");
+    for (o, g) in out.iter_mut().zip(got) {
+        *o = g.unwrap().as_ptr();
+    }
     for p in out.iter() {
         // SAFETY: ours.
         unsafe { p.write_bytes(v, OBJ) };

@@ -111,7 +111,10 @@ fn cache_alloc_bulk<S: slub::SlabSource, P: Platform, const N: usize>(
     l: Layout,
     out: &mut [*mut u8],
 ) {
-    let got = cache.alloc_bulk(out);
+    // SAFETY: `*mut u8` and `Option<NonNull<u8>>` have the same layout
+    // (null is `None`); the slots are written before they are read.
+    let slots = unsafe { &mut *(out as *mut [*mut u8] as *mut [Option<core::ptr::NonNull<u8>>]) };
+    let got = cache.alloc_bulk(slots);
     for s in &mut out[got..] {
         match cache.alloc() {
             Some(p) => *s = p.as_ptr(),

@@ -26,9 +26,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// local-lock hold (the slow path runs where the CPU freelist runs dry),
     /// advancing the tid once per hold. Returns `out.len()`, or 0 when the
     /// page allocator runs out (the objects taken so far are freed again,
-    /// as the kernel does).
+    /// as the kernel does, and `out` is all `None`). The element type is
+    /// the one `pcp::Pcp::alloc_bulk` fills; [`free_bulk`](Self::free_bulk)
+    /// takes the objects back as `NonNull<u8>`.
     #[track_caller]
-    pub fn alloc_bulk(&self, out: &mut [*mut u8]) -> usize {
+    pub fn alloc_bulk(&self, out: &mut [Option<NonNull<u8>>]) -> usize {
+        // SAFETY: `Option<NonNull<u8>>` has the layout of `*mut u8` (the
+        // null-pointer optimisation is guaranteed), `None` being null.
+        let raw = unsafe { &mut *(out as *mut [Option<NonNull<u8>>] as *mut [*mut u8]) };
+        self.alloc_bulk_raw(raw)
+    }
+
+    /// [`alloc_bulk`](Self::alloc_bulk) on raw pointers (a sheaf's slots
+    /// are this type).
+    #[track_caller]
+    fn alloc_bulk_raw(&self, out: &mut [*mut u8]) -> usize {
         if self.flags.is_debug() {
             // Debug caches check every object: one at a time.
             for i in 0..out.len() {
