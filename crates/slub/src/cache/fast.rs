@@ -21,6 +21,32 @@ use crate::stats::SlubStat;
 use super::{Fast, FreePtr, KmemCache, Mode, Sheaf};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// `kmem_cache_zalloc`: [`alloc`](Self::alloc), the object zeroed
+    /// (its [`object_size`](Self::object_size) bytes).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<_, _>::create("zeroed", 48, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let a = c.alloc().unwrap();
+    /// // SAFETY: a live 48-byte object of ours, freed once.
+    /// unsafe {
+    ///     a.as_ptr().write_bytes(0xff, 48);
+    ///     c.free(a);
+    /// }
+    /// let z = c.zalloc().unwrap();
+    /// // SAFETY: as above.
+    /// assert!(unsafe { core::slice::from_raw_parts(z.as_ptr(), 48) }.iter().all(|&b| b == 0));
+    /// ```
+    #[inline]
+    #[track_caller]
+    pub fn zalloc(&self) -> Option<NonNull<u8>> {
+        let p = self.alloc()?;
+        // SAFETY: a fresh object of `object_size` bytes.
+        unsafe { p.as_ptr().write_bytes(0, self.object_size()) };
+        Some(p)
+    }
+
     /// Allocates an object (`kmem_cache_alloc`); `None` when the page
     /// allocator has no slab to give.
     #[inline(always)]

@@ -192,8 +192,45 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         freed
     }
 
+    /// [`destroy`](Self::destroy) for a cache that stays where it is (a
+    /// `static`, shared through `&self`): [`shrink`](Self::shrink), then
+    /// [`CacheBusy`] if objects are still allocated or a CPU the platform
+    /// cannot reach still caches some (pinned kernel CPUs flush
+    /// themselves; live threads' slots on exit). The cache stays usable:
+    /// the next allocation takes new slabs.
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{Geometry, GlobalPages, KmemCache, SlabFlags};
+    /// static CACHE: KmemCache<GlobalPages, PerThread> = KmemCache::new(
+    ///     "scratch", 64, 8, SlabFlags::NONE, Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+    /// let a = CACHE.alloc().unwrap();
+    /// assert!(CACHE.release().is_err(), "one object is live");
+    /// // SAFETY: ours, freed once.
+    /// unsafe { CACHE.free(a) };
+    /// assert_eq!(CACHE.release(), Ok(()));
+    /// assert_eq!(CACHE.nr_slabs(), 0);
+    /// CACHE.validate_shared();
+    /// ```
+    pub fn release(&self) -> Result<(), CacheBusy> {
+        self.shrink();
+        let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
+        if slabs == 0 {
+            Ok(())
+        } else {
+            let info = self.slabinfo();
+            Err(CacheBusy {
+                name: self.name,
+                slabs,
+                objects: info.active_objs,
+            })
+        }
+    }
+
     /// `kmem_cache_destroy`: flushes every CPU, frees every empty slab and
     /// reports objects still allocated (whose slabs are then left alone).
+    /// Through `&mut self`, every CPU's state is reached whatever the
+    /// platform; a shared cache has [`release`](Self::release).
     pub fn destroy(&mut self) -> Result<(), CacheBusy> {
         self.flush_exclusive();
         self.shrink_node();
