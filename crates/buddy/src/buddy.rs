@@ -7,6 +7,7 @@ use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
 
+use local_lock::bits::checked_align_up;
 use local_lock::sync::atomic::Ordering;
 use local_lock::sync::{SpinLock, SpinLockGuard};
 use local_lock::{IrqFlags, Platform};
@@ -178,14 +179,6 @@ impl<P: Platform> Drop for ZoneGuard<'_, P> {
         // CPU, and this restore comes after every later save was restored
         // (guards nest).
         unsafe { self.platform.irq_restore(self.flags) };
-    }
-}
-
-#[inline(always)]
-const fn align_up(x: usize, a: usize) -> Option<usize> {
-    match x.checked_add(a - 1) {
-        Some(v) => Some(v & !(a - 1)),
-        None => None,
     }
 }
 
@@ -460,7 +453,7 @@ impl<P: Platform> Buddy<P> {
         let shift = self.cfg.page_shift();
         let base = start as usize;
         let end = base.checked_add(len).ok_or(RegionError::Overflow)?;
-        let s = align_up(base, page).ok_or(RegionError::Overflow)?;
+        let s = checked_align_up(base, page).ok_or(RegionError::Overflow)?;
         let e = end & !(page - 1);
         if s >= e {
             return Err(RegionError::TooSmall);
@@ -511,12 +504,12 @@ impl<P: Platform> Buddy<P> {
             } else {
                 let ne = e.min(self.spans.next_start_after(cur).unwrap_or(usize::MAX));
                 let pages = (ne - cur) >> shift;
-                let mm = align_up(cur, Self::MEMMAP_ALIGN).ok_or(RegionError::Overflow)?;
+                let mm = checked_align_up(cur, Self::MEMMAP_ALIGN).ok_or(RegionError::Overflow)?;
                 let mm_end = pages
                     .checked_mul(desc_size)
                     .and_then(|b| mm.checked_add(b))
                     .ok_or(RegionError::Overflow)?;
-                let free_start = align_up(mm_end, page).ok_or(RegionError::Overflow)?;
+                let free_start = checked_align_up(mm_end, page).ok_or(RegionError::Overflow)?;
                 if free_start >= ne {
                     return Err(RegionError::TooSmall);
                 }
@@ -549,7 +542,8 @@ impl<P: Platform> Buddy<P> {
                 }
                 None => {
                     let pages = (piece.end - piece.start) >> shift;
-                    let mm_addr = align_up(piece.start, Self::MEMMAP_ALIGN).unwrap_or(piece.start);
+                    let mm_addr =
+                        checked_align_up(piece.start, Self::MEMMAP_ALIGN).unwrap_or(piece.start);
                     let mm = ptr_at(mm_addr) as *mut PageDesc;
                     if !zeroed || cfg!(loom) {
                         // SAFETY: the memmap lies inside the caller's region
@@ -570,7 +564,7 @@ impl<P: Platform> Buddy<P> {
                     self.spans.note_added(idx, piece.start, piece.end);
                     let f = self.spans.get(idx);
                     let free_start =
-                        align_up(mm_addr + pages * desc_size, page).unwrap_or(piece.end);
+                        checked_align_up(mm_addr + pages * desc_size, page).unwrap_or(piece.end);
                     // SAFETY: caller's contract; the free part follows the
                     // memmap inside the new span.
                     added += unsafe {

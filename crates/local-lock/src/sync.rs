@@ -214,7 +214,7 @@ pub struct SpinLockGuard<'a, T: ?Sized> {
 }
 
 impl<T> SpinLock<T> {
-    crate::const_fn! {
+    const_fn! {
         /// A new, unlocked spin lock.
         pub fn new(value: T) -> Self {
             SpinLock {
