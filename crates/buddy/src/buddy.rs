@@ -807,27 +807,27 @@ impl<P: Platform> Buddy<P> {
             // SAFETY: zone lock held.
             unsafe { g.rmqueue(&self.cfg, order, flags) }
         } else {
-            g.count(Stat::WatermarkFail, 1);
+            g.count(Stat::WATERMARK_FAIL, 1);
             None
         };
         let Some(t) = t else {
-            g.count(Stat::ZoneFail, 1);
+            g.count(Stat::ZONE_FAIL, 1);
             return None;
         };
         let shift = self.cfg.page_shift();
         let clear = if flags.contains(AllocFlags::ZEROED) {
             let c = clear_range(t.zero, order, shift);
-            g.count(Stat::ZeroedRequest, 1);
+            g.count(Stat::ZEROED_REQUEST, 1);
             if c.1 == 0 {
-                g.count(Stat::ZeroedNoClear, 1);
+                g.count(Stat::ZEROED_NO_CLEAR, 1);
             } else {
-                g.count(Stat::ZeroedCleared, 1);
-                g.count(Stat::BytesCleared, c.1 as u64);
+                g.count(Stat::ZEROED_CLEARED, 1);
+                g.count(Stat::BYTES_CLEARED, c.1 as u64);
             }
             c
         } else {
             if t.zero == ZERO_FULL {
-                g.count(Stat::ZeroSpent, 1);
+                g.count(Stat::ZERO_SPENT, 1);
             }
             (0, 0)
         };
@@ -954,7 +954,7 @@ impl<P: Platform> Buddy<P> {
         let mut n = 0;
         while n < max {
             if !g.watermark_ok(order, flags, highest) {
-                g.count(Stat::WatermarkFail, 1);
+                g.count(Stat::WATERMARK_FAIL, 1);
                 break;
             }
             // SAFETY: zone lock held.
@@ -975,7 +975,7 @@ impl<P: Platform> Buddy<P> {
             n += 1;
         }
         if n == 0 {
-            g.count(Stat::ZoneFail, 1);
+            g.count(Stat::ZONE_FAIL, 1);
         }
         n
     }
@@ -1067,9 +1067,9 @@ impl<P: Platform> Buddy<P> {
         if zero {
             self.verify_zero_free(ptr, order)?;
         }
-        g.count(Stat::Free, 1);
+        g.count(Stat::FREE, 1);
         if zero {
-            g.count(Stat::FreeZero, 1);
+            g.count(Stat::FREE_ZERO, 1);
         }
         // SAFETY: validated: `desc` heads an allocated block of `order` in
         // span `found` and this zone; the caller gives it up.
@@ -1216,9 +1216,9 @@ impl<P: Platform> Buddy<P> {
             if zero {
                 self.verify_zero_free(p.ptr, p.order)?;
             }
-            g.count(Stat::Free, 1);
+            g.count(Stat::FREE, 1);
             if zero {
-                g.count(Stat::FreeZero, 1);
+                g.count(Stat::FREE_ZERO, 1);
             }
             // SAFETY: validated as in `try_free_pages`.
             unsafe {

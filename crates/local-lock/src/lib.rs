@@ -84,6 +84,7 @@ pub mod handover;
 pub mod kernel;
 mod lock;
 pub mod platform;
+pub mod stats;
 
 #[cfg(all(feature = "std", unix, not(loom)))]
 pub mod child;
