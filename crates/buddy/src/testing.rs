@@ -18,6 +18,8 @@
 //! [`FreeErrorKind`] and no change, statistics against the model, the
 //! invariant checker, and at the end: everything merges back.
 
+#[cfg(feature = "arbitrary")]
+pub mod fuzz;
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeSet;
