@@ -123,7 +123,7 @@ fn pcp_counts(p: &PcpPages<UserKernel>) -> (u64, u64) {
 
 fn buddy_counts(a: &Arena) -> (u64, u64) {
     let b = a.buddy();
-    (b.stat(Stat::ZeroedNoClear), b.stat(Stat::ZeroedCleared))
+    (b.stat(Stat::ZEROED_NO_CLEAR), b.stat(Stat::ZEROED_CLEARED))
 }
 
 fn share(hit: u64, other: u64) -> String {

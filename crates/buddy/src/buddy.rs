@@ -7,6 +7,7 @@ use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
 
+use local_lock::bits::checked_align_up;
 use local_lock::sync::atomic::Ordering;
 use local_lock::sync::{SpinLock, SpinLockGuard};
 use local_lock::{IrqFlags, Platform};
@@ -178,14 +179,6 @@ impl<P: Platform> Drop for ZoneGuard<'_, P> {
         // CPU, and this restore comes after every later save was restored
         // (guards nest).
         unsafe { self.platform.irq_restore(self.flags) };
-    }
-}
-
-#[inline(always)]
-const fn align_up(x: usize, a: usize) -> Option<usize> {
-    match x.checked_add(a - 1) {
-        Some(v) => Some(v & !(a - 1)),
-        None => None,
     }
 }
 
@@ -460,7 +453,7 @@ impl<P: Platform> Buddy<P> {
         let shift = self.cfg.page_shift();
         let base = start as usize;
         let end = base.checked_add(len).ok_or(RegionError::Overflow)?;
-        let s = align_up(base, page).ok_or(RegionError::Overflow)?;
+        let s = checked_align_up(base, page).ok_or(RegionError::Overflow)?;
         let e = end & !(page - 1);
         if s >= e {
             return Err(RegionError::TooSmall);
@@ -511,12 +504,12 @@ impl<P: Platform> Buddy<P> {
             } else {
                 let ne = e.min(self.spans.next_start_after(cur).unwrap_or(usize::MAX));
                 let pages = (ne - cur) >> shift;
-                let mm = align_up(cur, Self::MEMMAP_ALIGN).ok_or(RegionError::Overflow)?;
+                let mm = checked_align_up(cur, Self::MEMMAP_ALIGN).ok_or(RegionError::Overflow)?;
                 let mm_end = pages
                     .checked_mul(desc_size)
                     .and_then(|b| mm.checked_add(b))
                     .ok_or(RegionError::Overflow)?;
-                let free_start = align_up(mm_end, page).ok_or(RegionError::Overflow)?;
+                let free_start = checked_align_up(mm_end, page).ok_or(RegionError::Overflow)?;
                 if free_start >= ne {
                     return Err(RegionError::TooSmall);
                 }
@@ -549,7 +542,8 @@ impl<P: Platform> Buddy<P> {
                 }
                 None => {
                     let pages = (piece.end - piece.start) >> shift;
-                    let mm_addr = align_up(piece.start, Self::MEMMAP_ALIGN).unwrap_or(piece.start);
+                    let mm_addr =
+                        checked_align_up(piece.start, Self::MEMMAP_ALIGN).unwrap_or(piece.start);
                     let mm = ptr_at(mm_addr) as *mut PageDesc;
                     if !zeroed || cfg!(loom) {
                         // SAFETY: the memmap lies inside the caller's region
@@ -570,7 +564,7 @@ impl<P: Platform> Buddy<P> {
                     self.spans.note_added(idx, piece.start, piece.end);
                     let f = self.spans.get(idx);
                     let free_start =
-                        align_up(mm_addr + pages * desc_size, page).unwrap_or(piece.end);
+                        checked_align_up(mm_addr + pages * desc_size, page).unwrap_or(piece.end);
                     // SAFETY: caller's contract; the free part follows the
                     // memmap inside the new span.
                     added += unsafe {
@@ -813,27 +807,27 @@ impl<P: Platform> Buddy<P> {
             // SAFETY: zone lock held.
             unsafe { g.rmqueue(&self.cfg, order, flags) }
         } else {
-            g.count(Stat::WatermarkFail, 1);
+            g.count(Stat::WATERMARK_FAIL, 1);
             None
         };
         let Some(t) = t else {
-            g.count(Stat::ZoneFail, 1);
+            g.count(Stat::ZONE_FAIL, 1);
             return None;
         };
         let shift = self.cfg.page_shift();
         let clear = if flags.contains(AllocFlags::ZEROED) {
             let c = clear_range(t.zero, order, shift);
-            g.count(Stat::ZeroedRequest, 1);
+            g.count(Stat::ZEROED_REQUEST, 1);
             if c.1 == 0 {
-                g.count(Stat::ZeroedNoClear, 1);
+                g.count(Stat::ZEROED_NO_CLEAR, 1);
             } else {
-                g.count(Stat::ZeroedCleared, 1);
-                g.count(Stat::BytesCleared, c.1 as u64);
+                g.count(Stat::ZEROED_CLEARED, 1);
+                g.count(Stat::BYTES_CLEARED, c.1 as u64);
             }
             c
         } else {
             if t.zero == ZERO_FULL {
-                g.count(Stat::ZeroSpent, 1);
+                g.count(Stat::ZERO_SPENT, 1);
             }
             (0, 0)
         };
@@ -960,7 +954,7 @@ impl<P: Platform> Buddy<P> {
         let mut n = 0;
         while n < max {
             if !g.watermark_ok(order, flags, highest) {
-                g.count(Stat::WatermarkFail, 1);
+                g.count(Stat::WATERMARK_FAIL, 1);
                 break;
             }
             // SAFETY: zone lock held.
@@ -981,7 +975,7 @@ impl<P: Platform> Buddy<P> {
             n += 1;
         }
         if n == 0 {
-            g.count(Stat::ZoneFail, 1);
+            g.count(Stat::ZONE_FAIL, 1);
         }
         n
     }
@@ -1073,9 +1067,9 @@ impl<P: Platform> Buddy<P> {
         if zero {
             self.verify_zero_free(ptr, order)?;
         }
-        g.count(Stat::Free, 1);
+        g.count(Stat::FREE, 1);
         if zero {
-            g.count(Stat::FreeZero, 1);
+            g.count(Stat::FREE_ZERO, 1);
         }
         // SAFETY: validated: `desc` heads an allocated block of `order` in
         // span `found` and this zone; the caller gives it up.
@@ -1222,9 +1216,9 @@ impl<P: Platform> Buddy<P> {
             if zero {
                 self.verify_zero_free(p.ptr, p.order)?;
             }
-            g.count(Stat::Free, 1);
+            g.count(Stat::FREE, 1);
             if zero {
-                g.count(Stat::FreeZero, 1);
+                g.count(Stat::FREE_ZERO, 1);
             }
             // SAFETY: validated as in `try_free_pages`.
             unsafe {

@@ -47,6 +47,8 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 
+use local_lock::bits::checked_align_up;
+use local_lock::os;
 use local_lock::std_platform::StdCpu;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
@@ -149,49 +151,6 @@ pub struct GlobalBuddy {
     /// Address → length of every live direct mapping (innermost lock: no
     /// other lock is taken under it).
     direct_table: SpinLock<DirectTable>,
-}
-
-/// The OS page size.
-fn os_page() -> usize {
-    static P: AtomicUsize = AtomicUsize::new(0);
-    let p = P.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let v = if v > 0 { v as usize } else { 4096 };
-    P.store(v, Ordering::Relaxed);
-    v
-}
-
-#[inline(always)]
-fn round_up(x: usize, a: usize) -> Option<usize> {
-    Some(x.checked_add(a - 1)? & !(a - 1))
-}
-
-/// `mmap` of anonymous memory; null on failure.
-///
-/// # Safety
-///
-/// With `MAP_FIXED`, `addr..addr+len` must be a range this allocator owns.
-unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
-    // SAFETY: caller's contract.
-    let p = unsafe {
-        libc::mmap(
-            addr.cast(),
-            len,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        ptr::null_mut()
-    } else {
-        p.cast()
-    }
 }
 
 /// The record of the live direct mappings (address → length), so that a
@@ -305,7 +264,7 @@ impl DirectTable {
         };
         // SAFETY: a fresh anonymous mapping anywhere.
         let p = unsafe {
-            map(
+            os::map(
                 ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -340,7 +299,7 @@ impl DirectTable {
         if !self.slots.is_null() {
             let bytes = self.cap * core::mem::size_of::<[usize; 2]>();
             // SAFETY: the table's own mapping, no longer used.
-            unsafe { libc::munmap(self.slots.cast(), bytes) };
+            unsafe { os::unmap(self.slots.cast(), bytes) };
         }
     }
 }
@@ -429,7 +388,7 @@ impl GlobalBuddy {
             p
         } else {
             // SAFETY: our own fresh mapping, never handed out.
-            unsafe { libc::munmap(p.cast(), len) };
+            unsafe { os::unmap(p, len) };
             ptr::null_mut()
         }
     }
@@ -441,7 +400,7 @@ impl GlobalBuddy {
     #[cold]
     fn dealloc_direct(&self, ptr: *mut u8, layout: Layout) {
         let a = ptr as usize;
-        let size = round_up(layout.size().max(1), os_page()).unwrap_or(0);
+        let size = checked_align_up(layout.size().max(1), os::page_size()).unwrap_or(0);
         let mut t = self.lock_direct();
         match t.get(a) {
             Some(len) if len == size => {
@@ -450,7 +409,7 @@ impl GlobalBuddy {
                 // SAFETY: our own live direct mapping of `len` bytes, given
                 // back by its holder (and forgotten above, so it is unmapped
                 // once).
-                unsafe { libc::munmap(ptr.cast(), len) };
+                unsafe { os::unmap(ptr, len) };
                 self.direct.fetch_sub(1, Ordering::Relaxed);
             }
             Some(len) => {
@@ -515,7 +474,8 @@ impl GlobalBuddy {
     /// again.
     #[cold]
     pub unsafe fn free_block_direct(&self, ptr: *mut u8, order: Order) -> bool {
-        let Some(len) = round_up(self.buddy.config().block_size(order), os_page()) else {
+        let Some(len) = checked_align_up(self.buddy.config().block_size(order), os::page_size())
+        else {
             return false;
         };
         let a = ptr as usize;
@@ -527,7 +487,7 @@ impl GlobalBuddy {
         drop(t);
         // SAFETY: our own live direct mapping of `len` bytes, given back by
         // its holder and forgotten above (unmapped once).
-        unsafe { libc::munmap(ptr.cast(), len) };
+        unsafe { os::unmap(ptr, len) };
         self.direct.fetch_sub(1, Ordering::Relaxed);
         true
     }
@@ -542,12 +502,12 @@ impl GlobalBuddy {
             return true;
         }
         let cfg = *self.buddy.config();
-        let unit = cfg.max_block_size().max(os_page());
-        let Some(need) = round_up(need.max(1), unit) else {
+        let unit = cfg.max_block_size().max(os::page_size());
+        let Some(need) = checked_align_up(need.max(1), unit) else {
             return false;
         };
         let step = (g.total / 8).clamp(unit, 16 * unit);
-        let want = need.max(round_up(step, unit).unwrap_or(need));
+        let want = need.max(checked_align_up(step, unit).unwrap_or(need));
         // Room in the current reservation?
         let cur = if g.nr == 0 { None } else { g.res[g.nr - 1] };
         let (mut r, idx) = match cur {
@@ -571,13 +531,13 @@ impl GlobalBuddy {
         // Memmap pages for the new heap pages.
         let desc = core::mem::size_of::<crate::desc::PageDesc>();
         let pages_after = (r.populated + bytes) >> cfg.page_shift();
-        let Some(mm_need) = round_up(pages_after * desc, os_page()) else {
+        let Some(mm_need) = checked_align_up(pages_after * desc, os::page_size()) else {
             return false;
         };
         if mm_need > r.memmap_mapped {
             // SAFETY: inside our reservation's memmap part.
             let p = unsafe {
-                map(
+                os::map(
                     r.base.add(r.memmap_mapped),
                     mm_need - r.memmap_mapped,
                     libc::PROT_READ | libc::PROT_WRITE,
@@ -593,7 +553,7 @@ impl GlobalBuddy {
         let heap = unsafe { r.heap.add(r.populated) };
         // SAFETY: as above.
         let p = unsafe {
-            map(
+            os::map(
                 heap,
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -637,7 +597,7 @@ impl GlobalBuddy {
         heap: usize,
         min_only: bool,
     ) -> Option<Reservation> {
-        let unit = cfg.max_block_size().max(os_page());
+        let unit = cfg.max_block_size().max(os::page_size());
         let desc = core::mem::size_of::<crate::desc::PageDesc>();
         let top = match as_limit() {
             // Geometric: as large as the heap so far, between 1/64 and
@@ -648,12 +608,13 @@ impl GlobalBuddy {
         .clamp(unit, RESERVE_BYTES);
         let mut cap = if min_only { need } else { top.max(need) };
         loop {
-            let mm = round_up((cap >> cfg.page_shift()) * desc, os_page())?;
-            let len = mm.checked_add(cap)?.checked_add(unit - os_page())?;
+            let mm = checked_align_up((cap >> cfg.page_shift()) * desc, os::page_size())?;
+            let len = mm.checked_add(cap)?.checked_add(unit - os::page_size())?;
             // SAFETY: a fresh PROT_NONE reservation anywhere.
-            let base = unsafe { map(ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_NORESERVE) };
+            let base =
+                unsafe { os::map(ptr::null_mut(), len, libc::PROT_NONE, libc::MAP_NORESERVE) };
             if !base.is_null() {
-                let heap_addr = round_up(base as usize + mm, unit)?;
+                let heap_addr = checked_align_up(base as usize + mm, unit)?;
                 let heap = base.wrapping_add(heap_addr - base as usize);
                 let pad = heap_addr - (base as usize + mm);
                 let tail = len - mm - pad - cap;
@@ -661,10 +622,10 @@ impl GlobalBuddy {
                 // pieces outside the memmap and the heap).
                 unsafe {
                     if pad > 0 {
-                        libc::munmap(base.add(mm).cast(), pad);
+                        os::unmap(base.add(mm), pad);
                     }
                     if tail > 0 {
-                        libc::munmap(heap.add(cap).cast(), tail);
+                        os::unmap(heap.add(cap), tail);
                     }
                 }
                 // SAFETY: the memmap will be mapped before the span covers
@@ -676,8 +637,8 @@ impl GlobalBuddy {
                 let Some(span) = span else {
                     // SAFETY: our own fresh mapping.
                     unsafe {
-                        libc::munmap(base.cast(), mm);
-                        libc::munmap(heap.cast(), cap);
+                        os::unmap(base, mm);
+                        os::unmap(heap, cap);
                     }
                     return None;
                 };
@@ -701,41 +662,14 @@ impl GlobalBuddy {
     /// A direct mapping for a request above the largest block.
     #[cold]
     fn alloc_direct(&self, layout: Layout) -> *mut u8 {
-        let os = os_page();
-        let Some(size) = round_up(layout.size().max(1), os) else {
+        let Some(size) = checked_align_up(layout.size().max(1), os::page_size()) else {
             return ptr::null_mut();
         };
-        let align = layout.align();
-        if align <= os {
-            // SAFETY: a fresh mapping anywhere.
-            let p = unsafe { map(ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, 0) };
-            if p.is_null() {
-                return p;
-            }
-            return self.record_direct(p, size);
-        }
-        let Some(over) = size.checked_add(align) else {
-            return ptr::null_mut();
-        };
-        // SAFETY: a fresh mapping anywhere.
-        let p = unsafe { map(ptr::null_mut(), over, libc::PROT_READ | libc::PROT_WRITE, 0) };
+        let p = os::map_aligned(size, layout.align(), libc::PROT_READ | libc::PROT_WRITE, 0);
         if p.is_null() {
             return p;
         }
-        let a = p as usize;
-        let aligned = (a + align - 1) & !(align - 1);
-        let head = aligned - a;
-        let tail = over - head - size;
-        // SAFETY: trimming our own fresh mapping (page-aligned pieces).
-        unsafe {
-            if head > 0 {
-                libc::munmap(p.cast(), head);
-            }
-            if tail > 0 {
-                libc::munmap(p.add(head + size).cast(), tail);
-            }
-        }
-        self.record_direct(p.wrapping_add(head), size)
+        self.record_direct(p, size)
     }
 }
 
@@ -765,8 +699,8 @@ impl Drop for GlobalBuddy {
             // means no allocator call is running, and blocks handed out die
             // with the heap.
             unsafe {
-                libc::munmap(r.base.cast(), r.mm_len);
-                libc::munmap(r.heap.cast(), r.cap);
+                os::unmap(r.base, r.mm_len);
+                os::unmap(r.heap, r.cap);
             }
         }
     }

@@ -197,7 +197,7 @@ pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,
-    MAX_ZONES, ORDER_LIMIT,
+    ZoneStats, MAX_ZONES, ORDER_LIMIT,
 };
 
 #[cfg(all(test, not(loom)))]

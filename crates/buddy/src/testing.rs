@@ -18,6 +18,9 @@
 //! [`FreeErrorKind`] and no change, statistics against the model, the
 //! invariant checker, and at the end: everything merges back.
 
+#[cfg(feature = "arbitrary")]
+pub mod fuzz;
+
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
@@ -406,11 +409,11 @@ impl Harness {
                 "zone {z} free pages"
             );
         }
-        assert_eq!(self.buddy.stat(Stat::Alloc), self.allocs, "alloc count");
-        assert_eq!(self.buddy.stat(Stat::Free), self.frees, "free count");
-        assert_eq!(self.buddy.stat(Stat::ZeroedRequest), self.zeroed_requests);
+        assert_eq!(self.buddy.stat(Stat::ALLOC), self.allocs, "alloc count");
+        assert_eq!(self.buddy.stat(Stat::FREE), self.frees, "free count");
+        assert_eq!(self.buddy.stat(Stat::ZEROED_REQUEST), self.zeroed_requests);
         assert_eq!(
-            self.buddy.stat(Stat::ZeroedNoClear) + self.buddy.stat(Stat::ZeroedCleared),
+            self.buddy.stat(Stat::ZEROED_NO_CLEAR) + self.buddy.stat(Stat::ZEROED_CLEARED),
             self.zeroed_requests
         );
     }
@@ -665,8 +668,8 @@ impl Harness {
             .map(|z| z <= highest && self.zone_can(z, order, flags, highest, &blocks))
             .collect();
         let expect = (0..=highest).rev().find(|&z| can[z]);
-        let cleared_before = self.buddy.stat(Stat::BytesCleared);
-        let noclear_before = self.buddy.stat(Stat::ZeroedNoClear);
+        let cleared_before = self.buddy.stat(Stat::BYTES_CLEARED);
+        let noclear_before = self.buddy.stat(Stat::ZEROED_NO_CLEAR);
         let r = self.buddy.alloc_pages(order, flags);
         let only_zero = flags.contains(AllocFlags::ONLY_ZERO);
         match r {
@@ -678,7 +681,7 @@ impl Harness {
                         "ONLY_ZERO served by a zone that could not serve it"
                     );
                     assert_eq!(
-                        self.buddy.stat(Stat::BytesCleared),
+                        self.buddy.stat(Stat::BYTES_CLEARED),
                         cleared_before,
                         "ONLY_ZERO cleared"
                     );
@@ -687,9 +690,9 @@ impl Harness {
                 }
                 if flags.contains(AllocFlags::ZEROED) {
                     self.zeroed_requests += 1;
-                    let cleared = self.buddy.stat(Stat::BytesCleared) - cleared_before;
+                    let cleared = self.buddy.stat(Stat::BYTES_CLEARED) - cleared_before;
                     assert!(cleared as usize <= self.size_of(order));
-                    let noclear = self.buddy.stat(Stat::ZeroedNoClear) - noclear_before;
+                    let noclear = self.buddy.stat(Stat::ZEROED_NO_CLEAR) - noclear_before;
                     assert_eq!(noclear == 1, cleared == 0);
                 }
             }

@@ -625,55 +625,41 @@ pub struct Watermarks {
     pub high: usize,
 }
 
-macro_rules! stats {
-    ($($(#[doc = $doc:literal])* $name:ident = $s:literal,)*) => {
-        /// Per-zone event counters, summed over zones on read
-        /// ([`Buddy::stat`](crate::Buddy::stat)).
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-        #[repr(usize)]
-        pub enum Stat {
-            $($(#[doc = $doc])* $name,)*
-        }
-        impl Stat {
-            /// Every counter, in order.
-            pub const ALL: &'static [Stat] = &[$(Stat::$name,)*];
-            /// Number of counters.
-            pub const COUNT: usize = Stat::ALL.len();
-            /// The counter's report name.
-            pub const fn name(self) -> &'static str {
-                match self { $(Stat::$name => $s,)* }
-            }
-        }
-    };
-}
-
-stats! {
-    /// Blocks handed out (single and bulk).
-    Alloc = "alloc",
-    /// Attempts on this zone that found no block or failed the watermark
-    /// (the request then fell back to a lower zone, or failed).
-    ZoneFail = "zone_fail",
-    /// Of those, attempts stopped by the watermark (with `lowmem_reserve`).
-    WatermarkFail = "watermark_fail",
-    /// Blocks returned (single and bulk).
-    Free = "free",
-    /// Blocks returned as still zero (`free_pages_zeroed`).
-    FreeZero = "free_zero",
-    /// Halvings in `expand`.
-    Split = "split",
-    /// Buddy merges in `__free_one_page`.
-    Merge = "merge",
-    /// Single requests with `ZEROED` served by this zone.
-    ZeroedRequest = "zeroed_request",
-    /// Of those, served from known-zero memory without clearing a byte.
-    ZeroedNoClear = "zeroed_no_clear",
-    /// Of those, that had to clear the block (or only its non-zero half).
-    ZeroedCleared = "zeroed_cleared",
-    /// Bytes cleared for `ZEROED` requests.
-    BytesCleared = "bytes_cleared",
-    /// `ONLY_ZERO` attempts this zone had no known-zero block for.
-    OnlyZeroFail = "only_zero_fail",
-    /// Known-zero blocks handed to requests that did not ask for zeroes (the
-    /// zero information is spent; bulk blocks report it in `Page::zero`).
-    ZeroSpent = "zero_spent",
+local_lock::stat_items! {
+    /// Per-zone event counters, summed over zones on read
+    /// ([`Buddy::stat`](crate::Buddy::stat)); the text names are this
+    /// crate's report names.
+    pub enum Stat;
+    /// One zone's counters, or their sum.
+    pub struct ZoneStats [width = 16, zeros = true];
+    items {
+        /// Blocks handed out (single and bulk).
+        ALLOC = "alloc",
+        /// Attempts on this zone that found no block or failed the watermark
+        /// (the request then fell back to a lower zone, or failed).
+        ZONE_FAIL = "zone_fail",
+        /// Of those, attempts stopped by the watermark (with `lowmem_reserve`).
+        WATERMARK_FAIL = "watermark_fail",
+        /// Blocks returned (single and bulk).
+        FREE = "free",
+        /// Blocks returned as still zero (`free_pages_zeroed`).
+        FREE_ZERO = "free_zero",
+        /// Halvings in `expand`.
+        SPLIT = "split",
+        /// Buddy merges in `__free_one_page`.
+        MERGE = "merge",
+        /// Single requests with `ZEROED` served by this zone.
+        ZEROED_REQUEST = "zeroed_request",
+        /// Of those, served from known-zero memory without clearing a byte.
+        ZEROED_NO_CLEAR = "zeroed_no_clear",
+        /// Of those, that had to clear the block (or only its non-zero half).
+        ZEROED_CLEARED = "zeroed_cleared",
+        /// Bytes cleared for `ZEROED` requests.
+        BYTES_CLEARED = "bytes_cleared",
+        /// `ONLY_ZERO` attempts this zone had no known-zero block for.
+        ONLY_ZERO_FAIL = "only_zero_fail",
+        /// Known-zero blocks handed to requests that did not ask for zeroes (the
+        /// zero information is spent; bulk blocks report it in `Page::zero`).
+        ZERO_SPENT = "zero_spent",
+    }
 }

@@ -252,7 +252,7 @@ impl ZoneInner {
             if z != 0 {
                 (z.trailing_zeros(), ZERO_LIST)
             } else if flags.contains(AllocFlags::ONLY_ZERO) {
-                self.count(Stat::OnlyZeroFail, 1);
+                self.count(Stat::ONLY_ZERO_FAIL, 1);
                 return None;
             } else {
                 let d = self.dirty_bits & above;
@@ -307,7 +307,7 @@ impl ZoneInner {
                 self.add(hd, m, hz == ZERO_FULL, false);
             }
             zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
-            self.count(Stat::Split, 1);
+            self.count(Stat::SPLIT, 1);
         }
         if order == Order::ZERO && zero != ZERO_FULL {
             zero = 0;
@@ -316,7 +316,7 @@ impl ZoneInner {
         d.reset_owner();
         d.state
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
-        self.count(Stat::Alloc, 1);
+        self.count(Stat::ALLOC, 1);
         Some(Taken { desc, ptr: p, zero })
     }
 
@@ -383,7 +383,7 @@ impl ZoneInner {
                 }
             }
             order = order.plus(1);
-            self.count(Stat::Merge, 1);
+            self.count(Stat::MERGE, 1);
         }
         let tail = to_tail || merge_likely(cfg, span, pfn, order);
         // SAFETY: `desc` heads the merged block.

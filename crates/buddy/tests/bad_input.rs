@@ -270,11 +270,11 @@ fn free_bulk_keep_zero_keeps_zero_pages_and_free_bulk_does_not() {
                 b.free_bulk(ZoneId::new(0), got)
             }
         };
-        let before = b.stat(buddy::Stat::BytesCleared);
+        let before = b.stat(buddy::Stat::BYTES_CLEARED);
         let held: Vec<_> = (0..n)
             .map(|_| b.alloc_pages(o(0), AllocFlags::ZEROED).unwrap())
             .collect();
-        let cleared = b.stat(buddy::Stat::BytesCleared) - before;
+        let cleared = b.stat(buddy::Stat::BYTES_CLEARED) - before;
         assert_eq!(
             cleared == 0,
             keep,

@@ -136,10 +136,10 @@ fn threads_with_content_checks() {
         x.check();
     }
     let b = GLOBAL.buddy();
-    assert!(b.stat(Stat::Alloc) > (THREADS * ROUNDS) as u64 / 2);
-    assert!(b.stat(Stat::ZeroedRequest) > 0);
+    assert!(b.stat(Stat::ALLOC) > (THREADS * ROUNDS) as u64 / 2);
+    assert!(b.stat(Stat::ZEROED_REQUEST) > 0);
     assert!(
-        b.stat(Stat::ZeroedNoClear) > 0,
+        b.stat(Stat::ZEROED_NO_CLEAR) > 0,
         "fresh memory served zeroed requests without clearing"
     );
     assert_eq!(GLOBAL.direct_mappings(), 0, "every direct mapping unmapped");

@@ -430,7 +430,7 @@ fn end_of_run(harts: usize) -> ! {
         .iter()
         .map(|(_, p)| p.stats().get(PcpStat::ALLOC_ZERO_HIT))
         .sum::<u64>()
-        + BUDDY.stat(buddy::Stat::ZeroedNoClear);
+        + BUDDY.stat(buddy::Stat::ZEROED_NO_CLEAR);
     ensure!(
         zero_hits > 0,
         "no zeroed request was served from known-zero pages"

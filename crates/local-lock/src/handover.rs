@@ -29,7 +29,7 @@ pub struct SlotTable<const N: usize> {
 }
 
 impl<const N: usize> SlotTable<N> {
-    crate::const_fn! {
+    const_fn! {
         /// All slots free.
         pub fn new() -> Self {
             #[cfg(not(loom))]

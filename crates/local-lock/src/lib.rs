@@ -75,18 +75,25 @@
 #[cfg(any(feature = "std", loom, test))]
 extern crate std;
 
+// `sync` first: its `const_fn!` is then in textual scope in the modules
+// below, which use it without going up to the crate root.
+#[macro_use]
+pub mod sync;
 #[cfg(feature = "allocator-api2")]
 pub mod api2;
+pub mod bits;
 pub mod handover;
 pub mod kernel;
 mod lock;
 pub mod platform;
-pub mod sync;
+pub mod stats;
 
 #[cfg(all(feature = "std", unix, not(loom)))]
 pub mod child;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod fork;
+#[cfg(all(feature = "std", unix))]
+pub mod os;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod std_platform;
 #[cfg(all(feature = "std", not(loom)))]

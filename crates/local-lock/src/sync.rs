@@ -12,7 +12,7 @@
 //! | [`AtomicDWord`] | `portable_atomic::AtomicU128` (`AtomicU64` on 32-bit) | a loom mutex around two words |
 //!
 //! Under loom nothing can be built in a `const` context, so constructors that
-//! are `const fn` in normal builds are plain `fn` there; the [`const_fn!`]
+//! are `const fn` in normal builds are plain `fn` there; the [`const_fn!`](crate::const_fn)
 //! macro writes such a constructor once for both builds.
 //!
 //! # Double-word compare-exchange
@@ -214,7 +214,7 @@ pub struct SpinLockGuard<'a, T: ?Sized> {
 }
 
 impl<T> SpinLock<T> {
-    crate::const_fn! {
+    const_fn! {
         /// A new, unlocked spin lock.
         pub fn new(value: T) -> Self {
             SpinLock {

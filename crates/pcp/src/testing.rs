@@ -6,6 +6,9 @@
 //! list invariants, and at the end that everything merges back in the buddy.
 //! The proptest state machine and the cargo-fuzz target drive it.
 
+#[cfg(feature = "arbitrary")]
+pub mod fuzz;
+
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::boxed::Box;
 use std::collections::BTreeMap;

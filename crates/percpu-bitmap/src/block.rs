@@ -29,6 +29,8 @@
 //! At the chunk level the contig hint may be smaller than the truth (see
 //! [`crate::chunk`]), never larger.
 
+use local_lock::bits::align_up;
+
 /// Hints of one block (or of a chunk).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
@@ -61,12 +63,6 @@ fn ffs(x: u32) -> u32 {
 #[inline(always)]
 pub(crate) fn region_overlap(a: usize, b: usize, x: usize, y: usize) -> bool {
     a < y && x < b
-}
-
-/// `ALIGN(x, a)` for a power-of-two `a`.
-#[inline(always)]
-pub(crate) const fn align_up(x: usize, a: usize) -> usize {
-    (x + a - 1) & !(a - 1)
 }
 
 impl BlockMd {

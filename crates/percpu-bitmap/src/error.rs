@@ -1,5 +1,7 @@
 //! Errors: refused requests ([`PcpuError`]) and refused frees
-//! ([`FreeError`]).
+//! ([`FreeError`]: the address `addr` and a [`FreeErrorKind`], the shape of
+//! buddy's `FreeError`). Both implement `Display` (naming "percpu") and
+//! `core::error::Error`.
 
 use crate::types::{MAX_ALLOC_SIZE, PAGE_SIZE};
 
@@ -50,6 +52,8 @@ impl core::fmt::Display for PcpuError {
     }
 }
 
+impl core::error::Error for PcpuError {}
+
 /// What is wrong with a pointer handed to free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeErrorKind {
@@ -76,9 +80,11 @@ pub struct FreeError {
     pub kind: FreeErrorKind,
 }
 
-impl core::fmt::Display for FreeError {
+/// What is wrong, as the rest of a sentence whose subject is the address
+/// ("0x1000 is not allocated ...").
+impl core::fmt::Display for FreeErrorKind {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let what = match self.kind {
+        let what = match self {
             FreeErrorKind::NotPercpu => {
                 "is not in any percpu chunk of this allocator (foreign pointer)"
             }
@@ -94,6 +100,40 @@ impl core::fmt::Display for FreeError {
                 "points inside a live allocation, not at its start: no boundary bit there"
             }
         };
-        write!(f, "{:#x} {what}", self.addr)
+        f.write_str(what)
+    }
+}
+
+/// `percpu: bad free: 0x... <what is wrong>`.
+impl core::fmt::Display for FreeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "percpu: bad free: {:#x} {}", self.addr, self.kind)
+    }
+}
+
+impl core::error::Error for FreeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn display_names_percpu_the_address_and_the_fault() {
+        let e = FreeError {
+            addr: 0x1000,
+            kind: FreeErrorKind::NotAllocated,
+        };
+        let s = e.to_string();
+        assert!(
+            s.starts_with("percpu: bad free: 0x1000 is not allocated"),
+            "{s}"
+        );
+        let e: &dyn core::error::Error = &e;
+        assert!(e.source().is_none());
+        assert_eq!(
+            PcpuError::ZeroSize.to_string(),
+            "percpu: zero-sized request"
+        );
     }
 }

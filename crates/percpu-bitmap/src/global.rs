@@ -89,7 +89,10 @@ impl GlobalBitmap {
 #[cold]
 #[inline(never)]
 fn bad_free(e: crate::error::FreeError) -> ! {
-    local_lock::std_platform::die(format_args!("GlobalBitmap: bad dealloc: {e}"))
+    local_lock::std_platform::die(format_args!(
+        "GlobalBitmap: bad dealloc: {:#x} {}",
+        e.addr, e.kind
+    ))
 }
 
 // SAFETY: small blocks are areas of the one-unit percpu allocator: distinct

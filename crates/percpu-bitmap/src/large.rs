@@ -18,6 +18,7 @@
 
 use core::ptr::{null_mut, NonNull};
 
+use local_lock::os;
 use local_lock::std_platform::die;
 use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
 
@@ -77,24 +78,10 @@ fn hash(addr: usize, cap: usize) -> usize {
     ((addr >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 7) & (cap - 1)
 }
 
-/// A fresh anonymous read-write mapping of `len` bytes, or null.
-fn map(len: usize) -> *mut u8 {
-    // SAFETY: a new private anonymous mapping has no preconditions.
-    let p = unsafe {
-        libc::mmap(
-            null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        null_mut()
-    } else {
-        p.cast()
-    }
+/// A fresh anonymous read-write mapping of `len` bytes aligned to `align`,
+/// or null.
+fn map(len: usize, align: usize) -> *mut u8 {
+    os::map_aligned(len, align, libc::PROT_READ | libc::PROT_WRITE, 0)
 }
 
 /// Bytes mapped for a large block of `size` bytes (whole pages).
@@ -155,7 +142,7 @@ impl Table {
         } else {
             self.cap * 2
         };
-        let slots = map(cap * core::mem::size_of::<Entry>()).cast::<Entry>();
+        let slots = map(cap * core::mem::size_of::<Entry>(), PAGE_SIZE).cast::<Entry>();
         if slots.is_null() {
             return false;
         }
@@ -177,7 +164,7 @@ impl Table {
         }
         if old.cap != 0 {
             // SAFETY: the old table's own mapping, no longer referenced.
-            unsafe { libc::munmap(old.slots.cast(), old.cap * core::mem::size_of::<Entry>()) };
+            unsafe { os::unmap(old.slots.cast(), old.cap * core::mem::size_of::<Entry>()) };
         }
         true
     }
@@ -222,30 +209,15 @@ impl LargeBlocks {
         let Some(len) = mapped_len(size) else {
             return null_mut();
         };
-        let Some(map_len) = len.checked_add(align - PAGE_SIZE) else {
-            return null_mut();
-        };
-        let p = map(map_len);
-        if p.is_null() {
-            return p;
+        let block = map(len, align);
+        if block.is_null() {
+            return block;
         }
-        let head = (p as usize).next_multiple_of(align) - p as usize;
-        let tail = map_len - head - len;
-        // SAFETY: both trims lie inside the mapping just made.
-        unsafe {
-            if head != 0 {
-                libc::munmap(p.cast(), head);
-            }
-            if tail != 0 {
-                libc::munmap(p.add(head + len).cast(), tail);
-            }
-        }
-        let block = p.wrapping_add(head);
         let mut t = self.lock();
         if !t.reserve_one() {
             drop(t);
             // SAFETY: our block, never handed out.
-            unsafe { libc::munmap(block.cast(), len) };
+            unsafe { os::unmap(block, len) };
             return null_mut();
         }
         t.put(Entry {
@@ -273,7 +245,7 @@ impl LargeBlocks {
         drop(t);
         // SAFETY: a live block of ours of this length, now unrecorded: no
         // other free can reach it.
-        unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        unsafe { os::unmap(ptr.as_ptr(), len) };
         Ok(())
     }
 
@@ -300,7 +272,7 @@ impl Drop for LargeBlocks {
         let t = self.table.get_mut();
         if t.cap != 0 {
             // SAFETY: the table's own mapping; `&mut self` excludes users.
-            unsafe { libc::munmap(t.slots.cast(), t.cap * core::mem::size_of::<Entry>()) };
+            unsafe { os::unmap(t.slots.cast(), t.cap * core::mem::size_of::<Entry>()) };
         }
     }
 }

@@ -9,6 +9,9 @@
 use core::ptr::NonNull;
 
 #[cfg(feature = "std")]
+use local_lock::os;
+
+#[cfg(feature = "std")]
 use crate::types::PAGE_SIZE;
 
 /// What the percpu allocator takes its chunks from: page-granular
@@ -307,50 +310,23 @@ unsafe impl ChunkSource for MmapSource {
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
         let align = align.max(PAGE_SIZE);
         let len = pages.checked_mul(PAGE_SIZE)?;
-        let map_len = len.checked_add(align - PAGE_SIZE)?;
-        // SAFETY: an anonymous private mapping has no preconditions.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE
-                    | libc::MAP_ANONYMOUS
-                    | if self.committed {
-                        0
-                    } else {
-                        libc::MAP_NORESERVE
-                    },
-                -1,
-                0,
-            )
+        let extra = if self.committed {
+            0
+        } else {
+            libc::MAP_NORESERVE
         };
-        if p == libc::MAP_FAILED {
-            return None;
+        let p = os::map_aligned(len, align, libc::PROT_READ | libc::PROT_WRITE, extra);
+        #[cfg(target_os = "linux")]
+        if self.huge && len >= 2 << 20 && !p.is_null() {
+            // SAFETY: the range is the mapping just created.
+            unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
         }
-        let p = p.cast::<u8>();
-        let head = (p as usize).next_multiple_of(align) - p as usize;
-        let tail = map_len - head - len;
-        // SAFETY: both trims lie inside the mapping just created; the
-        // madvise covers the part we keep.
-        unsafe {
-            if head != 0 {
-                libc::munmap(p.cast(), head);
-            }
-            if tail != 0 {
-                libc::munmap(p.add(head + len).cast(), tail);
-            }
-            #[cfg(target_os = "linux")]
-            if self.huge && len >= 2 << 20 {
-                libc::madvise(p.add(head).cast(), len, libc::MADV_HUGEPAGE);
-            }
-            NonNull::new(p.add(head))
-        }
+        NonNull::new(p)
     }
 
     unsafe fn free_pages(&self, ptr: NonNull<u8>, pages: usize, _align: usize) {
         // SAFETY: the caller hands back exactly one mapping of ours.
-        unsafe { libc::munmap(ptr.as_ptr().cast(), pages * PAGE_SIZE) };
+        unsafe { os::unmap(ptr.as_ptr(), pages * PAGE_SIZE) };
     }
 
     unsafe fn populate(&self, ptr: NonNull<u8>, pages: usize) -> bool {

@@ -488,7 +488,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     pub fn stats(&self) -> SlubStats {
         let mut s = SlubStats::default();
         for c in &self.caches {
-            s.add(&c.stats());
+            s.merge(&c.stats());
         }
         s
     }

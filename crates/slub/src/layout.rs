@@ -2,6 +2,8 @@
 //! `set_min_partial`, `set_cpu_partial` of mm/slub.c, as `const fn`s so a
 //! cache can be built in a `static`.
 
+use local_lock::bits::{align_up, fls, ilog2};
+
 use crate::slab::MAX_OBJS_PER_SLAB;
 
 /// Cache creation flags (`SLAB_*`).
@@ -226,16 +228,6 @@ const fn min(a: usize, b: usize) -> usize {
     } else {
         b
     }
-}
-const fn align_up(x: usize, a: usize) -> usize {
-    (x + a - 1) & !(a - 1)
-}
-/// `fls`: position of the highest set bit, 1-based (0 for 0).
-pub(crate) const fn fls(x: usize) -> usize {
-    (usize::BITS - x.leading_zeros()) as usize
-}
-const fn ilog2(x: usize) -> usize {
-    fls(x) - 1
 }
 /// `get_order`: the smallest order whose block holds `size` bytes.
 ///

@@ -7,6 +7,9 @@
 //! rule); at the end every cache is destroyed without complaint and every
 //! page is back in the buddy.
 
+#[cfg(feature = "arbitrary")]
+pub mod fuzz;
+
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::boxed::Box;
 use std::collections::BTreeMap;

@@ -454,7 +454,7 @@ pub fn prodcons_stats<A: ObjHeap, S: slub::SlabSource, P: Platform>(
     let per_cpu: Vec<SlubStats> = before.iter().zip(&after).map(|(b, a)| b.delta(a)).collect();
     let mut total = SlubStats::default();
     for d in &per_cpu {
-        total.add(d);
+        total.merge(d);
     }
     let cpus = *ids.lock().unwrap();
     let [tp, tc] = *times.lock().unwrap();

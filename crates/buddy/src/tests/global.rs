@@ -70,7 +70,7 @@ fn alloc_zeroed_uses_known_zero_memory_and_clears_reused() {
         let p = g.alloc_zeroed(l);
         check(p, l, 0);
         assert_eq!(
-            g.buddy().stat(Stat::ZeroedNoClear),
+            g.buddy().stat(Stat::ZEROED_NO_CLEAR),
             1,
             "fresh mmap: no clearing"
         );
@@ -79,7 +79,7 @@ fn alloc_zeroed_uses_known_zero_memory_and_clears_reused() {
         let q = g.alloc_zeroed(l);
         assert_eq!(q, p, "the freed block is reused");
         check(q, l, 0);
-        assert_eq!(g.buddy().stat(Stat::BytesCleared), 8192);
+        assert_eq!(g.buddy().stat(Stat::BYTES_CLEARED), 8192);
         g.dealloc(q, l);
     }
 }

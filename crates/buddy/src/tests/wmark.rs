@@ -117,7 +117,7 @@ fn atomic_requests_dip_below_min() {
     assert_eq!(take(AllocFlags::NONBLOCK), 0, "NONBLOCK alone: 12 > 8 left");
     assert_eq!(take(AllocFlags::ATOMIC), 2, "ATOMIC stops at 8 - 8/4 = 6");
     assert_eq!(fx.nr_free_pages(z), 6);
-    assert!(fx.stat(Stat::WatermarkFail) >= 4);
+    assert!(fx.stat(Stat::WATERMARK_FAIL) >= 4);
     // Order > 0 subtracts (2^order - 1): with 6 free an order-1 ATOMIC
     // needs 6 - 1 > 6: no.
     assert!(fx.alloc_pages(o(1), AllocFlags::ATOMIC).is_none());
@@ -205,7 +205,7 @@ fn zonelist_fallback_and_lowmem_reserve() {
         held.push(p);
     }
     assert!(fx.alloc_pages(o(0), dma).is_none());
-    assert!(fx.stat(Stat::ZoneFail) > 0);
+    assert!(fx.stat(Stat::ZONE_FAIL) > 0);
     for p in held {
         // SAFETY: ours.
         unsafe { fx.free_pages(p.ptr, o(0)) };

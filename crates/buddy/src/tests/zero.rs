@@ -15,9 +15,9 @@ fn fresh_zeroed_memory_serves_zeroed_requests_without_clearing() {
     let p = fx.alloc_pages(o(2), AllocFlags::ZEROED).unwrap();
     assert!(p.zero);
     assert!(reads(&p, 256, 0));
-    assert_eq!(fx.stat(Stat::ZeroedRequest), 1);
-    assert_eq!(fx.stat(Stat::ZeroedNoClear), 1);
-    assert_eq!(fx.stat(Stat::BytesCleared), 0);
+    assert_eq!(fx.stat(Stat::ZEROED_REQUEST), 1);
+    assert_eq!(fx.stat(Stat::ZEROED_NO_CLEAR), 1);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 0);
     // The split halves kept PG_zero.
     let i = zi(&fx);
     assert_eq!(&i.zero_blocks[..5], &[0, 0, 1, 1, 0]);
@@ -33,17 +33,17 @@ fn dirty_memory_is_cleared_for_zeroed_requests() {
     assert!(reads(&p, 512, 0xAA), "a plain request is not cleared");
     let q = fx.alloc_pages(o(3), AllocFlags::ZEROED).unwrap();
     assert!(q.zero && reads(&q, 512, 0));
-    assert_eq!(fx.stat(Stat::ZeroedCleared), 1);
-    assert_eq!(fx.stat(Stat::BytesCleared), 512);
+    assert_eq!(fx.stat(Stat::ZEROED_CLEARED), 1);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 512);
     // Returned still zero: the next zeroed request skips the clearing.
     // SAFETY: ours, and it reads as zero.
     unsafe { fx.free_pages_zeroed(q.ptr, o(3)) };
     assert_eq!(zi(&fx).zero_blocks[3], 1);
     let r = fx.alloc_pages(o(3), AllocFlags::ZEROED).unwrap();
     assert_eq!(r.ptr, q.ptr);
-    assert_eq!(fx.stat(Stat::ZeroedNoClear), 1);
-    assert_eq!(fx.stat(Stat::BytesCleared), 512);
-    assert_eq!(fx.stat(Stat::FreeZero), 1);
+    assert_eq!(fx.stat(Stat::ZEROED_NO_CLEAR), 1);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 512);
+    assert_eq!(fx.stat(Stat::FREE_ZERO), 1);
     // A plain free of a written block loses PG_zero.
     fill(&r, 512, 1);
     // SAFETY: ours.
@@ -64,7 +64,7 @@ fn merge_keeps_zero_only_when_both_halves_are() {
     let a = fx.alloc_pages(o(0), AllocFlags::NONE).unwrap();
     let b = fx.alloc_pages(o(0), AllocFlags::NONE).unwrap();
     assert!(a.zero && b.zero, "both halves of a zero block are zero");
-    assert_eq!(fx.stat(Stat::ZeroSpent), 2);
+    assert_eq!(fx.stat(Stat::ZERO_SPENT), 2);
     fill(&a, 64, 7);
     // SAFETY: ours; `b` was never written.
     unsafe {
@@ -81,7 +81,7 @@ fn merge_keeps_zero_only_when_both_halves_are() {
     let c = fx.alloc_pages(o(1), AllocFlags::ZEROED).unwrap();
     assert!(reads(&c, 128, 0));
     assert_eq!(
-        fx.stat(Stat::BytesCleared),
+        fx.stat(Stat::BYTES_CLEARED),
         64,
         "only the dirty half was cleared"
     );
@@ -93,7 +93,7 @@ fn merge_keeps_zero_only_when_both_halves_are() {
     unsafe { fx.free_pages(c.ptr, o(1)) };
     let d = fx.alloc_pages(o(0), AllocFlags::ZEROED).unwrap();
     assert_eq!(
-        fx.stat(Stat::BytesCleared),
+        fx.stat(Stat::BYTES_CLEARED),
         128,
         "plain free: nothing known zero"
     );
@@ -105,7 +105,7 @@ fn merge_keeps_zero_only_when_both_halves_are() {
     let y = fx.alloc_pages(o(0), AllocFlags::ZEROED).unwrap();
     assert_eq!((fx.idx(&x), fx.idx(&y)), (0, 1));
     fill(&y, 64, 3);
-    let before = fx.stat(Stat::BytesCleared);
+    let before = fx.stat(Stat::BYTES_CLEARED);
     // SAFETY: ours; `x` reads as zero.
     unsafe {
         fx.free_pages_zeroed(x.ptr, o(0));
@@ -114,7 +114,7 @@ fn merge_keeps_zero_only_when_both_halves_are() {
     let z = fx.alloc_pages(o(0), AllocFlags::ZEROED).unwrap();
     assert_eq!(fx.idx(&z), 0);
     assert_eq!(
-        fx.stat(Stat::BytesCleared),
+        fx.stat(Stat::BYTES_CLEARED),
         before,
         "lower half known zero: no clearing"
     );
@@ -147,12 +147,12 @@ fn smallest_fit_before_zero_preference() {
     let r = fx.alloc_pages(o(0), AllocFlags::NONE).unwrap();
     assert_eq!(r.ptr, b.ptr, "order 0 has only the zero page: taken");
     assert!(r.zero);
-    assert_eq!(fx.stat(Stat::ZeroSpent), 4);
+    assert_eq!(fx.stat(Stat::ZERO_SPENT), 4);
     // SAFETY: ours, still zero.
     unsafe { fx.free_pages_zeroed(r.ptr, o(0)) };
     let z = fx.alloc_pages(o(1), AllocFlags::ZEROED).unwrap();
     assert_eq!(z.ptr, c.ptr, "no zero block of order >= 1: the dirty one");
-    assert_eq!(fx.stat(Stat::BytesCleared), 128);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 128);
     // SAFETY: ours.
     unsafe {
         fx.free_pages(a.ptr, o(0)); // merges with the zero page 1: half zero
@@ -188,7 +188,7 @@ fn plain_request_leaves_zero_block_of_same_order() {
         zeroed.ptr, p[3].ptr,
         "zeroed request prefers the zero block"
     );
-    assert_eq!(fx.stat(Stat::BytesCleared), 0);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 0);
     // SAFETY: ours.
     unsafe {
         fx.free_pages(zeroed.ptr, o(0));
@@ -203,16 +203,16 @@ fn plain_request_leaves_zero_block_of_same_order() {
 fn only_zero_never_clears() {
     let fx = Fx::with(Config::new(64, 4).with_tunables(Tunables::NO_MIN), 1, true);
     assert!(fx.alloc_pages(o(0), AllocFlags::ONLY_ZERO).is_none());
-    assert_eq!(fx.stat(Stat::OnlyZeroFail), 1);
+    assert_eq!(fx.stat(Stat::ONLY_ZERO_FAIL), 1);
     let p = fx.alloc_pages(o(0), AllocFlags::ZEROED).unwrap();
-    assert_eq!(fx.stat(Stat::BytesCleared), 64);
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 64);
     let hold = fx.alloc_pages(o(0), AllocFlags::NONE).unwrap(); // p's buddy
                                                                 // SAFETY: ours, zero.
     unsafe { fx.free_pages_zeroed(p.ptr, o(0)) };
     let q = fx.alloc_pages(o(0), AllocFlags::ONLY_ZERO).unwrap();
     assert_eq!(q.ptr, p.ptr);
     assert!(q.zero && reads(&q, 64, 0));
-    assert_eq!(fx.stat(Stat::BytesCleared), 64, "ONLY_ZERO did not clear");
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 64, "ONLY_ZERO did not clear");
     assert!(fx.alloc_pages(o(1), AllocFlags::ONLY_ZERO).is_none());
     // SAFETY: ours.
     unsafe {

@@ -6,8 +6,9 @@
 
 use super::state::{ChunkCtx, BLOCK_WORDS};
 use crate::bitmap::{find_last_bit, find_next_bit, find_next_zero_bit, next_clear_region};
-use crate::block::{align_up, region_overlap};
+use crate::block::region_overlap;
 use crate::types::BLOCK_BITS;
+use local_lock::bits::align_up;
 
 impl ChunkCtx<'_> {
     // -----------------------------------------------------------------

@@ -2,6 +2,8 @@
 //! and the unit and slot layout derived from it (`pcpu_setup_first_chunk`'s
 //! checks, `__pcpu_size_to_slot`).
 
+use local_lock::bits::fls;
+
 use crate::error::PcpuError;
 use crate::types::{MAX_UNIT_SIZE, MIN_UNIT_SIZE, PAGE_SIZE, SLOT_BASE_SHIFT};
 
@@ -11,12 +13,6 @@ const _: () = assert!(MAX_SLOTS <= 64, "the non-empty slot mask is a u64");
 
 /// Most units (CPUs) a chunk may have.
 pub const MAX_UNITS: usize = 1 << 16;
-
-/// `fls`: 1-based index of the highest set bit, 0 for 0.
-#[inline(always)]
-const fn fls(x: usize) -> usize {
-    (usize::BITS - x.leading_zeros()) as usize
-}
 
 /// `__pcpu_size_to_slot`: `max(fls(size) - SLOT_BASE_SHIFT + 2, 1)`.
 #[inline(always)]

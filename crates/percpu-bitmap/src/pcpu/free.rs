@@ -176,5 +176,5 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
 #[inline(never)]
 #[track_caller]
 fn free_failed(e: FreeError) -> ! {
-    panic!("percpu: bad free: {e}")
+    panic!("{e}")
 }

@@ -138,7 +138,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn stats(&self) -> SlubStats {
         let mut s = self.spill_stats.snapshot();
         for c in &self.fast {
-            s.add(&c.stats.snapshot());
+            s.merge(&c.stats.snapshot());
         }
         s
     }

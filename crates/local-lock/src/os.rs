@@ -1,0 +1,143 @@
+//! The OS layer of the std front-ends (feature `std`, unix): anonymous
+//! memory from `mmap`, aligned by over-mapping and trimming, and given back
+//! with `munmap`.
+//!
+//! Buddy's `GlobalBuddy` (its arena and large direct mappings) and
+//! percpu-bitmap's `MmapSource` (its chunks) both get their memory here.
+//! Nothing in this module calls a Rust allocator, so it can back a
+//! `#[global_allocator]`; failures are returned (null), never reported, so
+//! each caller keeps its own messages.
+//!
+//! The page-size cache uses `core`'s atomics even under `cfg(loom)`: it is
+//! OS state, not allocator state the model checker should explore.
+
+use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// The OS page size (`sysconf(_SC_PAGESIZE)`, 4096 if that fails), cached
+/// after the first call.
+pub fn page_size() -> usize {
+    static P: AtomicUsize = AtomicUsize::new(0);
+    let p = P.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let v = if v > 0 { v as usize } else { 4096 };
+    P.store(v, Ordering::Relaxed);
+    v
+}
+
+/// `mmap` of private anonymous memory (`MAP_PRIVATE | MAP_ANONYMOUS |
+/// extra`) with protection `prot`; null on failure.
+///
+/// # Safety
+///
+/// With `MAP_FIXED` in `extra`, `addr..addr+len` must be a range the caller
+/// owns (it is replaced).
+pub unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
+    // SAFETY: caller's contract.
+    let p = unsafe {
+        libc::mmap(
+            addr.cast(),
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+/// `munmap(ptr, len)`; the result is ignored (as every caller here did:
+/// unmapping a range of one's own mapping only fails on bad arguments).
+///
+/// # Safety
+///
+/// `ptr..ptr+len` is page aligned, mapped by the caller (from [`map`] or
+/// [`map_aligned`]) and no longer used.
+pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+    // SAFETY: caller's contract.
+    unsafe { libc::munmap(ptr.cast(), len) };
+}
+
+/// `len` bytes of fresh private anonymous memory aligned to `align` (a power
+/// of two), with protection `prot` and the extra flags `extra` (e.g.
+/// `MAP_NORESERVE`); null on failure (or if the sizes overflow).
+///
+/// For an alignment above the OS page size it maps `len + align - page`
+/// bytes and unmaps the head before the first aligned address and the tail
+/// after `len` bytes: the kernel places mappings at page granularity only.
+/// `len` should be a multiple of the page size (the whole of the last page
+/// is kept otherwise).
+pub fn map_aligned(len: usize, align: usize, prot: i32, extra: i32) -> *mut u8 {
+    let page = page_size();
+    if align <= page {
+        // SAFETY: a fresh mapping anywhere (no MAP_FIXED).
+        return unsafe { map(ptr::null_mut(), len, prot, extra & !libc::MAP_FIXED) };
+    }
+    let Some(over) = len.checked_add(align - page) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: a fresh mapping anywhere (no MAP_FIXED).
+    let p = unsafe { map(ptr::null_mut(), over, prot, extra & !libc::MAP_FIXED) };
+    if p.is_null() {
+        return p;
+    }
+    let a = p as usize;
+    let head = ((a + align - 1) & !(align - 1)) - a;
+    let tail = over - head - len;
+    // SAFETY: trimming our own fresh mapping (page-aligned pieces: `p`,
+    // `align` and `over` are multiples of the page size).
+    unsafe {
+        if head > 0 {
+            unmap(p, head);
+        }
+        if tail > 0 {
+            unmap(p.add(head + len), tail);
+        }
+    }
+    p.wrapping_add(head)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_size_is_a_power_of_two() {
+        let p = page_size();
+        assert!(p.is_power_of_two() && p >= 4096);
+        assert_eq!(page_size(), p);
+    }
+
+    #[test]
+    fn map_aligned_aligns_and_is_writable() {
+        let page = page_size();
+        for align in [page, 2 * page, 1 << 21] {
+            let len = 3 * page;
+            let p = map_aligned(len, align, libc::PROT_READ | libc::PROT_WRITE, 0);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % align, 0);
+            // SAFETY: `p..p+len` is our fresh read-write mapping.
+            unsafe {
+                p.write(1);
+                p.add(len - 1).write(2);
+                assert_eq!(p.read() + p.add(len - 1).read(), 3);
+                unmap(p, len);
+            }
+        }
+    }
+
+    #[test]
+    fn map_aligned_fails_on_overflow() {
+        let p = map_aligned(usize::MAX - 4095, 1 << 21, libc::PROT_READ, 0);
+        assert!(p.is_null());
+    }
+}

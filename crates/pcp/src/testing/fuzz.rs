@@ -1,0 +1,100 @@
+//! The cargo-fuzz target's input (feature `arbitrary`): [`Input`] and
+//! [`FuzzOp`], which `arbitrary` derives from the fuzzer's bytes, mapped to
+//! this module's parent [`Op`]s. Here, next to `Op`, so the two cannot drift;
+//! `fuzz/fuzz_targets/pcp.rs` only runs them.
+
+use std::vec::Vec;
+
+use arbitrary::Arbitrary;
+
+use super::{Op, CPUS};
+
+/// One fuzz input: the setup and the operations.
+#[allow(missing_docs)]
+#[derive(Arbitrary, Debug)]
+pub struct Input {
+    pub policy: u8,
+    pub locked: bool,
+    pub ops: Vec<FuzzOp>,
+}
+
+/// An operation as the fuzzer draws it: the [`Op`] variant of the same
+/// name with narrow fields; `From` maps it into range.
+#[allow(missing_docs)]
+#[derive(Arbitrary, Debug, Clone, Copy)]
+pub enum FuzzOp {
+    Alloc {
+        cpu: u8,
+        order: u8,
+        flags: u8,
+        irq: bool,
+    },
+    Free {
+        idx: u16,
+        zero: bool,
+        cold: bool,
+        irq: bool,
+    },
+    DrainLocal {
+        cpu: u8,
+    },
+    DrainAll,
+    Prezero {
+        cpu: u8,
+        budget: u8,
+    },
+    Bulk {
+        cpu: u8,
+        n: u8,
+    },
+    Bad {
+        cpu: u8,
+        kind: u8,
+        idx: u16,
+    },
+}
+
+impl From<FuzzOp> for Op {
+    fn from(op: FuzzOp) -> Op {
+        let cpu = |c: u8| c as usize % CPUS;
+        match op {
+            FuzzOp::Alloc {
+                cpu: c,
+                order,
+                flags,
+                irq,
+            } => Op::Alloc {
+                cpu: cpu(c),
+                order: order % 5,
+                flags: flags % 8,
+                irq,
+            },
+            FuzzOp::Free {
+                idx,
+                zero,
+                cold,
+                irq,
+            } => Op::Free {
+                idx: idx as usize,
+                zero,
+                cold,
+                irq,
+            },
+            FuzzOp::DrainLocal { cpu: c } => Op::DrainLocal { cpu: cpu(c) },
+            FuzzOp::DrainAll => Op::DrainAll,
+            FuzzOp::Prezero { cpu: c, budget } => Op::Prezero {
+                cpu: cpu(c),
+                budget: budget as usize % 8,
+            },
+            FuzzOp::Bulk { cpu: c, n } => Op::Bulk {
+                cpu: cpu(c),
+                n: 1 + n as usize % 16,
+            },
+            FuzzOp::Bad { cpu: c, kind, idx } => Op::Bad {
+                cpu: cpu(c),
+                kind,
+                idx: idx as usize,
+            },
+        }
+    }
+}
