@@ -8,7 +8,8 @@ use buddy::{AllocFlags, Buddy, FreeFlags, GlobalBuddy, Order, ZoneId};
 use local_lock::std_platform::{PerThread, StdCpu};
 use local_lock::Platform;
 
-use crate::pcp::{BadFree, PageSource, Pcp, Policy};
+use crate::error::BadFree;
+use crate::pcp::{PageSource, Pcp, Policy};
 
 impl PageSource for GlobalBuddy {
     type P = StdCpu;

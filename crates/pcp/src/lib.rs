@@ -77,6 +77,7 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod error;
 pub mod list;
 mod pcp;
 pub mod sizing;
@@ -86,11 +87,11 @@ pub mod stats;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
+pub use crate::error::{BadFree, BatchHighError, DrainError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
-pub use crate::pcp::{
-    BadFree, BatchHighError, CpuPages, DrainError, PageSource, Pcp, Policy, MAX_HIGH,
-};
+pub use crate::pcp::{CpuPages, PageSource, Pcp, Policy};
+pub use crate::sizing::MAX_HIGH;
 pub use crate::stats::{PcpStat, PcpStats};
 
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
