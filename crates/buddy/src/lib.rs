@@ -180,6 +180,7 @@ mod error;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
+mod source;
 mod span;
 mod types;
 mod zone;
@@ -187,11 +188,12 @@ mod zone;
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
 pub mod testing;
 
-pub use crate::buddy::{BlockRef, Buddy, PageState, ZoneInfo};
+pub use crate::buddy::{Block, BlockRef, Buddy, PageState, ZoneInfo};
 pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
+pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,

@@ -4,23 +4,12 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 
-use buddy::{AllocFlags, Buddy, FreeFlags, GlobalBuddy, Order, ZoneId};
+use buddy::{AllocFlags, Block, BlockRef, Buddy, FreeFlags, GlobalBuddy, Order, PageAlloc, ZoneId};
 use local_lock::std_platform::{PerThread, StdCpu};
 use local_lock::Platform;
 
 use crate::error::BadFree;
 use crate::pcp::{PageSource, Pcp, Policy};
-
-impl PageSource for GlobalBuddy {
-    type P = StdCpu;
-    #[inline(always)]
-    fn buddy(&self) -> &Buddy<StdCpu> {
-        GlobalBuddy::buddy(self)
-    }
-    fn grow(&self, order: Order) -> bool {
-        self.grow_for(order)
-    }
-}
 
 /// Default `batch` of the std heap: what a large zone gets with 4 KiB pages
 /// (the heap's zone grows from nothing, so the kernel's formula would start
@@ -108,6 +97,31 @@ impl GlobalPcp {
                 }
             },
         }
+    }
+}
+
+// SAFETY: forwarded to the pcp (`PageAlloc for Pcp`).
+unsafe impl PageAlloc for GlobalPcp {
+    #[inline(always)]
+    fn page_size(&self) -> usize {
+        self.pcp.page_size()
+    }
+    #[inline(always)]
+    fn max_order(&self) -> Order {
+        self.pcp.max_order()
+    }
+    #[inline(always)]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.pcp.alloc_block(order, flags)
+    }
+    #[inline(always)]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.pcp.free(ptr, order, FreeFlags::NONE) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.pcp.buddy().owner_of(addr)
     }
 }
 

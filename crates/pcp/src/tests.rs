@@ -662,3 +662,23 @@ fn allocation_retries_while_growing_makes_progress() {
         dealloc(regions[1], layout);
     }
 }
+
+/// The page-source contract (issue #15): `alloc_block` hands back the
+/// block's own owner words, from the lists (the node) and from the buddy
+/// (orders above the lists), the ones `owner_of` finds.
+#[test]
+fn alloc_block_brings_the_blocks_own_owner_words() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    for k in [0, 1, 3, 4, 5] {
+        for flags in [AllocFlags::NONE, AllocFlags::ZEROED, AllocFlags::COMP] {
+            let b = pcp.alloc_block(o(k), flags).unwrap();
+            let found = m.buddy.owner_of(b.page.ptr.as_ptr()).unwrap();
+            assert!(core::ptr::eq(b.owner, found.owner), "order {k} {flags:?}");
+            assert_eq!((found.head, found.order), (b.page.ptr, o(k)));
+            // SAFETY: allocated above with this order.
+            unsafe { pcp.free(b.page.ptr, o(k), FreeFlags::NONE) };
+        }
+    }
+    pcp.check_local();
+}

@@ -1483,8 +1483,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_here(SlubStat::ORDER_FALLBACK);
             }
         }
-        let page = page?;
-        let block = self.source.block_of(page.ptr.as_ptr())?;
+        let block = page?;
+        let page = block.page;
         // SAFETY: descriptors live as long as the page allocator, which
         // outlives every slab of this cache.
         let s: Slab<'static> = Slab(unsafe { &*(block.owner as *const buddy::Owner) });
@@ -2155,13 +2155,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     fn new_sheaf(&self) -> Option<Sheaf> {
         let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
         let order = Order::new(crate::layout::get_order(bytes, self.geometry.page_size))?;
-        let page = self.source.alloc_block(order, AllocFlags::NONE)?;
-        if let Some(b) = self.source.block_of(page.ptr.as_ptr()) {
-            b.owner
-                .tag()
-                .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
-        }
-        let sh = Sheaf(page.ptr.as_ptr().expose_provenance());
+        let b = self.source.alloc_block(order, AllocFlags::NONE)?;
+        b.owner
+            .tag()
+            .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
+        let sh = Sheaf(b.page.ptr.as_ptr().expose_provenance());
         sh.set_size(0);
         sh.set_next(0);
         self.stat_here(SlubStat::SHEAF_ALLOC);

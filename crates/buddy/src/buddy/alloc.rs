@@ -7,6 +7,7 @@ use core::ptr::{self, NonNull};
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
+use super::owner::Block;
 use super::zero::clear_range;
 use super::Buddy;
 use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_TAIL, ZERO_FULL};
@@ -41,6 +42,16 @@ impl<P: Platform> Buddy<P> {
     /// part is cleared, after the lock is dropped.
     #[inline]
     pub fn alloc_pages(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        self.alloc_block(order, flags).map(|b| b.page)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages) that also hands back the block's
+    /// owner words (its head descriptor, which the allocation had in hand):
+    /// the [`PageAlloc`](crate::PageAlloc) contract, so a holder that keeps
+    /// state in the owner words needs no [`owner_of`](Self::owner_of)
+    /// lookup.
+    #[inline]
+    pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         if order > self.cfg.max_order() {
             return None;
         }
@@ -65,6 +76,7 @@ impl<P: Platform> Buddy<P> {
         }
         let highest = self.highest_zone(flags).max(zone.index());
         self.alloc_from(zone.index(), order, flags, highest)
+            .map(|b| b.page)
     }
 
     #[inline]
@@ -74,7 +86,7 @@ impl<P: Platform> Buddy<P> {
         order: Order,
         flags: AllocFlags,
         highest: usize,
-    ) -> Option<Page> {
+    ) -> Option<Block<'_>> {
         let mut g = self.lock_zone(zone);
         let t = if g.watermark_ok(order, flags, highest) {
             // SAFETY: zone lock held.
@@ -116,7 +128,7 @@ impl<P: Platform> Buddy<P> {
         order: Order,
         flags: AllocFlags,
         clear: (usize, usize),
-    ) -> Page {
+    ) -> Block<'_> {
         #[cfg(any(test, feature = "invariants"))]
         self.verify_known_zero(t.ptr, t.zero, order);
         if clear.1 != 0 {
@@ -127,11 +139,16 @@ impl<P: Platform> Buddy<P> {
         if flags.contains(AllocFlags::COMP) {
             self.stamp_tails(t.desc, t.ptr, order);
         }
-        Page {
-            // SAFETY: block pointers come from the non-null memory of a span.
-            ptr: unsafe { NonNull::new_unchecked(t.ptr) },
-            order,
-            zero: flags.contains(AllocFlags::ZEROED) || t.zero == ZERO_FULL,
+        Block {
+            page: Page {
+                // SAFETY: block pointers come from the non-null memory of a span.
+                ptr: unsafe { NonNull::new_unchecked(t.ptr) },
+                order,
+                zero: flags.contains(AllocFlags::ZEROED) || t.zero == ZERO_FULL,
+            },
+            // SAFETY: `t.desc` is the block's head descriptor in its span's
+            // memmap, which lives as long as the allocator.
+            owner: unsafe { &*t.desc }.owner(),
         }
     }
 

@@ -25,7 +25,7 @@ mod report;
 mod watermark;
 mod zero;
 
-pub use owner::{BlockRef, PageState};
+pub use owner::{Block, BlockRef, PageState};
 pub use report::ZoneInfo;
 
 use core::fmt;

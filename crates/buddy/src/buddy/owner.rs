@@ -13,7 +13,7 @@ use super::Buddy;
 use crate::desc::KIND_NONE;
 use crate::desc::{kind, order_of, Owner, KIND_ALLOC, KIND_FREE, KIND_TAIL, ZERO_FULL};
 use crate::span::Found;
-use crate::types::Order;
+use crate::types::{Order, Page};
 
 /// An allocated block found from an address inside it
 /// ([`Buddy::owner_of`]).
@@ -24,6 +24,18 @@ pub struct BlockRef<'a> {
     /// The block's order.
     pub order: Order,
     /// The block's owner words.
+    pub owner: &'a Owner,
+}
+
+/// A block just handed out, with its owner words
+/// ([`Buddy::alloc_block`], [`PageAlloc::alloc_block`](crate::PageAlloc::alloc_block)):
+/// the descriptor the allocation had in hand, so its holder never looks it
+/// up again.
+#[derive(Clone, Copy, Debug)]
+pub struct Block<'a> {
+    /// The block (first byte, order, known zero).
+    pub page: Page,
+    /// Its owner words, which belong to the holder until it frees the block.
     pub owner: &'a Owner,
 }
 

@@ -6,11 +6,11 @@
 
 use core::ptr::NonNull;
 
-use buddy::{AllocFlags, Order, Page};
+use buddy::{AllocFlags, Block, Order, Owner, Page, MAX_GROW_RETRIES};
 use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
-use super::{Guard, PageSource, Pcp, MAX_GROW_RETRIES};
+use super::{Guard, PageSource, Pcp};
 use crate::list::{list_tag, owner};
 use crate::sizing::refill_blocks;
 use crate::stats::PcpStat;
@@ -24,6 +24,15 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// from the cold end. `Page::zero` tells whether the page reads as zero.
     #[inline]
     pub fn alloc(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        self.alloc_block(order, flags).map(|b| b.page)
+    }
+
+    /// [`alloc`](Self::alloc) that also hands back the block's owner words
+    /// (the [`PageAlloc`](buddy::PageAlloc) contract): a page from the lists
+    /// brings its descriptor (the list node), a page from the buddy the one
+    /// the buddy allocated it with, so the caller never looks it up.
+    #[inline]
+    pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         if !self.uses_lists(order, flags) {
             return self.alloc_buddy(order, flags);
         }
@@ -36,8 +45,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             let r = self.rmqueue_pcplist(&mut g, order, flags);
             drop(g);
             match r {
-                Some((ptr, known_zero)) => {
-                    return Some(self.prep_new_page(ptr, order, flags, known_zero))
+                Some((ptr, known_zero, owner)) => {
+                    return Some(Block {
+                        page: self.prep_new_page(ptr, order, flags, known_zero),
+                        owner,
+                    })
                 }
                 None if flags.contains(AllocFlags::ONLY_ZERO) => return None,
                 // Other CPUs may take what `grow` added before our retry
@@ -75,25 +87,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     #[cold]
     #[inline(never)]
-    fn alloc_buddy(&self, order: Order, flags: AllocFlags) -> Option<Page> {
-        let b = self.buddy();
+    fn alloc_buddy(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         let zflags = if flags.max_zone().is_some() {
             flags
         } else {
             flags.zone_max(self.zone)
         };
-        if let Some(p) = b.alloc_pages(order, zflags) {
-            return Some(p);
-        }
-        for _ in 0..MAX_GROW_RETRIES {
-            if !self.source.grow(order) {
-                break;
-            }
-            if let Some(p) = b.alloc_pages(order, zflags) {
-                return Some(p);
-            }
-        }
-        None
+        self.source.alloc_or_grow(order, zflags)
     }
 
     /// `rmqueue_pcplist`: a page of `order` from the locked lists, refilling
@@ -104,7 +104,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         g: &mut Guard<'_, L, N>,
         order: Order,
         flags: AllocFlags,
-    ) -> Option<(NonNull<u8>, bool)> {
+    ) -> Option<(NonNull<u8>, bool, &Owner)> {
         let cpu = g.cpu();
         let mut refilled = false;
         loop {
@@ -132,22 +132,22 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         cpu: usize,
         order: Order,
         flags: AllocFlags,
-    ) -> Option<(NonNull<u8>, bool)> {
+    ) -> Option<(NonNull<u8>, bool, &Owner)> {
         let o = order.index();
         let cold = flags.contains(AllocFlags::COLD);
         if flags.contains(AllocFlags::ZEROED) {
-            if let Some(p) = g.zero[o].pop(cold) {
+            if let Some((p, own)) = g.zero[o].pop_owner(cold) {
                 self.stat(cpu, PcpStat::ALLOC_ZERO_HIT, 1);
-                return Some((p, true));
+                return Some((p, true, own));
             }
             if flags.contains(AllocFlags::ONLY_ZERO) {
                 return None;
             }
-            let p = g.normal[o].pop(cold)?;
+            let (p, own) = g.normal[o].pop_owner(cold)?;
             self.stat(cpu, PcpStat::ALLOC_CLEARED, 1);
-            return Some((p, false));
+            return Some((p, false, own));
         }
-        if let Some(p) = g.normal[o].pop(cold) {
+        if let Some((p, own)) = g.normal[o].pop_owner(cold) {
             self.stat(
                 cpu,
                 if cold {
@@ -157,11 +157,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 },
                 1,
             );
-            return Some((p, false));
+            return Some((p, false, own));
         }
-        let p = g.zero[o].pop(cold)?;
+        let (p, own) = g.zero[o].pop_owner(cold)?;
         self.stat(cpu, PcpStat::ALLOC_ZERO_AS_NORMAL, 1);
-        Some((p, true))
+        Some((p, true, own))
     }
 
     /// `rmqueue_bulk`: one zone-lock acquisition brings a batch; known-zero

@@ -45,7 +45,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let mut got = 0u64;
         for slot in out.iter_mut().filter(|s| s.is_none()) {
             match self.rmqueue_pcplist(&mut g, order, flags) {
-                Some((ptr, known_zero)) => {
+                Some((ptr, known_zero, _)) => {
                     self.prep_new_page(ptr, order, flags, known_zero);
                     *slot = Some(ptr);
                     populated += 1;

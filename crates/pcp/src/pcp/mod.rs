@@ -7,13 +7,15 @@
 //! * `free`: free, its check, and the batch free (`free_pcppages_bulk`);
 //! * `drain`: drains and background zeroing;
 //! * `bulk`: `alloc_pages_bulk` and the bulk free;
-//! * `report`: counters, snapshots, the report and the checker.
+//! * `report`: counters, snapshots, the report and the checker;
+//! * `source`: the pcp as a [`PageAlloc`](buddy::PageAlloc) (slub's page source).
 
 mod alloc;
 mod bulk;
 mod drain;
 mod free;
 mod report;
+mod source;
 
 use buddy::{AllocFlags, Buddy, Order, ZoneId};
 use local_lock::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -27,45 +29,10 @@ use crate::sizing::{
 };
 use crate::stats::PcpStat;
 
-/// Where the pcp gets its pages: a buddy allocator, and optionally a way
-/// to add memory to it when it runs dry (the std heap maps more).
-pub trait PageSource: Sync {
-    /// The buddy's platform.
-    type P: Platform;
-    /// The buddy allocator.
-    fn buddy(&self) -> &Buddy<Self::P>;
-    /// Called when the buddy could not supply a block of `order`: add
-    /// memory if possible and say whether a retry may succeed. Runs outside
-    /// every pcp lock.
-    fn grow(&self, order: Order) -> bool {
-        let _ = order;
-        false
-    }
-}
-
-impl<P: Platform> PageSource for Buddy<P> {
-    type P = P;
-    #[inline(always)]
-    fn buddy(&self) -> &Buddy<P> {
-        self
-    }
-}
-
-impl<S: PageSource> PageSource for &S {
-    type P = S::P;
-    #[inline(always)]
-    fn buddy(&self) -> &Buddy<S::P> {
-        (**self).buddy()
-    }
-    fn grow(&self, order: Order) -> bool {
-        (**self).grow(order)
-    }
-}
-
-/// Times an allocation asks its page source to grow before it fails: memory
-/// one `grow` added can be taken by other CPUs' refills before the retry
-/// (seen as a spurious out-of-memory in a 4-thread `GlobalPcp` test).
-pub const MAX_GROW_RETRIES: usize = 16;
+/// Where the pcp gets its pages: a buddy allocator and its growth hook,
+/// the buddy crate's [`BuddySource`](buddy::BuddySource) (one contract for
+/// every page layer, `docs/DESIGN.md`), under the name pcp has always used.
+pub use buddy::BuddySource as PageSource;
 
 /// How the per-CPU lists are protected against interrupt handlers (seed
 /// 000 and its successors).
