@@ -2,7 +2,6 @@
 //! a rejected free.
 
 use core::fmt;
-use core::ptr::NonNull;
 
 use buddy::Order;
 
@@ -43,6 +42,8 @@ impl fmt::Display for BatchHighError {
     }
 }
 
+impl core::error::Error for BatchHighError {}
+
 /// Why a drain of a CPU did not happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DrainError {
@@ -51,30 +52,70 @@ pub enum DrainError {
     NotAllowed,
 }
 
-/// A rejected free: the block and what its descriptor says.
+impl fmt::Display for DrainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DrainError::NotAllowed => f.write_str(
+                "pcp: drain refused: this CPU may not reach that CPU's lists (drain it on that CPU)",
+            ),
+        }
+    }
+}
+
+impl core::error::Error for DrainError {}
+
+/// A rejected free, in the buddy's shape ([`buddy::FreeError`]): the
+/// address, the order it was freed with, and what its descriptor says.
+/// Nothing changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BadFree {
     /// The address freed.
-    pub ptr: NonNull<u8>,
+    pub addr: usize,
     /// The order it was freed with.
     pub order: Order,
-    /// The allocated block containing it (head, order), if any.
-    pub found: Option<(NonNull<u8>, Order)>,
+    /// What is wrong.
+    pub kind: BadFreeKind,
+}
+
+/// What is wrong with a pcp free (what the block's descriptor says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadFreeKind {
+    /// No allocated block of this allocator contains the address (foreign,
+    /// or already free in the buddy).
+    NotAllocated,
+    /// The address lies inside the allocated block at `head`, but is not
+    /// its head.
+    NotHead {
+        /// The block's first byte.
+        head: usize,
+        /// The block's order.
+        order: Order,
+    },
+    /// The address heads an allocated block of another order.
+    WrongOrder {
+        /// The block's real order.
+        actual: Order,
+    },
+    /// The page is already on a per-CPU list (a double free that has not
+    /// reached the buddy yet).
+    OnPcpList,
 }
 
 impl fmt::Display for BadFree {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (ptr, order) = (self.ptr, self.order);
-        match self.found {
-            None => write!(
+        let (addr, order) = (self.addr, self.order);
+        match self.kind {
+            BadFreeKind::NotAllocated => write!(
                 f,
-                "pcp: bad free of {ptr:p} ({order}): not an allocated block of this allocator (foreign, or already free in the buddy)"
+                "pcp: bad free of {addr:#x} ({order}): not an allocated block of this allocator (foreign, or already free in the buddy)"
             ),
-            Some((head, o)) if head != ptr => {
-                write!(f, "pcp: bad free of {ptr:p} ({order}): not a block head (inside the block at {head:p}, {o})")
+            BadFreeKind::NotHead { head, order: o } => {
+                write!(f, "pcp: bad free of {addr:#x} ({order}): not a block head (inside the block at {head:#x}, {o})")
             }
-            Some((_, o)) if o != order => write!(f, "pcp: bad free of {ptr:p}: freed as {order} but allocated as {o}"),
-            Some(_) => write!(f, "pcp: double free of {ptr:p} ({order}): the page is already on a per-CPU list"),
+            BadFreeKind::WrongOrder { actual } => write!(f, "pcp: bad free of {addr:#x}: freed as {order} but allocated as {actual}"),
+            BadFreeKind::OnPcpList => write!(f, "pcp: double free of {addr:#x} ({order}): the page is already on a per-CPU list"),
         }
     }
 }
+
+impl core::error::Error for BadFree {}

@@ -8,7 +8,7 @@ use buddy::{AllocFlags, Block, BlockRef, Buddy, FreeFlags, GlobalBuddy, Order, P
 use local_lock::std_platform::{PerThread, StdCpu};
 use local_lock::Platform;
 
-use crate::error::BadFree;
+use crate::error::{BadFree, BadFreeKind};
 use crate::pcp::{PageSource, Pcp, Policy};
 
 /// Default `batch` of the std heap: what a large zone gets with 4 KiB pages
@@ -155,7 +155,7 @@ unsafe impl GlobalAlloc for GlobalPcp {
                 if let Err(e) = unsafe { self.pcp.try_free(p, order, FreeFlags::NONE) } {
                     // Not a buddy block: one served as a direct mapping when
                     // the heap could not grow?
-                    if e.found.is_none() {
+                    if e.kind == BadFreeKind::NotAllocated {
                         // SAFETY: GlobalAlloc's contract: if `ptr` is such a
                         // mapping, it is this block, given up.
                         if unsafe { self.pcp.source().free_block_direct(ptr, order) } {

@@ -87,7 +87,7 @@ pub mod stats;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
-pub use crate::error::{BadFree, BatchHighError, DrainError};
+pub use crate::error::{BadFree, BadFreeKind, BatchHighError, DrainError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
 pub use crate::pcp::{CpuPages, PageSource, Pcp, Policy};

@@ -682,3 +682,27 @@ fn alloc_block_brings_the_blocks_own_owner_words() {
     }
     pcp.check_local();
 }
+
+/// Every error type of the page layers is a `core::error::Error` whose
+/// message names the allocator (and the address where there is one).
+#[test]
+fn errors_are_errors_with_messages() {
+    fn msg(e: &dyn core::error::Error) -> String {
+        e.to_string()
+    }
+    assert!(msg(&crate::DrainError::NotAllowed).starts_with("pcp: drain refused"));
+    assert!(msg(&crate::BatchHighError::ZeroBatch).starts_with("pcp: set_batch_high"));
+    let e = crate::BadFree {
+        addr: 0x1000,
+        order: O0,
+        kind: crate::BadFreeKind::OnPcpList,
+    };
+    assert!(msg(&e).starts_with("pcp: double free of 0x1000"), "{e}");
+    let e = buddy::FreeError {
+        addr: 0x2000,
+        order: 0,
+        kind: buddy::FreeErrorKind::NotOwned,
+    };
+    assert!(msg(&e).starts_with("buddy: bad free of 0x2000"), "{e}");
+    assert!(msg(&buddy::RegionError::Overlap).starts_with("buddy: overlap"));
+}

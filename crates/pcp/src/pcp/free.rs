@@ -10,7 +10,7 @@ use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
 use super::{Guard, PageSource, Pcp};
-use crate::error::BadFree;
+use crate::error::{BadFree, BadFreeKind};
 use crate::list::{is_pcp_tag, list_tag};
 use crate::sizing::{nr_pcp_free, MAX_FREE_FACTOR, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER};
 use crate::stats::PcpStat;
@@ -60,9 +60,17 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 Ok(b.owner)
             }
             other => Err(BadFree {
-                ptr,
+                addr: ptr.as_ptr() as usize,
                 order,
-                found: other.map(|b| (b.head, b.order)),
+                kind: match other {
+                    None => BadFreeKind::NotAllocated,
+                    Some(b) if b.head != ptr => BadFreeKind::NotHead {
+                        head: b.head.as_ptr() as usize,
+                        order: b.order,
+                    },
+                    Some(b) if b.order != order => BadFreeKind::WrongOrder { actual: b.order },
+                    Some(_) => BadFreeKind::OnPcpList,
+                },
             }),
         }
     }
