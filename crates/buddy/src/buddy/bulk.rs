@@ -27,7 +27,7 @@ impl<P: Platform> Buddy<P> {
     ///
     /// `sink` runs under the zone lock with IRQs saved: it must not call
     /// into this allocator (deadlock), and should only link the page (e.g.
-    /// into a pcp list through its [`Owner`] words).
+    /// into a pcp list through its [`Owner`](crate::Owner) words).
     pub fn alloc_bulk(
         &self,
         zone: ZoneId,

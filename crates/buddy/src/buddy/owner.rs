@@ -68,7 +68,7 @@ impl<P: Platform> Buddy<P> {
     ///
     /// Cost: the span lookup and one descriptor read when `addr` is in the
     /// head page; two for a block allocated with
-    /// [`COMP`](AllocFlags::COMP); otherwise at most `max_order` more
+    /// [`COMP`](crate::AllocFlags::COMP); otherwise at most `max_order` more
     /// descriptor reads (the candidate heads `pfn & !(2^k - 1)`).
     ///
     /// Exact for blocks the caller holds (their descriptors cannot change
