@@ -98,7 +98,7 @@ pub const fn is_pcp_tag(tag: u32) -> bool {
 pub(crate) struct PageDesc {
     /// Owner: double word (SLUB: `freelist`, `counters`).
     pub(crate) pair: AtomicDWord,
-    /// Owner: a word (SLUB: the cache pointer).
+    /// Owner: a word (SLUB: the cache's id).
     pub(crate) data: AtomicUsize,
     /// Owner: a word (SLUB, pcp: a list link).
     pub(crate) link: AtomicUsize,
@@ -247,8 +247,9 @@ impl PageDesc {
 /// | user | `pair` (16-byte aligned) | `data` | `link` | `prev` | `tag` |
 /// |---|---|---|---|---|---|
 /// | pcp, while a page sits on a per-CPU list | — | prev link | next link | — | list id ([`PCP_TAG`] form) |
-/// | SLUB slab | `freelist`, `counters` (double-word CAS) | cache pointer | partial-list next link | partial-list prev link | "slab" |
+/// | SLUB slab | `freelist`, `counters` (double-word CAS) | the cache's id | partial-list next link | partial-list prev link | "slab" |
 /// | SLUB large kmalloc | — | size | — | — | "large" |
+/// | SLUB sheaf page (its contents hold the object pointers) | — | — | — | — | "sheaf" |
 ///
 /// Everything is atomic, so sharing `&Owner` is always memory safe; the rule
 /// above is about meaning, not soundness.
@@ -262,7 +263,7 @@ impl Owner {
     pub fn pair(&self) -> &AtomicDWord {
         &self.0.pair
     }
-    /// A word (SLUB: the cache pointer; pcp: the prev link).
+    /// A word (SLUB: the cache's id; pcp: the prev link).
     #[inline(always)]
     pub fn data(&self) -> &AtomicUsize {
         &self.0.data

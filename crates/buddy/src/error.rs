@@ -144,3 +144,7 @@ impl fmt::Display for RegionError {
         })
     }
 }
+
+impl core::error::Error for FreeError {}
+
+impl core::error::Error for RegionError {}

@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 
 use local_lock::fork::{in_main_image, level, ForkLocks};
 
-use crate::GlobalBuddy;
+use crate::global::GlobalBuddy;
 
 impl ForkLocks for GlobalBuddy {
     fn fork_prepare(&self) {

@@ -54,8 +54,9 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
 use local_lock::Platform;
 
-use crate::buddy::Buddy;
+use crate::buddy::{Block, BlockRef, Buddy};
 use crate::error::FreeError;
+use crate::source::{BuddySource, PageAlloc};
 use crate::span::MAX_SPANS;
 use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
 
@@ -670,6 +671,44 @@ impl GlobalBuddy {
             return p;
         }
         self.record_direct(p, size)
+    }
+}
+
+// The std heap's growth hook: map more when the buddy is exhausted.
+impl BuddySource for GlobalBuddy {
+    type P = StdCpu;
+    #[inline(always)]
+    fn buddy(&self) -> &Buddy<StdCpu> {
+        GlobalBuddy::buddy(self)
+    }
+    fn grow(&self, order: Order) -> bool {
+        self.grow_for(order)
+    }
+}
+
+// SAFETY: the buddy's blocks and owner words (growing the heap through its
+// own hook when the buddy is exhausted).
+unsafe impl PageAlloc for GlobalBuddy {
+    #[inline]
+    fn page_size(&self) -> usize {
+        self.buddy.config().page_size()
+    }
+    #[inline]
+    fn max_order(&self) -> Order {
+        self.buddy.config().max_order()
+    }
+    #[inline]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.alloc_or_grow(order, flags)
+    }
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.buddy.free_pages(ptr, order) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.buddy.owner_of(addr)
     }
 }
 

@@ -116,6 +116,7 @@
 //! | one block | [`alloc_pages`](Buddy::alloc_pages), [`alloc_pages_zone`](Buddy::alloc_pages_zone), [`free_pages`](Buddy::free_pages), [`free_pages_zeroed`](Buddy::free_pages_zeroed), [`free_pages_flags`](Buddy::free_pages_flags), [`try_free_pages`](Buddy::try_free_pages) |
 //! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk), [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), [`try_free_bulk_keep_zero`](Buddy::try_free_bulk_keep_zero) |
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
+//! | page-source contract (pcp, slub) | [`PageAlloc`] (`alloc_block` → [`Block`]: the block with its owner words), [`BuddySource`] (the buddy and its one growth hook) |
 //! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
 //! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |
 //!
@@ -182,6 +183,7 @@ mod error;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
+mod source;
 mod span;
 mod types;
 mod zone;
@@ -189,11 +191,12 @@ mod zone;
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
 pub mod testing;
 
-pub use crate::buddy::{BlockRef, Buddy, PageState, ZoneInfo};
+pub use crate::buddy::{Block, BlockRef, Buddy, PageState, ZoneInfo};
 pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
+pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,

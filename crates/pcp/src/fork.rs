@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use local_lock::fork::{in_main_image, level, ForkLocks};
 use local_lock::std_platform::PerThread;
 
-use crate::GlobalPcp;
+use crate::global::GlobalPcp;
 
 impl ForkLocks for GlobalPcp {
     fn fork_prepare(&self) {

@@ -4,22 +4,12 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 
-use buddy::{AllocFlags, Buddy, FreeFlags, GlobalBuddy, Order, ZoneId};
+use buddy::{AllocFlags, Block, BlockRef, Buddy, FreeFlags, GlobalBuddy, Order, PageAlloc, ZoneId};
 use local_lock::std_platform::{PerThread, StdCpu};
 use local_lock::Platform;
 
-use crate::pcp::{BadFree, PageSource, Pcp, Policy};
-
-impl PageSource for GlobalBuddy {
-    type P = StdCpu;
-    #[inline(always)]
-    fn buddy(&self) -> &Buddy<StdCpu> {
-        GlobalBuddy::buddy(self)
-    }
-    fn grow(&self, order: Order) -> bool {
-        self.grow_for(order)
-    }
-}
+use crate::error::{BadFree, BadFreeKind};
+use crate::pcp::{PageSource, Pcp, Policy};
 
 /// Default `batch` of the std heap: what a large zone gets with 4 KiB pages
 /// (the heap's zone grows from nothing, so the kernel's formula would start
@@ -110,6 +100,31 @@ impl GlobalPcp {
     }
 }
 
+// SAFETY: forwarded to the pcp (`PageAlloc for Pcp`).
+unsafe impl PageAlloc for GlobalPcp {
+    #[inline(always)]
+    fn page_size(&self) -> usize {
+        self.pcp.page_size()
+    }
+    #[inline(always)]
+    fn max_order(&self) -> Order {
+        self.pcp.max_order()
+    }
+    #[inline(always)]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.pcp.alloc_block(order, flags)
+    }
+    #[inline(always)]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.pcp.free(ptr, order, FreeFlags::NONE) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.pcp.buddy().owner_of(addr)
+    }
+}
+
 impl Default for GlobalPcp {
     fn default() -> Self {
         Self::new()
@@ -140,7 +155,7 @@ unsafe impl GlobalAlloc for GlobalPcp {
                 if let Err(e) = unsafe { self.pcp.try_free(p, order, FreeFlags::NONE) } {
                     // Not a buddy block: one served as a direct mapping when
                     // the heap could not grow?
-                    if e.found.is_none() {
+                    if e.kind == BadFreeKind::NotAllocated {
                         // SAFETY: GlobalAlloc's contract: if `ptr` is such a
                         // mapping, it is this block, given up.
                         if unsafe { self.pcp.source().free_block_direct(ptr, order) } {

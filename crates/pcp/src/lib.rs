@@ -79,6 +79,7 @@ extern crate std;
 
 #[cfg(feature = "allocator-api2")]
 mod api2;
+mod error;
 pub mod list;
 mod pcp;
 pub mod sizing;
@@ -88,11 +89,11 @@ pub mod stats;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
+pub use crate::error::{BadFree, BadFreeKind, BatchHighError, DrainError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HIGH};
-pub use crate::pcp::{
-    BadFree, BatchHighError, CpuPages, DrainError, PageSource, Pcp, Policy, MAX_HIGH,
-};
+pub use crate::pcp::{CpuPages, PageSource, Pcp, Policy};
+pub use crate::sizing::MAX_HIGH;
 pub use crate::stats::{PcpStat, PcpStats};
 
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]

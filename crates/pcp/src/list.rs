@@ -120,6 +120,15 @@ impl PageList {
     /// are cleared (they belong to the next holder).
     #[inline]
     pub(crate) fn pop(&mut self, cold: bool) -> Option<NonNull<u8>> {
+        self.pop_owner(cold).map(|(p, _)| p)
+    }
+
+    /// [`pop`](Self::pop) that also returns the page's descriptor (the
+    /// node), so an allocation hands it on without a lookup. `'a` is at
+    /// most the life of the buddy whose memmap holds the nodes (the caller
+    /// ties it to its borrow of the lists' owner).
+    #[inline]
+    pub(crate) fn pop_owner<'a>(&mut self, cold: bool) -> Option<(NonNull<u8>, &'a Owner)> {
         if self.len == 0 {
             return None;
         }
@@ -145,7 +154,7 @@ impl PageList {
         o.link().store(0, Relaxed);
         o.tag().store(0, Relaxed);
         match o.block() {
-            Some(p) => Some(p),
+            Some(p) => Some((p, o)),
             None => corrupt(n),
         }
     }

@@ -82,6 +82,13 @@ pub const fn refill_blocks(batch: usize, order: u8) -> usize {
     }
 }
 
+/// The most pages one CPU's lists may hold (`high`): 2^20 (4 GiB of 4 KiB
+/// pages; the kernel's `percpu_pagelist_high_fraction` keeps `high` to an
+/// eighth of the zone). Larger values are refused by
+/// [`Pcp::set_batch_high`](crate::Pcp::set_batch_high), as are values whose batch arithmetic
+/// (`batch << free_factor`) could overflow.
+pub const MAX_HIGH: usize = 1 << 20;
+
 #[cfg(test)]
 mod tests {
     use super::*;

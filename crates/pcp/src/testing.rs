@@ -296,7 +296,10 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
                         }
                         let e = bad(l.ptr, l.order).expect_err("double free accepted by the pcp");
                         assert!(
-                            e.found.is_none_or(|(h, o)| h == l.ptr && o == l.order),
+                            matches!(
+                                e.kind,
+                                crate::BadFreeKind::NotAllocated | crate::BadFreeKind::OnPcpList
+                            ),
                             "{e}"
                         );
                         // Straight to the buddy: refused too (on a per-CPU

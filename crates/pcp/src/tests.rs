@@ -662,3 +662,47 @@ fn allocation_retries_while_growing_makes_progress() {
         dealloc(regions[1], layout);
     }
 }
+
+/// The page-source contract (issue #15): `alloc_block` hands back the
+/// block's own owner words, from the lists (the node) and from the buddy
+/// (orders above the lists), the ones `owner_of` finds.
+#[test]
+fn alloc_block_brings_the_blocks_own_owner_words() {
+    let m = Mem::new(8, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    for k in [0, 1, 3, 4] {
+        for flags in [AllocFlags::NONE, AllocFlags::ZEROED, AllocFlags::COMP] {
+            let b = pcp.alloc_block(o(k), flags).unwrap();
+            let found = m.buddy.owner_of(b.page.ptr.as_ptr()).unwrap();
+            assert!(core::ptr::eq(b.owner, found.owner), "order {k} {flags:?}");
+            assert_eq!((found.head, found.order), (b.page.ptr, o(k)));
+            // SAFETY: allocated above with this order.
+            unsafe { pcp.free(b.page.ptr, o(k), FreeFlags::NONE) };
+        }
+    }
+    pcp.check_local();
+}
+
+/// Every error type of the page layers is a `core::error::Error` whose
+/// message names the allocator (and the address where there is one).
+#[test]
+fn errors_are_errors_with_messages() {
+    fn msg(e: &dyn core::error::Error) -> String {
+        e.to_string()
+    }
+    assert!(msg(&crate::DrainError::NotAllowed).starts_with("pcp: drain refused"));
+    assert!(msg(&crate::BatchHighError::ZeroBatch).starts_with("pcp: set_batch_high"));
+    let e = crate::BadFree {
+        addr: 0x1000,
+        order: O0,
+        kind: crate::BadFreeKind::OnPcpList,
+    };
+    assert!(msg(&e).starts_with("pcp: double free of 0x1000"), "{e}");
+    let e = buddy::FreeError {
+        addr: 0x2000,
+        order: 0,
+        kind: buddy::FreeErrorKind::NotOwned,
+    };
+    assert!(msg(&e).starts_with("buddy: bad free of 0x2000"), "{e}");
+    assert!(msg(&buddy::RegionError::Overlap).starts_with("buddy: overlap"));
+}

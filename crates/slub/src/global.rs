@@ -6,7 +6,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-use buddy::{AllocFlags, BlockRef, Order, Page};
+use buddy::{AllocFlags, Block, BlockRef, Order};
 use local_lock::fork::in_main_image;
 use local_lock::std_platform::{die, PerThread};
 use pcp::GlobalPcp;
@@ -47,7 +47,7 @@ unsafe impl SlabSource for GlobalPages {
         PAGES.pcp().max_order()
     }
     #[inline(always)]
-    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         PAGES.pcp().alloc_block(order, flags)
     }
     #[inline(always)]

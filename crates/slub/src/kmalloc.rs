@@ -332,11 +332,10 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         let ps = self.source.page_size();
         let order = get_order(size.max(align), ps);
         let order = Order::new(order).filter(|o| *o <= self.source.max_order())?;
-        let page = self.source.alloc_block(order, flags)?;
-        let b = self.source.block_of(page.ptr.as_ptr())?;
+        let b = self.source.alloc_block(order, flags)?;
         b.owner.data().store(size, Ordering::Relaxed);
         b.owner.tag().store(TAG_LARGE, Ordering::Relaxed);
-        Some(page.ptr)
+        Some(b.page.ptr)
     }
 
     /// The cache of a kmalloc slab from its tag (its id is checked by the

@@ -1115,3 +1115,86 @@ fn slabinfo_and_stats_report() {
     }
     let _ = vec![0u8; 1];
 }
+
+/// A page source that counts the contract's calls (issue #15: one
+/// page-source call per slab or sheaf allocation, one descriptor lookup).
+struct Counting<'a> {
+    b: &'a Buddy<TestPlatform>,
+    allocs: core::sync::atomic::AtomicUsize,
+    lookups: core::sync::atomic::AtomicUsize,
+}
+
+impl<'a> Counting<'a> {
+    fn new(b: &'a Buddy<TestPlatform>) -> Self {
+        Counting {
+            b,
+            allocs: core::sync::atomic::AtomicUsize::new(0),
+            lookups: core::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+    fn counts(&self) -> (usize, usize) {
+        use core::sync::atomic::Ordering::Relaxed;
+        (self.allocs.load(Relaxed), self.lookups.load(Relaxed))
+    }
+}
+
+// SAFETY: forwards to the buddy, counting.
+unsafe impl crate::SlabSource for Counting<'_> {
+    fn page_size(&self) -> usize {
+        self.b.config().page_size()
+    }
+    fn max_order(&self) -> buddy::Order {
+        self.b.config().max_order()
+    }
+    fn alloc_block(
+        &self,
+        order: buddy::Order,
+        flags: buddy::AllocFlags,
+    ) -> Option<buddy::Block<'_>> {
+        self.allocs
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        self.b.alloc_block(order, flags)
+    }
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: buddy::Order) {
+        // SAFETY: forwarded.
+        unsafe { self.b.free_pages(ptr, order) }
+    }
+    fn block_of(&self, addr: *const u8) -> Option<buddy::BlockRef<'_>> {
+        self.lookups
+            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        self.b.owner_of(addr)
+    }
+}
+
+/// A 64-byte allocation that misses every cache reaches the page allocator
+/// through one `alloc_block` call per block it needs (the slab, and with
+/// sheaves the sheaf), and never looks a block descriptor up: the block
+/// came with its owner words. The same for a large kmalloc block.
+#[test]
+fn cold_allocation_is_one_page_source_call_and_no_lookup() {
+    let m = Mem::new(8);
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        let src = Counting::new(&m.buddy);
+        let c: KmemCache<_, _, CPUS> =
+            KmemCache::create("count", 64, 8, SlabFlags::NONE, &src, p).unwrap();
+        let before = m.buddy.stat(buddy::Stat::ALLOC);
+        let x = c.alloc().unwrap();
+        let (allocs, lookups) = src.counts();
+        let blocks = (m.buddy.stat(buddy::Stat::ALLOC) - before) as usize;
+        assert!(allocs >= 1, "the slab came from the page source");
+        assert_eq!(allocs, blocks, "one page-source call per block");
+        assert_eq!(lookups, 0, "no descriptor lookup on the allocation path");
+        // SAFETY: allocated above, not used again.
+        unsafe { c.free(x) };
+        drop(c);
+
+        let k: Kmalloc<_, _, CPUS> = Kmalloc::new(&src, p, Geometry::new(CPUS));
+        let before = src.counts();
+        let big = k.kmalloc(20_000, 8).unwrap();
+        let after = src.counts();
+        assert_eq!(after.0 - before.0, 1, "one call for a large block");
+        assert_eq!(after.1, before.1, "no lookup for a large block");
+        // SAFETY: allocated above.
+        unsafe { k.kfree(big.as_ptr()) };
+    }
+}

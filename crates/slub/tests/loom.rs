@@ -24,7 +24,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
-use buddy::{AllocFlags, BlockRef, Buddy, Config, Order, Page, Tunables};
+use buddy::{AllocFlags, Block, BlockRef, Buddy, Config, Order, Tunables};
 use local_lock::loom_platform::{model, LoomPlatform};
 use local_lock::Strategy;
 use loom::sync::Arc;
@@ -93,8 +93,8 @@ unsafe impl SlabSource for Heap {
     fn max_order(&self) -> Order {
         self.b.config().max_order()
     }
-    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Page> {
-        self.b.alloc_pages(order, flags)
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.b.alloc_block(order, flags)
     }
     unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
         // SAFETY: forwarded.

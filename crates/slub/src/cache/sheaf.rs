@@ -123,13 +123,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
         let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
         let order = Order::new(crate::layout::get_order(bytes, self.geometry.page_size))?;
-        let page = self.source.alloc_block(order, AllocFlags::NONE)?;
-        if let Some(b) = self.source.block_of(page.ptr.as_ptr()) {
-            b.owner
-                .tag()
-                .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
-        }
-        let sh = Sheaf(page.ptr.as_ptr().expose_provenance());
+        let b = self.source.alloc_block(order, AllocFlags::NONE)?;
+        b.owner
+            .tag()
+            .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
+        let sh = Sheaf(b.page.ptr.as_ptr().expose_provenance());
         sh.set_size(0);
         sh.set_next(0);
         self.stat_here(SlubStat::SHEAF_ALLOC);

@@ -271,8 +271,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_here(SlubStat::ORDER_FALLBACK);
             }
         }
-        let page = page?;
-        let block = self.source.block_of(page.ptr.as_ptr())?;
+        let block = page?;
+        let page = block.page;
         // SAFETY: descriptors live as long as the page allocator, which
         // outlives every slab of this cache.
         let s: Slab<'static> = Slab(unsafe { &*(block.owner as *const buddy::Owner) });

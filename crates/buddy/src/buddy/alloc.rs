@@ -1,0 +1,241 @@
+//! Allocating one block (`alloc_pages`): the zonelist walk, the watermark
+//! check and `rmqueue` (`crate::zone`) under the zone lock, then clearing
+//! and `prep_compound_page` outside it; and `GlobalAlloc` for a fixed heap.
+
+use core::ptr::{self, NonNull};
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use super::owner::Block;
+use super::zero::clear_range;
+use super::Buddy;
+use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_TAIL, ZERO_FULL};
+use crate::types::{AllocFlags, Order, Page, Stat, ZoneId};
+use crate::zone::Taken;
+
+impl<P: Platform> Buddy<P> {
+    /// The highest zone a request may use.
+    #[inline(always)]
+    pub(super) fn highest_zone(&self, flags: AllocFlags) -> usize {
+        let top = self.cfg.nr_zones() - 1;
+        match flags.max_zone() {
+            Some(z) => z.index().min(top),
+            None => top,
+        }
+    }
+
+    /// The zones a request tries, in order (`zonelist`): its highest
+    /// allowed zone first, then each lower one.
+    pub fn zonelist(&self, flags: AllocFlags) -> impl Iterator<Item = ZoneId> {
+        (0..=self.highest_zone(flags)).rev().map(ZoneId::new)
+    }
+
+    /// Allocates a block of `2^order` pages (`alloc_pages`): the zones of
+    /// the request's zonelist in order, each under its lock with IRQs saved,
+    /// checking the min watermark (lowered for `HIGH`/`ATOMIC`) plus the
+    /// `lowmem_reserve` the request owes lower zones. `None` when no zone can
+    /// serve it.
+    ///
+    /// With [`ZEROED`](AllocFlags::ZEROED) the block reads as zero: a
+    /// known-zero block is taken without clearing; otherwise the non-zero
+    /// part is cleared, after the lock is dropped.
+    #[inline]
+    pub fn alloc_pages(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        self.alloc_block(order, flags).map(|b| b.page)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages) that also hands back the block's
+    /// owner words (its head descriptor, which the allocation had in hand):
+    /// the [`PageAlloc`](crate::PageAlloc) contract, so a holder that keeps
+    /// state in the owner words needs no [`owner_of`](Self::owner_of)
+    /// lookup.
+    #[inline]
+    pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        if order > self.cfg.max_order() {
+            return None;
+        }
+        let highest = self.highest_zone(flags);
+        let mut z = highest + 1;
+        while z > 0 {
+            z -= 1;
+            if let Some(p) = self.alloc_from(z, order, flags, highest) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Allocates from one zone only (no fallback, e.g. for pcp, which keeps
+    /// lists per zone). The watermark applies with the `lowmem_reserve` the
+    /// request owes `zone` given its highest allowed zone (from `flags`; no
+    /// constraint means the top zone).
+    pub fn alloc_pages_zone(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> Option<Page> {
+        if order > self.cfg.max_order() || zone.index() >= self.cfg.nr_zones() {
+            return None;
+        }
+        let highest = self.highest_zone(flags).max(zone.index());
+        self.alloc_from(zone.index(), order, flags, highest)
+            .map(|b| b.page)
+    }
+
+    #[inline]
+    fn alloc_from(
+        &self,
+        zone: usize,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+    ) -> Option<Block<'_>> {
+        let mut g = self.lock_zone(zone);
+        let t = if g.watermark_ok(order, flags, highest) {
+            // SAFETY: zone lock held.
+            unsafe { g.rmqueue(&self.cfg, order, flags) }
+        } else {
+            g.count(Stat::WATERMARK_FAIL, 1);
+            None
+        };
+        let Some(t) = t else {
+            g.count(Stat::ZONE_FAIL, 1);
+            return None;
+        };
+        let shift = self.cfg.page_shift();
+        let clear = if flags.contains(AllocFlags::ZEROED) {
+            let c = clear_range(t.zero, order, shift);
+            g.count(Stat::ZEROED_REQUEST, 1);
+            if c.1 == 0 {
+                g.count(Stat::ZEROED_NO_CLEAR, 1);
+            } else {
+                g.count(Stat::ZEROED_CLEARED, 1);
+                g.count(Stat::BYTES_CLEARED, c.1 as u64);
+            }
+            c
+        } else {
+            if t.zero == ZERO_FULL {
+                g.count(Stat::ZERO_SPENT, 1);
+            }
+            (0, 0)
+        };
+        drop(g);
+        Some(self.finish_alloc(t, order, flags, clear))
+    }
+
+    /// Outside the lock: clear what must be cleared, stamp tails.
+    #[inline(always)]
+    fn finish_alloc(
+        &self,
+        t: Taken,
+        order: Order,
+        flags: AllocFlags,
+        clear: (usize, usize),
+    ) -> Block<'_> {
+        #[cfg(any(test, feature = "invariants"))]
+        self.verify_known_zero(t.ptr, t.zero, order);
+        if clear.1 != 0 {
+            // SAFETY: the block is ours (just allocated) and `clear` lies in
+            // it.
+            unsafe { ptr::write_bytes(t.ptr.add(clear.0), 0, clear.1) };
+        }
+        if flags.contains(AllocFlags::COMP) {
+            self.stamp_tails(t.desc, t.ptr, order);
+        }
+        Block {
+            page: Page {
+                // SAFETY: block pointers come from the non-null memory of a span.
+                ptr: unsafe { NonNull::new_unchecked(t.ptr) },
+                order,
+                zero: flags.contains(AllocFlags::ZEROED) || t.zero == ZERO_FULL,
+            },
+            // SAFETY: `t.desc` is the block's head descriptor in its span's
+            // memmap, which lives as long as the allocator.
+            owner: unsafe { &*t.desc }.owner(),
+        }
+    }
+
+    /// `prep_compound_page` for a block the caller holds (allocated here,
+    /// or handed on by a per-CPU list that kept it): stamps its tail
+    /// descriptors, so [`owner_of`](Self::owner_of) from any address inside
+    /// it is two descriptor reads. What [`AllocFlags::COMP`] does at
+    /// allocation, for blocks that did not come straight from the buddy.
+    ///
+    /// # Panics
+    ///
+    /// If `ptr` is not the head of an allocated block of `order`.
+    pub fn prep_compound(&self, ptr: NonNull<u8>, order: Order) {
+        if order == Order::ZERO {
+            return;
+        }
+        let a = ptr.as_ptr() as usize;
+        let shift = self.cfg.page_shift();
+        let d = self
+            .spans
+            .find(a, shift)
+            .and_then(|f| f.desc_ptr(a >> shift));
+        let ok = d.is_some_and(|d| {
+            // SAFETY: a descriptor of a span's memmap.
+            let s = unsafe { (*d).state.load(Ordering::Acquire) };
+            kind(s) == KIND_ALLOC && order_of(s) == order && a & ((1 << shift) - 1) == 0
+        });
+        match d {
+            Some(d) if ok => self.stamp_tails(d, ptr.as_ptr(), order),
+            _ => panic!("buddy: prep_compound({ptr:p}, {order}): not the head of an allocated block of that order"),
+        }
+    }
+
+    /// `prep_compound_page`: every tail descriptor points at the head.
+    #[cold]
+    pub(super) fn stamp_tails(&self, desc: *mut PageDesc, head: *mut u8, order: Order) {
+        for i in 1..order.pages() {
+            // SAFETY: the block's descriptors are contiguous in its span's
+            // memmap; its tails are written only by its holder (us).
+            let d = unsafe { &*desc.add(i) };
+            d.aux.store(head, Ordering::Relaxed);
+            d.state.store(KIND_TAIL, Ordering::Release);
+        }
+    }
+}
+
+/// `GlobalAlloc` for a fixed heap (a no_std kernel's `#[global_allocator]`):
+/// every `Layout` rounded up to a block (alignment honoured: blocks are
+/// naturally aligned), null when it is larger than the largest block or
+/// memory is exhausted. See [`GlobalBuddy`](crate::GlobalBuddy) for a heap
+/// that grows from the OS.
+///
+/// `dealloc` of a bad pointer panics (see [`Buddy::free_pages`]).
+// SAFETY: blocks are at least `max(size, align)` rounded up to a power of
+// two of pages and naturally aligned, so every returned pointer honours the
+// layout; `dealloc` gets back the order `alloc` used (same rounding).
+unsafe impl<P: Platform> core::alloc::GlobalAlloc for Buddy<P> {
+    #[inline]
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        match self.cfg.order_for(layout.size(), layout.align()) {
+            Some(o) => self
+                .alloc_pages(o, AllocFlags::NONE)
+                .map_or(ptr::null_mut(), |p| p.ptr.as_ptr()),
+            None => ptr::null_mut(),
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: core::alloc::Layout) -> *mut u8 {
+        match self.cfg.order_for(layout.size(), layout.align()) {
+            Some(o) => self
+                .alloc_pages(o, AllocFlags::ZEROED)
+                .map_or(ptr::null_mut(), |p| p.ptr.as_ptr()),
+            None => ptr::null_mut(),
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
+        let o = self
+            .cfg
+            .order_for(layout.size(), layout.align())
+            .unwrap_or(Order::ZERO);
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: GlobalAlloc's contract: `ptr` came from `alloc` with
+            // this layout, hence this order.
+            unsafe { self.free_pages(p, o) }
+        }
+    }
+}

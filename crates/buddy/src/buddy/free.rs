@@ -1,0 +1,216 @@
+//! Freeing one block (`__free_pages`): the descriptor check every free
+//! does (with the diagnosis of a bad free), then the zone's
+//! `__free_one_page` (`crate::zone`) under the zone lock.
+
+use core::ptr::NonNull;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use super::Buddy;
+use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL};
+use crate::error::{FreeError, FreeErrorKind};
+use crate::span::Found;
+use crate::types::{FreeFlags, Order, Stat};
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(super) fn bad_free(e: FreeError) -> ! {
+    panic!("{e}")
+}
+
+impl<P: Platform> Buddy<P> {
+    /// Frees a block (`__free_pages`): validated against its descriptor,
+    /// merged with free buddies, placed by the kernel's rule.
+    ///
+    /// # Panics
+    ///
+    /// With a message naming the address and the problem if the address is
+    /// not owned, not a block head, misaligned, of another order, or
+    /// already free ([`FreeErrorKind`]); the allocator's state is left
+    /// intact.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the block (it came from this allocator with this
+    /// order) and will not touch it again.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn free_pages(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: caller's contract.
+        if let Err(e) = unsafe { self.try_free_pages(ptr, order, FreeFlags::NONE) } {
+            bad_free(e)
+        }
+    }
+
+    /// Frees a block the caller knows still reads as zero: it keeps PG_zero
+    /// and serves a later zeroed request without clearing.
+    ///
+    /// # Panics
+    ///
+    /// As [`free_pages`](Self::free_pages); checked builds also verify the
+    /// block reads as zero.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_pages`](Self::free_pages), and the block reads as zero.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn free_pages_zeroed(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: caller's contract.
+        if let Err(e) = unsafe { self.try_free_pages(ptr, order, FreeFlags::ZERO) } {
+            bad_free(e)
+        }
+    }
+
+    /// Frees a block with [`FreeFlags`] (still zero, cold).
+    ///
+    /// # Panics
+    ///
+    /// As [`free_pages`](Self::free_pages).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_pages`](Self::free_pages); with `FreeFlags::ZERO`, the
+    /// block reads as zero.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn free_pages_flags(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        // SAFETY: caller's contract.
+        if let Err(e) = unsafe { self.try_free_pages(ptr, order, flags) } {
+            bad_free(e)
+        }
+    }
+
+    /// Frees a block, or says why not (and changes nothing).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_pages_flags`](Self::free_pages_flags). A rejected free is
+    /// harmless; the contract is about blocks that pass the check (someone
+    /// else's block would be freed under them).
+    pub unsafe fn try_free_pages(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), FreeError> {
+        let addr = ptr.as_ptr() as usize;
+        let (found, pfn) = self.locate(addr, order)?;
+        let zone = self.cfg.zone_of_addr(addr).index();
+        let zero = flags.contains(FreeFlags::ZERO);
+        let mut g = self.lock_zone(zone);
+        let desc = self.check_free_locked(&found, pfn, addr, order)?;
+        #[cfg(any(test, feature = "invariants"))]
+        if zero {
+            self.verify_zero_free(ptr, order)?;
+        }
+        g.count(Stat::FREE, 1);
+        if zero {
+            g.count(Stat::FREE_ZERO, 1);
+        }
+        // SAFETY: validated: `desc` heads an allocated block of `order` in
+        // span `found` and this zone; the caller gives it up.
+        unsafe {
+            g.free_one(
+                &self.cfg,
+                &found,
+                desc,
+                ptr.as_ptr(),
+                pfn,
+                order,
+                if zero { ZERO_FULL } else { 0 },
+                flags.contains(FreeFlags::COLD),
+            )
+        };
+        Ok(())
+    }
+
+    /// Order, alignment and span checks that need no lock.
+    #[inline(always)]
+    pub(super) fn locate(&self, addr: usize, order: Order) -> Result<(Found, usize), FreeError> {
+        let err = |kind| FreeError {
+            addr,
+            order: order.get(),
+            kind,
+        };
+        if order > self.cfg.max_order() {
+            return Err(err(FreeErrorKind::BadOrder));
+        }
+        if addr & (self.cfg.block_size(order) - 1) != 0 {
+            return Err(err(FreeErrorKind::Misaligned));
+        }
+        let shift = self.cfg.page_shift();
+        let found = self
+            .spans
+            .find(addr, shift)
+            .ok_or(err(FreeErrorKind::NotOwned))?;
+        Ok((found, addr >> shift))
+    }
+
+    /// The descriptor check every free does (zone lock held): the address
+    /// must head an allocated block of this order.
+    #[inline(always)]
+    pub(super) fn check_free_locked(
+        &self,
+        found: &Found,
+        pfn: usize,
+        addr: usize,
+        order: Order,
+    ) -> Result<*mut PageDesc, FreeError> {
+        if let Some(d) = found.desc_ptr(pfn) {
+            // SAFETY: in the span's memmap.
+            let d_ref = unsafe { &*d };
+            let s = d_ref.load_state();
+            // A page on a per-CPU list is held by the lists, not the caller.
+            // The tag shares the state's cache line: one more load.
+            if kind(s) == KIND_ALLOC
+                && order_of(s) == order
+                && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed))
+            {
+                return Ok(d);
+            }
+        }
+        Err(self.diagnose_free(found, pfn, addr, order))
+    }
+
+    /// Why a free failed the descriptor check (zone lock held).
+    #[cold]
+    #[inline(never)]
+    fn diagnose_free(&self, found: &Found, pfn: usize, addr: usize, order: Order) -> FreeError {
+        let shift = self.cfg.page_shift();
+        let desc = found.desc(pfn);
+        let kind_ = match desc.map(|d| d.load_state()) {
+            Some(s)
+                if kind(s) == KIND_ALLOC
+                    && desc.is_some_and(|d| is_pcp_tag(d.tag.load(Ordering::Relaxed))) =>
+            {
+                FreeErrorKind::OnPcpList
+            }
+            Some(s) if kind(s) == KIND_ALLOC => FreeErrorKind::WrongOrder {
+                actual: order_of(s),
+            },
+            Some(s) if kind(s) == KIND_FREE => FreeErrorKind::DoubleFree {
+                block: addr,
+                order: order_of(s),
+            },
+            _ => match self.covering_head(found, pfn) {
+                Some((h, o, KIND_FREE)) => FreeErrorKind::DoubleFree {
+                    block: h << shift,
+                    order: o,
+                },
+                Some((h, o, _)) => FreeErrorKind::NotHead {
+                    head: h << shift,
+                    order: o,
+                },
+                None => FreeErrorKind::NotAllocated,
+            },
+        };
+        FreeError {
+            addr,
+            order: order.get(),
+            kind: kind_,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! [`Buddy`]: the zoned page allocator. This module holds the struct, its
+//! constructor and its locks; the public API is split by layer, each file
+//! adding an `impl` block (lowest first, no file using one below it in this
+//! list):
+//!
+//! * `zero`: known-zero (PG_zero) clearing ranges and checked-build
+//!   verification;
+//! * `owner`: descriptor lookups ([`Buddy::owner_of`], [`Buddy::page_state`]);
+//! * `free`: one-block free and its checks (`__free_pages`);
+//! * `alloc`: one-block allocation (`alloc_pages`), `GlobalAlloc`;
+//! * `bulk`: pcp's `rmqueue_bulk` / `free_pcppages_bulk`;
+//! * `watermark`: watermarks, reserves, tunables;
+//! * `region`: spans and regions (memory in);
+//! * `report`: buddyinfo, zoneinfo, counters.
+//!
+//! The zone's free lists themselves (`__free_one_page`, `expand`,
+//! `rmqueue`) are in `crate::zone`.
+
+mod alloc;
+mod bulk;
+mod free;
+mod owner;
+mod region;
+mod report;
+mod watermark;
+mod zero;
+
+pub use owner::{Block, BlockRef, PageState};
+pub use report::ZoneInfo;
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use core::ops::{Deref, DerefMut};
+
+use local_lock::sync::{SpinLock, SpinLockGuard};
+use local_lock::{IrqFlags, Platform};
+
+use crate::span::SpanTable;
+use crate::types::{Config, Tunables, MAX_ZONES};
+use crate::zone::{Zone, ZoneInner};
+
+/// The zoned buddy allocator over platform `P` (see the crate docs for the
+/// design, the lock order and the invariants).
+///
+/// Built empty by a `const fn`; memory comes from
+/// [`add_region`](Self::add_region) (and [`add_span`](Self::add_span) for
+/// a memmap placed by the caller).
+pub struct Buddy<P> {
+    /// Interrupts are saved around every zone-lock hold.
+    platform: P,
+    /// Page size, orders, zones.
+    cfg: Config,
+    /// The zones, lowest addresses first.
+    zones: [Zone; MAX_ZONES],
+    /// Address ranges with a memmap.
+    spans: SpanTable,
+    /// The resize lock: serialises span creation, region addition and
+    /// watermark setup (protects the tunables it holds, and the `managed`
+    /// counts). Outside every zone lock.
+    resize: SpinLock<Tunables>,
+}
+
+/// The zone lock, held with IRQs saved (`spin_lock_irqsave`); releases the
+/// lock, then restores IRQs, on drop. `!Send`.
+pub(crate) struct ZoneGuard<'a, P: Platform> {
+    inner: ManuallyDrop<SpinLockGuard<'a, ZoneInner>>,
+    platform: &'a P,
+    flags: IrqFlags,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl<P: Platform> Deref for ZoneGuard<'_, P> {
+    type Target = ZoneInner;
+    #[inline(always)]
+    fn deref(&self) -> &ZoneInner {
+        &self.inner
+    }
+}
+
+impl<P: Platform> DerefMut for ZoneGuard<'_, P> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut ZoneInner {
+        &mut self.inner
+    }
+}
+
+impl<P: Platform> Drop for ZoneGuard<'_, P> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: dropped exactly once, here.
+        unsafe { ManuallyDrop::drop(&mut self.inner) };
+        // SAFETY: `flags` came from the `irq_save` in `lock_zone` on this
+        // CPU, and this restore comes after every later save was restored
+        // (guards nest).
+        unsafe { self.platform.irq_restore(self.flags) };
+    }
+}
+
+impl<P: Platform> Buddy<P> {
+    local_lock::const_fn! {
+        /// An empty allocator (no memory yet) over `platform`, shaped by
+        /// `config`.
+        pub fn new(platform: P, config: Config) -> Self {
+            #[cfg(not(loom))]
+            let zones = [const { Zone::new() }; MAX_ZONES];
+            #[cfg(loom)]
+            let zones = core::array::from_fn(|_| Zone::new());
+            Buddy {
+                platform,
+                cfg: config,
+                zones,
+                spans: SpanTable::new(),
+                resize: SpinLock::new(config.tunables()),
+            }
+        }
+    }
+
+    /// The configuration.
+    #[inline(always)]
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The platform.
+    #[inline(always)]
+    pub fn platform(&self) -> &P {
+        &self.platform
+    }
+
+    /// `spin_lock_irqsave(&zone->lock)`.
+    #[inline(always)]
+    pub(crate) fn lock_zone(&self, zone: usize) -> ZoneGuard<'_, P> {
+        let flags = self.platform.irq_save();
+        let lock = &*self.zones[zone].lock;
+        #[cfg(not(loom))]
+        let inner = match lock.try_lock() {
+            Some(g) => g,
+            None => self.lock_zone_slow(lock),
+        };
+        #[cfg(loom)]
+        let inner = lock.lock();
+        ZoneGuard {
+            inner: ManuallyDrop::new(inner),
+            platform: &self.platform,
+            flags,
+            _not_send: PhantomData,
+        }
+    }
+
+    #[cfg(not(loom))]
+    #[cold]
+    #[inline(never)]
+    fn lock_zone_slow<'a>(&self, lock: &'a SpinLock<ZoneInner>) -> SpinLockGuard<'a, ZoneInner> {
+        let backoff = local_lock::sync::Backoff::new();
+        loop {
+            self.platform.spin_wait(&backoff);
+            if let Some(g) = lock.try_lock() {
+                return g;
+            }
+        }
+    }
+
+    fn lock_resize(&self) -> SpinLockGuard<'_, Tunables> {
+        #[cfg(not(loom))]
+        {
+            let backoff = local_lock::sync::Backoff::new();
+            loop {
+                if let Some(g) = self.resize.try_lock() {
+                    return g;
+                }
+                self.platform.spin_wait(&backoff);
+            }
+        }
+        #[cfg(loom)]
+        self.resize.lock()
+    }
+
+    /// Internal access for the checker.
+    #[cfg(any(test, loom, feature = "invariants"))]
+    pub(crate) fn spans(&self) -> &SpanTable {
+        &self.spans
+    }
+}
+
+impl<P> fmt::Debug for Buddy<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buddy")
+            .field("config", &self.cfg)
+            .field("spans", &self.spans.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// fork support (issue #14 item 13; see `crate::fork`)
+
+#[cfg(all(feature = "std", not(loom)))]
+impl<P: Platform> Buddy<P> {
+    /// Takes the resize lock, then every zone lock (in zone order; nothing
+    /// ever holds two), and keeps them: the `prepare` half of a `fork`
+    /// handler (the lock order of the crate docs).
+    pub fn fork_lock(&self) {
+        self.resize.lock_for_fork();
+        for z in &self.zones {
+            z.lock.lock_for_fork();
+        }
+    }
+
+    /// Releases the locks taken by [`fork_lock`](Self::fork_lock), in the
+    /// parent or in the forked child.
+    ///
+    /// # Safety
+    ///
+    /// They were taken by `fork_lock` on this thread (in a child: on the
+    /// thread that forked).
+    pub unsafe fn fork_unlock(&self) {
+        // SAFETY: caller's contract: each is held, its guard forgotten.
+        unsafe {
+            for z in self.zones.iter().rev() {
+                z.lock.force_unlock();
+            }
+            self.resize.force_unlock();
+        }
+    }
+}

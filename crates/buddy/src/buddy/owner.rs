@@ -1,0 +1,196 @@
+//! The descriptor lookups of allocated blocks (`virt_to_page` +
+//! `compound_head`): the owner words of the block containing an address
+//! ([`Buddy::owner_of`]), what the buddy thinks of a page
+//! ([`Buddy::page_state`]), and the candidate-head search the free checks
+//! and region setup share.
+
+use core::ptr::NonNull;
+
+use local_lock::sync::atomic::Ordering;
+use local_lock::Platform;
+
+use super::Buddy;
+use crate::desc::KIND_NONE;
+use crate::desc::{kind, order_of, Owner, KIND_ALLOC, KIND_FREE, KIND_TAIL, ZERO_FULL};
+use crate::span::Found;
+use crate::types::{Order, Page};
+
+/// An allocated block found from an address inside it
+/// ([`Buddy::owner_of`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockRef<'a> {
+    /// The block's first byte.
+    pub head: NonNull<u8>,
+    /// The block's order.
+    pub order: Order,
+    /// The block's owner words.
+    pub owner: &'a Owner,
+}
+
+/// A block just handed out, with its owner words
+/// ([`Buddy::alloc_block`], [`PageAlloc::alloc_block`](crate::PageAlloc::alloc_block)):
+/// the descriptor the allocation had in hand, so its holder never looks it
+/// up again.
+#[derive(Clone, Copy, Debug)]
+pub struct Block<'a> {
+    /// The block (first byte, order, known zero).
+    pub page: Page,
+    /// Its owner words, which belong to the holder until it frees the block.
+    pub owner: &'a Owner,
+}
+
+/// What the buddy thinks of a page ([`Buddy::page_state`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PageState {
+    /// No span covers the address.
+    Unmanaged,
+    /// The page heads a free block.
+    Free {
+        /// The free block's order.
+        order: Order,
+        /// Whether it is known to read as zero.
+        zero: bool,
+    },
+    /// The page heads an allocated block (pages on a pcp list are
+    /// allocated from the buddy's point of view).
+    Allocated {
+        /// The block's order.
+        order: Order,
+    },
+    /// The page is managed (a span covers it) but heads no block: inside a
+    /// block, in a hole or in a memmap.
+    Inside,
+}
+
+impl<P: Platform> Buddy<P> {
+    /// The allocated block containing `addr` (any address inside it), its
+    /// head, order and owner words: `virt_to_page` + `compound_head`.
+    ///
+    /// Cost: the span lookup and one descriptor read when `addr` is in the
+    /// head page; two for a block allocated with
+    /// [`COMP`](crate::AllocFlags::COMP); otherwise at most `max_order` more
+    /// descriptor reads (the candidate heads `pfn & !(2^k - 1)`).
+    ///
+    /// Exact for blocks the caller holds (their descriptors cannot change
+    /// under it); for other addresses the answer is a racy snapshot.
+    /// `None` if no allocated block contains `addr`.
+    #[inline(always)]
+    pub fn owner_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        // The common case inline (SLUB's free path asks on every free):
+        // the first span, a head page or a tail page of an allocated block.
+        let a = addr as usize;
+        let shift = self.cfg.page_shift();
+        if let Some(found) = self.spans.find_first(a, shift) {
+            if let Some(r) = self.owner_in(&found, a, shift) {
+                return Some(r);
+            }
+        }
+        self.owner_of_any(a)
+    }
+
+    /// The allocated block containing `a` in span `found` when `a`'s page
+    /// is its head or a stamped tail (two descriptor reads at most).
+    #[inline(always)]
+    fn owner_in(&self, found: &Found, a: usize, shift: u32) -> Option<BlockRef<'_>> {
+        let d = found.desc(a >> shift)?;
+        let s = d.state.load(Ordering::Acquire);
+        match kind(s) {
+            KIND_ALLOC => Some(BlockRef {
+                head: NonNull::new(d.aux.load(Ordering::Relaxed))?,
+                order: order_of(s),
+                owner: d.owner(),
+            }),
+            KIND_TAIL => {
+                let h = d.aux.load(Ordering::Relaxed) as usize;
+                self.block_at(found, h >> shift, a)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`owner_of`](Self::owner_of) for any span and the slow cases
+    /// (unstamped tails: the candidate heads).
+    #[inline(never)]
+    fn owner_of_any(&self, a: usize) -> Option<BlockRef<'_>> {
+        let shift = self.cfg.page_shift();
+        let found = self.spans.find(a, shift)?;
+        self.owner_in(&found, a, shift)
+            .or_else(|| self.owner_of_slow(&found, a >> shift, a))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn owner_of_slow(&self, found: &Found, pfn: usize, a: usize) -> Option<BlockRef<'_>> {
+        let (h, _, kd) = self.covering_head(found, pfn)?;
+        if kd != KIND_ALLOC {
+            return None;
+        }
+        self.block_at(found, h, a)
+    }
+
+    /// The allocated block headed at `hpfn` if it contains `a`.
+    #[inline(always)]
+    fn block_at(&self, found: &Found, hpfn: usize, a: usize) -> Option<BlockRef<'_>> {
+        let d = found.desc(hpfn)?;
+        let s = d.state.load(Ordering::Acquire);
+        if kind(s) != KIND_ALLOC {
+            return None;
+        }
+        let o = order_of(s);
+        let head = d.aux.load(Ordering::Relaxed);
+        let h = head as usize;
+        if a >= h && a - h < self.cfg.block_size(o) {
+            Some(BlockRef {
+                head: NonNull::new(head)?,
+                order: o,
+                owner: d.owner(),
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The head (pfn, order, kind) of the free or allocated block that
+    /// contains `pfn` as a non-head page, by checking the at most
+    /// `max_order` candidate heads `pfn & !(2^k - 1)`: a block of order `k`
+    /// containing `pfn` must start there, and only one block can.
+    pub(super) fn covering_head(&self, found: &Found, pfn: usize) -> Option<(usize, Order, u32)> {
+        for k in 1..=self.cfg.max_order().get() {
+            let o = Order::new(k)?;
+            let h = pfn & !(o.pages() - 1);
+            let Some(d) = found.desc(h) else { continue };
+            let s = d.state.load(Ordering::Acquire);
+            let kd = kind(s);
+            if (kd == KIND_FREE || kd == KIND_ALLOC) && order_of(s) == o {
+                return Some((h, o, kd));
+            }
+        }
+        None
+    }
+
+    /// What the buddy thinks of the page at `addr` (rounded down to its
+    /// page), read under the zone lock: for a pcp checker, "is this page
+    /// allocated from the buddy's view, and of what order".
+    pub fn page_state(&self, addr: *const u8) -> PageState {
+        let a = addr as usize;
+        let shift = self.cfg.page_shift();
+        let Some(found) = self.spans.find(a, shift) else {
+            return PageState::Unmanaged;
+        };
+        let zone = self.cfg.zone_of_addr(a).index();
+        let _g = self.lock_zone(zone);
+        let Some(d) = found.desc(a >> shift) else {
+            return PageState::Unmanaged;
+        };
+        let s = d.load_state();
+        match kind(s) {
+            KIND_FREE => PageState::Free {
+                order: order_of(s),
+                zero: s & ZERO_FULL == ZERO_FULL,
+            },
+            KIND_ALLOC => PageState::Allocated { order: order_of(s) },
+            KIND_NONE | KIND_TAIL => PageState::Inside,
+            _ => PageState::Inside,
+        }
+    }
+}

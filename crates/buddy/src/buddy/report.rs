@@ -1,0 +1,198 @@
+//! Observability: `/proc/buddyinfo` (`Display`), `/proc/zoneinfo`
+//! ([`Buddy::zoneinfo`], [`ZoneInfo`]), counters and the address queries
+//! (`page_zone`, pfn, ownership).
+
+use core::fmt;
+
+use local_lock::Platform;
+
+use super::Buddy;
+use crate::types::{Order, Pfn, Stat, Watermarks, ZoneId, MAX_ZONES, ORDER_SLOTS};
+
+/// A snapshot of one zone (`/proc/zoneinfo`-style), taken under its lock.
+#[derive(Clone, Copy, Debug)]
+pub struct ZoneInfo {
+    /// The zone.
+    pub zone: ZoneId,
+    /// Its name.
+    pub name: &'static str,
+    /// Pages given to it.
+    pub managed: usize,
+    /// Pages on its free lists.
+    pub free: usize,
+    /// Its watermarks.
+    pub watermarks: Watermarks,
+    /// `lowmem_reserve[j]`.
+    pub lowmem_reserve: [usize; MAX_ZONES],
+    /// Free blocks per order (both lists).
+    pub free_blocks: [usize; ORDER_SLOTS],
+    /// Of those, known-zero blocks per order.
+    pub zero_blocks: [usize; ORDER_SLOTS],
+    /// Event counters, indexed by [`Stat`].
+    pub stats: [u64; Stat::COUNT],
+    /// The allocator's largest order.
+    pub max_order: Order,
+}
+
+impl ZoneInfo {
+    /// A counter.
+    pub fn stat(&self, s: Stat) -> u64 {
+        self.stats[s as usize]
+    }
+}
+
+impl fmt::Display for ZoneInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.max_order.index();
+        writeln!(f, "Node 0, zone {:>8}", self.name)?;
+        writeln!(f, "  pages free     {}", self.free)?;
+        writeln!(f, "        min      {}", self.watermarks.min)?;
+        writeln!(f, "        low      {}", self.watermarks.low)?;
+        writeln!(f, "        high     {}", self.watermarks.high)?;
+        writeln!(f, "        managed  {}", self.managed)?;
+        write!(f, "        protection: (")?;
+        for (i, r) in self.lowmem_reserve.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{r}")?;
+        }
+        writeln!(f, ")")?;
+        write!(f, "  free blocks   ")?;
+        for o in 0..=m {
+            write!(f, " {:>6}", self.free_blocks[o])?;
+        }
+        writeln!(f)?;
+        write!(f, "  of them zero  ")?;
+        for o in 0..=m {
+            write!(f, " {:>6}", self.zero_blocks[o])?;
+        }
+        writeln!(f)?;
+        for s in Stat::ALL {
+            writeln!(f, "  {:<16} {}", s.name(), self.stats[*s as usize])?;
+        }
+        Ok(())
+    }
+}
+
+impl<P: Platform> Buddy<P> {
+    /// Number of zones.
+    #[inline(always)]
+    pub fn nr_zones(&self) -> usize {
+        self.cfg.nr_zones()
+    }
+
+    /// The zone of a managed address (`page_zone`); `None` if no span
+    /// covers it.
+    #[inline]
+    pub fn zone_of(&self, addr: *const u8) -> Option<ZoneId> {
+        let a = addr as usize;
+        self.spans.find(a, self.cfg.page_shift())?;
+        Some(self.cfg.zone_of_addr(a))
+    }
+
+    /// Whether a span of this allocator covers `addr`.
+    #[inline]
+    pub fn owns(&self, addr: *const u8) -> bool {
+        self.spans
+            .find(addr as usize, self.cfg.page_shift())
+            .is_some()
+    }
+
+    /// The page frame number of an address.
+    #[inline(always)]
+    pub fn pfn_of(&self, addr: *const u8) -> Pfn {
+        Pfn(addr as usize >> self.cfg.page_shift())
+    }
+
+    /// Pages on `zone`'s free lists (`NR_FREE_PAGES`).
+    pub fn nr_free_pages(&self, zone: ZoneId) -> usize {
+        self.lock_zone(zone.index()).free
+    }
+
+    /// Pages on all free lists.
+    pub fn total_free_pages(&self) -> usize {
+        (0..self.nr_zones())
+            .map(|z| self.nr_free_pages(ZoneId::new(z)))
+            .sum()
+    }
+
+    /// Pages given to all zones.
+    pub fn total_managed_pages(&self) -> usize {
+        (0..self.nr_zones())
+            .map(|z| self.managed_pages(ZoneId::new(z)))
+            .sum()
+    }
+
+    /// Free blocks of `order` in `zone` (a `/proc/buddyinfo` column).
+    pub fn free_blocks(&self, zone: ZoneId, order: Order) -> usize {
+        let g = self.lock_zone(zone.index());
+        let (z, d) = g.nr_free(order);
+        z + d
+    }
+
+    /// A counter summed over the zones.
+    pub fn stat(&self, s: Stat) -> u64 {
+        (0..self.nr_zones())
+            .map(|z| self.lock_zone(z).stats[s as usize])
+            .sum()
+    }
+
+    /// A snapshot of `zone` (copied under its lock, so printing it never
+    /// runs under the lock).
+    pub fn zone_info(&self, zone: ZoneId) -> ZoneInfo {
+        let g = self.lock_zone(zone.index());
+        let mut free_blocks = [0; ORDER_SLOTS];
+        let mut zero_blocks = [0; ORDER_SLOTS];
+        for o in 0..=self.cfg.max_order().get() {
+            let (z, d) = g.nr_free(Order::new(o).unwrap_or(Order::ZERO));
+            free_blocks[o as usize] = z + d;
+            zero_blocks[o as usize] = z;
+        }
+        ZoneInfo {
+            zone,
+            name: self.cfg.zones()[zone.index()].name,
+            managed: g.managed,
+            free: g.free,
+            watermarks: g.wmark,
+            lowmem_reserve: g.lowmem_reserve,
+            free_blocks,
+            zero_blocks,
+            stats: g.stats,
+            max_order: self.cfg.max_order(),
+        }
+    }
+
+    /// A `/proc/zoneinfo`-style report of every zone.
+    pub fn zoneinfo(&self) -> impl fmt::Display + '_ {
+        struct Z<'a, P: Platform>(&'a Buddy<P>);
+        impl<P: Platform> fmt::Display for Z<'_, P> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                for z in 0..self.0.nr_zones() {
+                    fmt::Display::fmt(&self.0.zone_info(ZoneId::new(z)), f)?;
+                }
+                Ok(())
+            }
+        }
+        Z(self)
+    }
+}
+
+/// `/proc/buddyinfo`: one line per zone, free blocks per order.
+///
+/// ```text
+/// Node 0, zone   Normal      1      0      2 ...
+/// ```
+impl<P: Platform> fmt::Display for Buddy<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for z in 0..self.nr_zones() {
+            let info = self.zone_info(ZoneId::new(z));
+            write!(f, "Node 0, zone {:>8}", info.name)?;
+            for o in 0..=self.cfg.max_order().index() {
+                write!(f, " {:>6}", info.free_blocks[o])?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+//! The page-source contract between the page layers (see
+//! `docs/DESIGN.md`, "How a request flows down"): one trait every page
+//! allocator of the family implements ([`PageAlloc`]: the buddy, the std
+//! heap, pcp's lists and its global heap), whose allocation hands back the
+//! block **with** its owner words, and one buddy-side growth hook
+//! ([`BuddySource::grow`], talc's `OomHandler`) asked when the buddy is
+//! exhausted. Layers above the buddy never forward growth: a per-CPU layer
+//! holds a [`BuddySource`] and lets it grow; a slab layer holds a
+//! [`PageAlloc`].
+
+use core::ptr::NonNull;
+
+use local_lock::Platform;
+
+use crate::buddy::{Block, BlockRef, Buddy};
+use crate::types::{AllocFlags, Order};
+
+/// Times an allocation asks its [`BuddySource`] to grow before it fails:
+/// memory one `grow` added can be taken by other CPUs' refills before the
+/// retry (seen as a spurious out-of-memory in a 4-thread `GlobalPcp` test).
+pub const MAX_GROW_RETRIES: usize = 16;
+
+/// A page allocator: hands out blocks of `2^order` pages together with
+/// their owner words, takes them back, and finds the block (and its owner
+/// words) from any address inside it. Implemented by [`Buddy`],
+/// [`GlobalBuddy`](crate::GlobalBuddy), and pcp's `Pcp` and `GlobalPcp`;
+/// slub's `SlabSource` is this trait.
+///
+/// # Safety
+///
+/// `alloc_block` returns blocks nobody else holds, aligned to their size,
+/// with the owner words ([`Owner`](crate::Owner)) of their head descriptor,
+/// which belong to the caller until `free_block`; `block_of` answers the
+/// block containing an address with those same owner words, for every
+/// block the caller holds.
+pub unsafe trait PageAlloc: Sync {
+    /// The page size in bytes.
+    fn page_size(&self) -> usize;
+    /// The largest order `alloc_block` can serve.
+    fn max_order(&self) -> Order;
+    /// A block of `2^order` pages with its owner words, or `None`.
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>>;
+    /// Returns a block.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` heads a block of `order` from `alloc_block` that the caller
+    /// holds and no longer uses.
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order);
+    /// The allocated block containing `addr`, if any (a descriptor lookup:
+    /// for frees, which start from an address).
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>>;
+}
+
+/// A buddy allocator with its growth hook, what a per-CPU layer (pcp) sits
+/// on: the buddy, and the one way to add memory to it when a zone is
+/// exhausted (talc's `OomHandler`; the std heap maps more). Layers above
+/// ask through [`alloc_or_grow`](Self::alloc_or_grow) or call
+/// [`grow`](Self::grow) themselves after their own refill failed; they
+/// never implement or forward it.
+pub trait BuddySource: Sync {
+    /// The buddy's platform.
+    type P: Platform;
+    /// The buddy allocator.
+    fn buddy(&self) -> &Buddy<Self::P>;
+    /// Called when the buddy could not supply a block of `order`: add
+    /// memory if possible and say whether a retry may succeed. Runs outside
+    /// every lock of the callers (pcp's lists, slub's caches).
+    fn grow(&self, order: Order) -> bool {
+        let _ = order;
+        false
+    }
+    /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
+    /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
+    #[inline]
+    fn alloc_or_grow(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if let Some(p) = b.alloc_block(order, flags) {
+            return Some(p);
+        }
+        for _ in 0..MAX_GROW_RETRIES {
+            if !self.grow(order) {
+                break;
+            }
+            if let Some(p) = b.alloc_block(order, flags) {
+                return Some(p);
+            }
+        }
+        None
+    }
+}
+
+impl<P: Platform> BuddySource for Buddy<P> {
+    type P = P;
+    #[inline(always)]
+    fn buddy(&self) -> &Buddy<P> {
+        self
+    }
+}
+
+impl<S: BuddySource + ?Sized> BuddySource for &S {
+    type P = S::P;
+    #[inline(always)]
+    fn buddy(&self) -> &Buddy<S::P> {
+        (**self).buddy()
+    }
+    fn grow(&self, order: Order) -> bool {
+        (**self).grow(order)
+    }
+}
+
+// SAFETY: the buddy's blocks are naturally aligned, held by the caller
+// until freed, and `alloc_block`/`owner_of` give their head descriptor's
+// owner words.
+unsafe impl<P: Platform> PageAlloc for Buddy<P> {
+    #[inline]
+    fn page_size(&self) -> usize {
+        self.config().page_size()
+    }
+    #[inline]
+    fn max_order(&self) -> Order {
+        self.config().max_order()
+    }
+    #[inline]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        Buddy::alloc_block(self, order, flags)
+    }
+    #[inline]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.free_pages(ptr, order) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.owner_of(addr)
+    }
+}
+
+// SAFETY: forwarded.
+unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
+    #[inline(always)]
+    fn page_size(&self) -> usize {
+        (**self).page_size()
+    }
+    #[inline(always)]
+    fn max_order(&self) -> Order {
+        (**self).max_order()
+    }
+    #[inline(always)]
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        (**self).alloc_block(order, flags)
+    }
+    #[inline(always)]
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { (**self).free_block(ptr, order) }
+    }
+    #[inline(always)]
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        (**self).block_of(addr)
+    }
+}

@@ -1,0 +1,199 @@
+//! The allocation fast path (`alloc_pages` -> `rmqueue_pcplist`): this
+//! CPU's lists, a refill of one batch from the buddy under one zone-lock
+//! acquisition when they are empty (`rmqueue_bulk`), the buddy itself for
+//! larger orders and bypasses, and growth of the source when the zone is
+//! exhausted.
+
+use core::ptr::NonNull;
+
+use buddy::{AllocFlags, Block, Order, Owner, Page, MAX_GROW_RETRIES};
+use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
+
+use super::{Guard, PageSource, Pcp};
+use crate::list::{list_tag, owner};
+use crate::sizing::refill_blocks;
+use crate::stats::PcpStat;
+
+impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
+    /// Allocates a block of `order` (`alloc_pages`): orders `0..=3` come
+    /// from this CPU's lists (refilled by a batch under one zone-lock
+    /// acquisition when empty), larger ones from the buddy. `ZEROED`
+    /// requests take known-zero pages first and clear otherwise;
+    /// `ONLY_ZERO` ones never clear (they fail instead); `COLD` ones take
+    /// from the cold end. `Page::zero` tells whether the page reads as zero.
+    #[inline]
+    pub fn alloc(&self, order: Order, flags: AllocFlags) -> Option<Page> {
+        self.alloc_block(order, flags).map(|b| b.page)
+    }
+
+    /// [`alloc`](Self::alloc) that also hands back the block's owner words
+    /// (the [`PageAlloc`](buddy::PageAlloc) contract): a page from the lists
+    /// brings its descriptor (the list node), a page from the buddy the one
+    /// the buddy allocated it with, so the caller never looks it up.
+    #[inline]
+    pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        if !self.uses_lists(order, flags) {
+            return self.alloc_buddy(order, flags);
+        }
+        let mut grown = 0;
+        loop {
+            let Some(mut g) = self.lock() else {
+                self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
+                return self.alloc_buddy(order, flags);
+            };
+            let r = self.rmqueue_pcplist(&mut g, order, flags);
+            drop(g);
+            match r {
+                Some((ptr, known_zero, owner)) => {
+                    return Some(Block {
+                        page: self.prep_new_page(ptr, order, flags, known_zero),
+                        owner,
+                    })
+                }
+                None if flags.contains(AllocFlags::ONLY_ZERO) => return None,
+                // Other CPUs may take what `grow` added before our retry
+                // (their refills): retry while growing makes progress.
+                None if grown < MAX_GROW_RETRIES && self.source.grow(order) => grown += 1,
+                None => return None,
+            }
+        }
+    }
+
+    /// Clears what must be cleared, outside every lock (`prep_new_page`).
+    #[inline(always)]
+    pub(super) fn prep_new_page(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: AllocFlags,
+        known_zero: bool,
+    ) -> Page {
+        let zeroed = flags.contains(AllocFlags::ZEROED);
+        if zeroed && !known_zero {
+            let bytes = self.buddy().config().block_size(order);
+            // SAFETY: the block is ours, `bytes` long.
+            unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+        }
+        if flags.contains(AllocFlags::COMP) && order > Order::ZERO {
+            self.buddy().prep_compound(ptr, order);
+        }
+        Page {
+            ptr,
+            order,
+            zero: zeroed || known_zero,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_buddy(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let zflags = if flags.max_zone().is_some() {
+            flags
+        } else {
+            flags.zone_max(self.zone)
+        };
+        self.source.alloc_or_grow(order, zflags)
+    }
+
+    /// `rmqueue_pcplist`: a page of `order` from the locked lists, refilling
+    /// once if needed. Returns the page and whether it is known zero.
+    #[inline]
+    pub(super) fn rmqueue_pcplist(
+        &self,
+        g: &mut Guard<'_, L, N>,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<(NonNull<u8>, bool, &Owner)> {
+        let cpu = g.cpu();
+        let mut refilled = false;
+        loop {
+            if let Some(r) = self.take(g, cpu, order, flags) {
+                let c = g.count - order.pages();
+                self.set_count(g, c);
+                g.free_factor >>= 1;
+                return Some(r);
+            }
+            if refilled || self.refill(g, order, flags) == 0 {
+                if flags.contains(AllocFlags::ONLY_ZERO) {
+                    self.stat(cpu, PcpStat::ONLY_ZERO_FAIL, 1);
+                }
+                return None;
+            }
+            refilled = true;
+        }
+    }
+
+    /// Pops the right list for the request, counting which path served it.
+    #[inline(always)]
+    fn take(
+        &self,
+        g: &mut Guard<'_, L, N>,
+        cpu: usize,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<(NonNull<u8>, bool, &Owner)> {
+        let o = order.index();
+        let cold = flags.contains(AllocFlags::COLD);
+        if flags.contains(AllocFlags::ZEROED) {
+            if let Some((p, own)) = g.zero[o].pop_owner(cold) {
+                self.stat(cpu, PcpStat::ALLOC_ZERO_HIT, 1);
+                return Some((p, true, own));
+            }
+            if flags.contains(AllocFlags::ONLY_ZERO) {
+                return None;
+            }
+            let (p, own) = g.normal[o].pop_owner(cold)?;
+            self.stat(cpu, PcpStat::ALLOC_CLEARED, 1);
+            return Some((p, false, own));
+        }
+        if let Some((p, own)) = g.normal[o].pop_owner(cold) {
+            self.stat(
+                cpu,
+                if cold {
+                    PcpStat::ALLOC_COLD
+                } else {
+                    PcpStat::ALLOC_HIT
+                },
+                1,
+            );
+            return Some((p, false, own));
+        }
+        let (p, own) = g.zero[o].pop_owner(cold)?;
+        self.stat(cpu, PcpStat::ALLOC_ZERO_AS_NORMAL, 1);
+        Some((p, true, own))
+    }
+
+    /// `rmqueue_bulk`: one zone-lock acquisition brings a batch; known-zero
+    /// pages go to the zero list, the rest to the normal list, at the tail
+    /// (in address order, as the kernel appends them).
+    #[inline(never)]
+    fn refill(&self, g: &mut Guard<'_, L, N>, order: Order, flags: AllocFlags) -> usize {
+        self.recompute_sizes();
+        let b = self.buddy();
+        let o = order.index();
+        let want = refill_blocks(self.batch.load(Relaxed), order.get());
+        // The request's preference for zero blocks and its watermark rights
+        // pass on; the zone is ours.
+        let bflags = AllocFlags::NONE.union(flags);
+        let cpu = g.cpu();
+        let (normal_tag, zero_tag) = (list_tag(order.get(), false), list_tag(order.get(), true));
+        let n = {
+            let pages = &mut **g;
+            b.alloc_bulk(self.zone, order, bflags, want, |p| {
+                if p.zero {
+                    pages.zero[o].push(owner(b, p.addr()), zero_tag, true);
+                } else {
+                    pages.normal[o].push(owner(b, p.addr()), normal_tag, true);
+                }
+            })
+        };
+        if n > 0 {
+            let c = g.count + (n << order.get());
+            self.set_count(g, c);
+            self.stat(cpu, PcpStat::REFILL, 1);
+            self.stat(cpu, PcpStat::REFILL_PAGES, (n << order.get()) as u64);
+        }
+        n
+    }
+}

@@ -1,0 +1,128 @@
+//! Drains (`drain_local_pages`, `drain_pages(cpu)`, `drain_all_pages`)
+//! and background zeroing (seed 003's `prezero`).
+
+use buddy::Order;
+use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
+
+use super::{Guard, PageSource, Pcp};
+use crate::error::DrainError;
+use crate::list::{list_tag, owner};
+use crate::sizing::NR_PCP_ORDERS;
+use crate::stats::PcpStat;
+
+impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
+    /// Returns every page of the locked CPU's lists to the buddy.
+    fn drain_locked(&self, g: &mut Guard<'_, L, N>) -> usize {
+        if g.count == 0 {
+            return 0;
+        }
+        let cpu = g.cpu();
+        let n = self.free_pcppages_bulk(g, usize::MAX, 0);
+        debug_assert_eq!(g.count, 0);
+        self.stat(cpu, PcpStat::DRAIN, 1);
+        self.stat(cpu, PcpStat::DRAIN_PAGES, n as u64);
+        n
+    }
+
+    /// Drains this CPU's lists (`drain_local_pages`); returns the pages freed.
+    pub fn drain_local(&self) -> usize {
+        let mut g = self.cpus.lock_irqsave();
+        self.drain_locked(&mut g)
+    }
+
+    /// Drains `cpu`'s lists from here (`drain_pages(cpu)`): directly under
+    /// its lock where the platform allows (locked strategy, Linux 6.x; a
+    /// per-thread slot whose thread has exited), the local lists if `cpu` is
+    /// this CPU, else [`DrainError::NotAllowed`].
+    pub fn drain_cpu(&self, cpu: usize) -> Result<usize, DrainError> {
+        if cpu == self.platform().current_cpu() {
+            // Pinned platforms name the current CPU reliably only while
+            // pinned; take the lock and look again.
+            let mut g = self.cpus.lock_irqsave();
+            if g.cpu() == cpu {
+                return Ok(self.drain_locked(&mut g));
+            }
+        }
+        match self.cpus.lock_remote(cpu) {
+            Some(mut g) => Ok(self.drain_locked(&mut g)),
+            None => Err(DrainError::NotAllowed),
+        }
+    }
+
+    /// Drains every CPU with pages on its lists (`drain_all_pages`: memory
+    /// pressure, CPU offline); returns `(pages freed, CPUs that could not be
+    /// drained from here)`.
+    pub fn drain_all(&self) -> (usize, usize) {
+        let mut freed = 0;
+        let mut refused = 0;
+        for cpu in 0..N.min(self.platform().nr_cpus().max(1)) {
+            if self.counters[cpu].count.load(Relaxed) == 0 {
+                continue;
+            }
+            match self.drain_cpu(cpu) {
+                Ok(n) => freed += n,
+                Err(DrainError::NotAllowed) => refused += 1,
+            }
+        }
+        (freed, refused)
+    }
+
+    /// Background zeroing (seed 003): moves at most `budget` pages from the
+    /// cold end of this CPU's normal lists to its zero lists by clearing
+    /// them (outside the lock, one page at a time). For an idle loop or a
+    /// helper thread. Returns the pages zeroed.
+    pub fn prezero(&self, budget: usize) -> usize {
+        self.prezero_with(budget, || self.lock())
+    }
+
+    /// [`prezero`](Self::prezero) for another CPU's lists, where the
+    /// platform allows remote access (a helper thread on a locked platform).
+    pub fn prezero_cpu(&self, cpu: usize, budget: usize) -> Result<usize, DrainError> {
+        if self.cpus.lock_remote(cpu).is_none() {
+            return Err(DrainError::NotAllowed);
+        }
+        Ok(self.prezero_with(budget, || self.cpus.lock_remote(cpu)))
+    }
+
+    fn prezero_with<'a>(
+        &'a self,
+        budget: usize,
+        lock: impl Fn() -> Option<Guard<'a, L, N>>,
+    ) -> usize {
+        let mut done = 0;
+        while done < budget {
+            let Some(mut g) = lock() else { break };
+            let b = self.buddy();
+            let Some((o, p)) =
+                (0..NR_PCP_ORDERS).find_map(|o| g.normal[o].pop(true).map(|p| (o, p)))
+            else {
+                break;
+            };
+            let c = g.count - (1 << o);
+            self.set_count(&mut g, c);
+            drop(g);
+            let bytes = b
+                .config()
+                .block_size(Order::new(o as u8).unwrap_or(Order::ZERO));
+            // SAFETY: the page was taken off the list; nobody else holds it.
+            unsafe { p.as_ptr().write_bytes(0, bytes) };
+            let Some(mut g) = lock() else {
+                // SAFETY: the page is ours and zero.
+                unsafe { b.free_pages_zeroed(p, Order::new(o as u8).unwrap_or(Order::ZERO)) };
+                break;
+            };
+            g.zero[o].push(
+                owner(b, p.as_ptr() as usize),
+                list_tag(o as u8, true),
+                false,
+            );
+            let c = g.count + (1 << o);
+            self.set_count(&mut g, c);
+            let cpu = g.cpu();
+            self.stat(cpu, PcpStat::PREZERO_PAGES, 1 << o);
+            done += 1 << o;
+        }
+        done
+    }
+}

@@ -1,0 +1,244 @@
+//! The free fast path (`free_unref_page`): the one descriptor check of a
+//! free, the push onto this CPU's lists, and the batch return of the
+//! coldest pages to the buddy when the lists reach `high`
+//! (`free_pcppages_bulk`).
+
+use core::ptr::NonNull;
+
+use buddy::{FreeFlags, Order, Page};
+use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
+
+use super::{Guard, PageSource, Pcp};
+use crate::error::{BadFree, BadFreeKind};
+use crate::list::{is_pcp_tag, list_tag};
+use crate::sizing::{nr_pcp_free, MAX_FREE_FACTOR, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER};
+use crate::stats::PcpStat;
+use buddy::Owner;
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_free(e: BadFree) -> ! {
+    panic!("{e}")
+}
+
+#[cfg(any(test, feature = "invariants"))]
+pub(super) fn verify_zero(ptr: NonNull<u8>, bytes: usize) {
+    // SAFETY: the page is held by the pcp (or being freed to it) and `bytes` long.
+    let s = unsafe { core::slice::from_raw_parts(ptr.as_ptr(), bytes) };
+    assert!(
+        s.iter().all(|&x| x == 0),
+        "pcp: page {ptr:p} is on (or freed to) a zero list but is not zero"
+    );
+}
+
+impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
+    /// Checks a block being freed against its descriptor, as the kernel's
+    /// `free_pages_prepare` does: owned, a block head, of this order, and not
+    /// already on a pcp list (a double free that has not reached the buddy
+    /// yet). Panics with the address and the problem; changes nothing.
+    #[inline(always)]
+    #[track_caller]
+    pub(super) fn check_free(&self, ptr: NonNull<u8>, order: Order) -> &Owner {
+        match self.validate_free(ptr, order) {
+            Ok(o) => o,
+            Err(e) => bad_free(e),
+        }
+    }
+
+    /// The one address-to-descriptor lookup of a free; returns the block's
+    /// owner words, which the lists then link through.
+    #[inline(always)]
+    fn validate_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
+        match self.buddy().owner_of(ptr.as_ptr()) {
+            Some(b)
+                if b.head == ptr
+                    && b.order == order
+                    && !is_pcp_tag(b.owner.tag().load(Relaxed)) =>
+            {
+                Ok(b.owner)
+            }
+            other => Err(BadFree {
+                addr: ptr.as_ptr() as usize,
+                order,
+                kind: match other {
+                    None => BadFreeKind::NotAllocated,
+                    Some(b) if b.head != ptr => BadFreeKind::NotHead {
+                        head: b.head.as_ptr() as usize,
+                        order: b.order,
+                    },
+                    Some(b) if b.order != order => BadFreeKind::WrongOrder { actual: b.order },
+                    Some(_) => BadFreeKind::OnPcpList,
+                },
+            }),
+        }
+    }
+
+    /// [`free`](Self::free) that returns the problem instead of panicking
+    /// (for global allocators, which must not unwind); nothing changes on
+    /// `Err`.
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[inline]
+    pub unsafe fn try_free(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), BadFree> {
+        let o = self.validate_free(ptr, order)?;
+        // SAFETY: forwarded; validated above.
+        unsafe { self.free_unchecked(ptr, order, flags, o) };
+        Ok(())
+    }
+
+    /// Frees a block (`free_unref_page`): orders `0..=3` go to this CPU's
+    /// lists (the zero list if `FreeFlags::ZERO`; the cold end if
+    /// `FreeFlags::COLD`), and when the lists reach `high` a batch of the
+    /// coldest pages returns to the buddy under one zone-lock acquisition.
+    ///
+    /// # Panics
+    ///
+    /// If the block is not an allocated block of this allocator's buddy, not
+    /// a block head, of another order, or already freed (on a pcp list or in
+    /// the buddy), with a message naming the address and the problem; the
+    /// state is left intact.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the block (allocated with this order from this pcp or
+    /// its buddy) and does not use it afterwards; with `FreeFlags::ZERO` it
+    /// reads as zero.
+    #[inline]
+    #[track_caller]
+    pub unsafe fn free(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        let o = self.check_free(ptr, order);
+        // SAFETY: forwarded contract; validated above.
+        unsafe { self.free_unchecked(ptr, order, flags, o) }
+    }
+
+    /// The free path after validation.
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free), and `validate_free` accepted the block.
+    #[inline(always)]
+    unsafe fn free_unchecked(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags, o: &Owner) {
+        let b = self.buddy();
+        // The block is managed (validated): its zone is arithmetic on its address.
+        if order.get() > PAGE_ALLOC_COSTLY_ORDER
+            || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
+        {
+            // SAFETY: forwarded contract.
+            return unsafe { b.free_pages_flags(ptr, order, flags) };
+        }
+        let Some(mut g) = self.lock() else {
+            self.stat_unlocked(PcpStat::FREE_BUDDY_FALLBACK);
+            // SAFETY: forwarded contract.
+            return unsafe { b.free_pages_flags(ptr, order, flags) };
+        };
+        self.free_locked(&mut g, ptr, order, flags, o);
+    }
+
+    #[inline(always)]
+    pub(super) fn free_locked(
+        &self,
+        g: &mut Guard<'_, L, N>,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        own: &Owner,
+    ) {
+        let cpu = g.cpu();
+        let o = order.index();
+        let zero = flags.contains(FreeFlags::ZERO);
+        let cold = flags.contains(FreeFlags::COLD);
+        #[cfg(any(test, feature = "invariants"))]
+        if zero {
+            verify_zero(ptr, self.buddy().config().block_size(order));
+        }
+        #[cfg(not(any(test, feature = "invariants")))]
+        let _ = ptr;
+        if zero {
+            g.zero[o].push(own, list_tag(order.get(), true), cold);
+            self.stat(cpu, PcpStat::FREE_ZERO, 1);
+        } else {
+            g.normal[o].push(own, list_tag(order.get(), false), cold);
+        }
+        self.stat(cpu, PcpStat::FREE_HIT, 1);
+        let c = g.count + order.pages();
+        self.set_count(g, c);
+        let high = self.high.load(Relaxed);
+        if c >= high {
+            let n = nr_pcp_free(self.batch.load(Relaxed), high, g.free_factor);
+            self.free_pcppages_bulk(g, n, order.get());
+            if g.free_factor < MAX_FREE_FACTOR {
+                g.free_factor += 1;
+            }
+            self.stat(cpu, PcpStat::FREE_BATCH, 1);
+        }
+    }
+
+    /// `free_pcppages_bulk`: returns at least `pages` pages (or all) to the
+    /// buddy under one zone-lock acquisition, taking from the cold ends,
+    /// round-robin over the orders starting with `start`; normal lists
+    /// first, zero lists last (their pages keep PG_zero in the buddy).
+    pub(super) fn free_pcppages_bulk(
+        &self,
+        g: &mut Guard<'_, L, N>,
+        pages: usize,
+        start: u8,
+    ) -> usize {
+        let b = self.buddy();
+        let cpu = g.cpu();
+        let mut freed = 0usize;
+        {
+            let lists = &mut **g;
+            // Phase 0: normal lists, phase 1: zero lists; within a phase,
+            // one block per list in turn, starting at `start`; a phase ends
+            // after a full round of empty lists.
+            let mut zero = false;
+            let mut o = start as usize % NR_PCP_ORDERS;
+            let mut misses = 0usize;
+            let iter = core::iter::from_fn(|| {
+                while freed < pages {
+                    let list = if zero {
+                        &mut lists.zero[o]
+                    } else {
+                        &mut lists.normal[o]
+                    };
+                    let popped = list.pop(true);
+                    let this = o;
+                    o = (o + 1) % NR_PCP_ORDERS;
+                    if let Some(ptr) = popped {
+                        misses = 0;
+                        freed += 1 << this;
+                        let order = Order::new(this as u8).unwrap_or(Order::ZERO);
+                        return Some(Page { ptr, order, zero });
+                    }
+                    misses += 1;
+                    if misses == NR_PCP_ORDERS {
+                        if zero {
+                            return None;
+                        }
+                        zero = true;
+                        misses = 0;
+                    }
+                }
+                None
+            });
+            // SAFETY: every page on the lists is an allocated block of this
+            // zone that the pcp holds, and the zero lists' pages (yielded
+            // with `zero`) read as zero: nobody wrote them since they were
+            // known zero (fresh, freed zeroed, or cleared by `prezero`).
+            unsafe { b.free_bulk_keep_zero(self.zone, iter) };
+        }
+        let c = g.count - freed;
+        self.set_count(g, c);
+        self.stat(cpu, PcpStat::FREE_BATCH_PAGES, freed as u64);
+        freed
+    }
+}

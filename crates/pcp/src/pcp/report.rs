@@ -1,0 +1,189 @@
+//! Observability and checking: counters, list snapshots, the
+//! `/proc/zoneinfo`-style report and the list checker.
+
+use core::fmt;
+#[cfg(any(test, feature = "invariants"))]
+use core::ptr::NonNull;
+
+#[cfg(any(test, feature = "invariants"))]
+use buddy::PageState;
+#[cfg(any(test, feature = "invariants"))]
+use buddy::{Buddy, Order};
+use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
+
+#[cfg(any(test, feature = "invariants"))]
+use super::free::verify_zero;
+use super::{CpuCounters, CpuPages, PageSource, Pcp};
+#[cfg(any(test, feature = "invariants"))]
+use crate::list::list_tag;
+use crate::sizing::NR_PCP_ORDERS;
+use crate::stats::PcpStats;
+
+impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
+    /// Counters summed over the CPUs.
+    pub fn stats(&self) -> PcpStats {
+        let mut s = PcpStats::ZERO;
+        for c in &self.counters {
+            s.merge(&cpu_stats(c));
+        }
+        s
+    }
+
+    /// One CPU's counters.
+    pub fn cpu_stats(&self, cpu: usize) -> PcpStats {
+        cpu_stats(&self.counters[cpu % N])
+    }
+
+    /// Pages on `cpu`'s lists (racy snapshot).
+    pub fn cpu_count(&self, cpu: usize) -> usize {
+        self.counters[cpu % N].count.load(Relaxed)
+    }
+
+    /// Pages on all CPUs' lists (racy snapshot).
+    pub fn total_count(&self) -> usize {
+        self.counters.iter().map(|c| c.count.load(Relaxed)).sum()
+    }
+
+    /// A report in the style of the buddy's (`/proc/zoneinfo`'s pagesets).
+    pub fn report(&self) -> impl fmt::Display + '_ {
+        Report(self)
+    }
+
+    /// The local CPU's lists, for tests and reports: a copy taken under the lock.
+    pub fn local_lists(&self) -> CpuPages {
+        *self.cpus.lock_irqsave()
+    }
+
+    /// A copy of `cpu`'s lists (per-order lengths of the normal and zero
+    /// lists, count, drain scale), taken under its lock, if this CPU may
+    /// reach it (its own CPU; any CPU on a locked platform).
+    pub fn cpu_lists(&self, cpu: usize) -> Option<CpuPages> {
+        {
+            let g = self.cpus.lock_irqsave();
+            if g.cpu() == cpu {
+                return Some(*g);
+            }
+        }
+        self.cpus.lock_remote(cpu).map(|g| *g)
+    }
+
+    /// Checks this CPU's lists: `count == Σ len << order`, links and tags
+    /// consistent, every listed page allocated in the buddy with the list's
+    /// order, zero-list pages read as zero. Panics on a violation.
+    #[cfg(any(test, feature = "invariants"))]
+    pub fn check_local(&self) {
+        let g = self.cpus.lock_irqsave();
+        self.check_lists(&g, g.cpu());
+    }
+
+    /// Checks every CPU's lists (exclusive access, so every strategy).
+    #[cfg(any(test, feature = "invariants"))]
+    pub fn check_all(&mut self) {
+        let Self {
+            cpus,
+            counters,
+            source,
+            ..
+        } = self;
+        for (cpu, pages) in cpus.iter_mut().enumerate() {
+            check_cpu(source.buddy(), pages, cpu);
+            assert_eq!(
+                counters[cpu].count.load(Relaxed),
+                pages.count,
+                "pcp: CPU {cpu} count mirror"
+            );
+        }
+    }
+
+    #[cfg(any(test, feature = "invariants"))]
+    fn check_lists(&self, pages: &CpuPages, cpu: usize) {
+        check_cpu(self.buddy(), pages, cpu);
+        assert_eq!(
+            self.counters[cpu % N].count.load(Relaxed),
+            pages.count,
+            "pcp: CPU {cpu} count mirror"
+        );
+    }
+}
+
+fn cpu_stats(c: &CpuCounters) -> PcpStats {
+    let mut s = PcpStats::ZERO;
+    for (i, a) in c.stats.iter().enumerate() {
+        s.0[i] = a.load(Relaxed);
+    }
+    s
+}
+
+#[cfg(any(test, feature = "invariants"))]
+fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize) {
+    let mut total = 0usize;
+    for o in 0..NR_PCP_ORDERS {
+        for zero in [false, true] {
+            let list = if zero {
+                &pages.zero[o]
+            } else {
+                &pages.normal[o]
+            };
+            list.check(b, list_tag(o as u8, zero), |page| {
+                match b.page_state(page as *const u8) {
+                    PageState::Allocated { order } if order.index() == o => {}
+                    s => panic!(
+                        "pcp: CPU {cpu} lists page {page:#x} (order {o}) but the buddy says {s:?}"
+                    ),
+                }
+                if zero {
+                    verify_zero(
+                        NonNull::new(page as *mut u8).expect("listed page is non-null"),
+                        b.config()
+                            .block_size(Order::new(o as u8).expect("pcp order")),
+                    );
+                }
+            });
+            total += list.len << o;
+        }
+    }
+    assert_eq!(
+        pages.count, total,
+        "pcp: CPU {cpu} count {} != Σ len << order = {total}",
+        pages.count
+    );
+}
+
+struct Report<'a, S: PageSource, L: Platform, const N: usize>(&'a Pcp<S, L, N>);
+
+impl<S: PageSource, L: Platform, const N: usize> fmt::Display for Report<'_, S, L, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.0;
+        let (batch, high) = p.batch_high();
+        writeln!(
+            f,
+            "pcp zone {} policy {:?}: batch {batch} high {high}, {} pages on lists",
+            p.zone.index(),
+            p.policy,
+            p.total_count()
+        )?;
+        for cpu in 0..N.min(p.platform().nr_cpus().max(1)) {
+            let c = p.cpu_count(cpu);
+            if c == 0 {
+                continue;
+            }
+            write!(f, "  cpu {cpu:>3}: count {c:>5}")?;
+            match p.cpu_lists(cpu) {
+                Some(l) => {
+                    write!(f, "  normal")?;
+                    for o in 0..NR_PCP_ORDERS {
+                        write!(f, " {:>4}", l.normal[o].len)?;
+                    }
+                    write!(f, "  zero")?;
+                    for o in 0..NR_PCP_ORDERS {
+                        write!(f, " {:>4}", l.zero[o].len)?;
+                    }
+                    writeln!(f, "  free_factor {}", l.free_factor)?;
+                }
+                None => writeln!(f, "  (lists not reachable from this CPU)")?,
+            }
+        }
+        write!(f, "{}", p.stats())
+    }
+}
