@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use mm_bench::measure::{self, Config, Ctx, Machine};
+use mm_bench::summary;
 use mm_bench::tables::{self, Table};
 
 const USAGE: &str = "\
@@ -14,9 +15,16 @@ usage: cargo run --release -p mm-bench -- [OPTIONS]
 
 options:
   --quick          CI smoke mode: short batches, few rounds (seconds in all)
+  --full           every size and shape, 10 ms batches, 15 rounds (the complete
+                   set; the default run thins the sweeps to fit about 3 minutes)
   --table NAME     run only table NAME (repeatable; see --list)
   --list           list the tables and exit
-  --rounds N       interleaved rounds per table (default 15, quick 5)
+  --rounds N       interleaved rounds per table (default 9, full 15, quick 5)
+  --noise X        re-measure a case whose rounds spread more than X (slowest /
+                   fastest; default 2), flag it noisy if it still does (0: never)
+  --compare FILE   print the change per target against a history.jsonl line
+                   (the last one of FILE) after the run; with no --table and
+                   FILE only, compare the last two runs of FILE without running
   --cpu N          pin the measuring thread to CPU N (default: the first allowed)
   --no-pin         do not pin threads to CPUs
   --out DIR        where to write NAME.csv and NAME.jsonl
@@ -27,6 +35,7 @@ options:
 #[derive(Debug, Default, PartialEq)]
 struct Args {
     quick: bool,
+    full: bool,
     list: bool,
     help: bool,
     no_pin: bool,
@@ -34,6 +43,8 @@ struct Args {
     rounds: Option<usize>,
     cpu: Option<usize>,
     out: Option<String>,
+    noise: Option<f64>,
+    compare: Option<String>,
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -52,6 +63,12 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         };
         match flag.as_str() {
             "--quick" => a.quick = true,
+            "--full" => a.full = true,
+            "--compare" => a.compare = Some(value("--compare")?),
+            "--noise" => {
+                let v = value("--noise")?;
+                a.noise = Some(v.parse().map_err(|_| format!("--noise: bad number {v:?}"))?);
+            }
             "--list" => a.list = true,
             "--no-pin" => a.no_pin = true,
             "-h" | "--help" => a.help = true,
@@ -116,9 +133,14 @@ fn main() -> ExitCode {
 
     let mut cfg = if args.quick {
         Config::quick()
-    } else {
+    } else if args.full {
         Config::full()
+    } else {
+        Config::standard()
     };
+    if let Some(x) = args.noise {
+        cfg.noise = x;
+    }
     if let Some(r) = args.rounds {
         cfg.rounds = r;
     }
@@ -148,7 +170,7 @@ fn main() -> ExitCode {
     machine.print();
     println!(
         "    mode: {} ({} rounds of {:?} batches per case, interleaved; medians, [min .. max])",
-        if cfg.quick { "quick" } else { "full" },
+        cfg.mode(),
         cfg.rounds,
         cfg.batch,
     );
@@ -165,9 +187,11 @@ fn main() -> ExitCode {
         machine: &machine,
     };
     let mut failed = false;
+    let mut reports = Vec::new();
     for t in selected {
         let t0 = Instant::now();
-        let report = t.run(&cx);
+        let mut report = t.run(&cx);
+        report.check(&cfg);
         print!("{}", report.to_text());
         match report.write_files(&cfg.out_dir, &machine) {
             Ok([csv, jsonl]) => println!(
@@ -184,7 +208,10 @@ fn main() -> ExitCode {
                 failed = true;
             }
         }
+        reports.push(report);
     }
+    let run = summary::Run::new(&cfg, &machine, &reports, start.elapsed());
+    print!("{}", run.to_text());
     println!("mm-bench: done in {:.1} s", start.elapsed().as_secs_f64());
     if failed {
         ExitCode::FAILURE

@@ -38,7 +38,7 @@ use pcp::{PageSource, Pcp, Policy};
 use super::Table;
 use crate::measure::{
     alloc_free_case, black_box, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock,
-    Ctx, Phases, Report, Row, SeedRef,
+    Ctx, Phases, Report, Row, SeedRef, Verdict,
 };
 use crate::user_kernel::{UserHooks, UserKernel};
 
@@ -612,6 +612,7 @@ impl Table for Pages {
         let mut rows: Vec<Row> = Vec::new();
         let mut summary: Vec<String> = Vec::new();
         let mut buddy_totals: Vec<(usize, f64)> = Vec::new();
+        let mut verdicts = Vec::new();
         for n in page_counts(cx.cfg.quick) {
             let section = format!("N = {n}: alloc {n} order-0 pages, then free them (per page)");
             let mut cases = vec![
@@ -645,6 +646,7 @@ impl Table for Pages {
                         ph.push(clock.elapsed(ta, it), clock.elapsed(tf, it));
                         clock.elapsed(ta + tf, 1.0)
                     })
+                    .floor()
                 }));
             }
             let (cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
@@ -683,6 +685,21 @@ impl Table for Pages {
             ) {
                 buddy_totals.push((n, b));
                 let (r1, r2) = (p.1 / q.1, b / bs);
+                verdicts.push(
+                    Verdict::at_most(format!("N = {n}: pcp best <= best peer"), p.1, q.1, "ns/page")
+                        .vs_peer(q.1 / p.1)
+                        .on(&these, &[p.0, q.0]),
+                );
+                verdicts.push(
+                    Verdict::at_most(
+                        format!("N = {n}: buddy <= buddy_system_allocator"),
+                        b,
+                        bs,
+                        "ns/page",
+                    )
+                    .vs_peer(bs / b)
+                    .on(&these, &["buddy", "buddy_system_allocator"]),
+                );
                 summary.push(format!(
                     "  {n:>6}  {:>7}  {:>7} {:<12}  {:>7} {:<24}  {r1:>5.2}x {:<6}  {:>7}  {r2:>5.2}x {}",
                     fmt_num(b),
@@ -747,6 +764,8 @@ impl Table for Pages {
                 .into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }
@@ -861,6 +880,7 @@ impl Table for Pages2t {
             title: "Order-0 page churn on two CPUs (seed 000's shape, one and two threads)".into(),
             notes,
             rows,
+            ..Report::default()
         }
     }
 }

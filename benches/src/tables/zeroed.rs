@@ -289,6 +289,7 @@ impl Table for Zeroed {
                     .into(),
             notes,
             rows,
+            ..Report::default()
         }
     }
 }

@@ -20,6 +20,8 @@ use super::heaps::{
 };
 use super::pairs::{pairs, WARM_PAIRS};
 use super::stats::{bulk_sheaves_note, stats_notes, NamedRun, StatsRun};
+use super::heaps::GLOBAL_SLUB_ROW;
+use crate::measure::Verdict;
 use crate::measure::{black_box, fmt_num, pin_current_thread, Case, Ctx, Report, Stopwatch};
 use crate::tables::pages::{median_of, verdict};
 use crate::tables::Table;
@@ -533,6 +535,7 @@ impl Table for SlubProdCons {
         let comp = Competitors::new();
         let mut rows = Vec::new();
         let mut summary = Vec::new();
+        let mut verdicts = Vec::new();
         for batch in PRODCONS_BATCHES {
             for size in PRODCONS_SIZES {
                 let (section, label) = if batch == 1 {
@@ -560,18 +563,25 @@ impl Table for SlubProdCons {
                 comp.visit(size, Caches::Both, &mut v);
                 // The floor, in the same interleaved rounds (not a peer: its
                 // name is not in PEERS, so the ratios ignore it).
-                v.cases.push(prodcons_case(
-                    FLOOR_ROW,
-                    &Arc::new(RingOnly::new(size)),
-                    l,
-                    batch,
-                ));
+                v.cases.push(
+                    prodcons_case(FLOOR_ROW, &Arc::new(RingOnly::new(size)), l, batch).floor(),
+                );
                 let mut these = measure_rows(cx, v.cases, &section);
                 for r in these.iter_mut() {
                     r.case.note = format!("{} Mobj/s", fmt_num(1e3 / r.stats.ns.median));
                 }
                 if let Some((s, best)) = ratio_notes(&mut these) {
                     let floor = median_of(&these, FLOOR_ROW).unwrap_or(f64::NAN);
+                    verdicts.push(
+                        Verdict::at_least(
+                            format!("{label} B: GlobalSlub >= {PRODCONS_TARGET} x best peer"),
+                            1e3 / s,
+                            PRODCONS_TARGET * 1e3 / best.1,
+                            "Mobj/s",
+                        )
+                        .vs_peer(best.1 / s)
+                        .on(&these, &[GLOBAL_SLUB_ROW, best.0]),
+                    );
                     summary.push(format!(
                         "  {label:>8}  {:>9} Mobj/s  {:>8} Mobj/s {:<34}  {:>5.2}x  {:<6}  {:>9} Mobj/s",
                         fmt_num(1e3 / s),
@@ -639,6 +649,8 @@ impl Table for SlubProdCons {
                 .into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }
