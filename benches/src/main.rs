@@ -22,9 +22,8 @@ options:
   --rounds N       interleaved rounds per table (default 9, full 15, quick 5)
   --noise X        re-measure a case whose rounds spread more than X (slowest /
                    fastest; default 2), flag it noisy if it still does (0: never)
-  --compare FILE   print the change per target against a history.jsonl line
-                   (the last one of FILE) after the run; with no --table and
-                   FILE only, compare the last two runs of FILE without running
+  --compare FILE   after the run, print the change per target against the last
+                   run recorded in FILE (a copy of an older history.jsonl)
   --cpu N          pin the measuring thread to CPU N (default: the first allowed)
   --no-pin         do not pin threads to CPUs
   --out DIR        where to write NAME.csv and NAME.jsonl
@@ -212,6 +211,23 @@ fn main() -> ExitCode {
     }
     let run = summary::Run::new(&cfg, &machine, &reports, start.elapsed());
     print!("{}", run.to_text());
+    match run.append_history(&cfg.out_dir) {
+        Ok(p) => println!("appended the summary to {}", p.display()),
+        Err(e) => {
+            eprintln!("mm-bench: cannot append to the history: {e}");
+            failed = true;
+        }
+    }
+    if let Some(old) = &args.compare {
+        let now = summary::parse_history_line(&run.to_json()).expect("our own JSON parses");
+        match summary::last_run(std::path::Path::new(old)) {
+            Ok(prev) => print!("{}", summary::compare(&prev, &now)),
+            Err(e) => {
+                eprintln!("mm-bench: --compare: {e}");
+                failed = true;
+            }
+        }
+    }
     println!("mm-bench: done in {:.1} s", start.elapsed().as_secs_f64());
     if failed {
         ExitCode::FAILURE

@@ -594,6 +594,15 @@ impl Ctx<'_> {
     }
 
     /// Iterations per batch so one batch lasts about `cfg.batch`.
+    ///
+    /// The batch time is `fixed + per_iter * iters`: besides the work,
+    /// a two-thread batch pays a fixed cost (starting and pinning two
+    /// threads, the later one's wake-up: milliseconds on a loaded
+    /// machine). Sizing from one short batch (`total / iters`) took that
+    /// cost for work and chose a dozen iterations (issue #21: 12 objects
+    /// per batch in `slub-prodcons`, whose rounds then spread 1000x and
+    /// whose floor came out slower than the allocators); so the slope is
+    /// taken between two batch sizes, four times apart.
     fn calibrate(&self, case: &Case) -> u64 {
         let target = self.cfg.batch.as_nanos() as f64;
         let mut iters: u64 = 16;
@@ -601,7 +610,14 @@ impl Ctx<'_> {
             let s = self.sample(case, iters);
             let total = s.ns * iters as f64;
             if total >= target / 4.0 || iters >= 1 << 40 {
-                let scaled = (iters as f64 * target / total.max(1.0)).ceil();
+                let big = iters.saturating_mul(4).min(1 << 40);
+                let total4 = self.sample(case, big).ns * big as f64;
+                let per_iter = if total4 > total && big > iters {
+                    (total4 - total) / (big - iters) as f64
+                } else {
+                    total4 / big as f64
+                };
+                let scaled = (target / per_iter.max(1e-3)).ceil();
                 return (scaled as u64).clamp(1, 1 << 40);
             }
             iters = iters.saturating_mul(if total < target / 1000.0 { 16 } else { 4 });

@@ -178,23 +178,36 @@ impl Report {
             if !f.case.floor {
                 continue;
             }
-            for (j, r) in self.rows.iter().enumerate() {
-                if r.case.floor || r.case.section != f.case.section {
-                    continue;
-                }
-                if f.stats.ns.median > r.stats.ns.median {
-                    floor_flags.push((j, format!("faster than the floor '{}'", f.case.name)));
-                    floor_flags.push((i, format!("floor slower than '{}'", r.case.name)));
-                    self.warnings.push(format!(
-                        "{table}: floor '{}' ({} ns) slower than '{}' ({} ns) in '{}': the floor is not measuring what it should (or the rounds were disturbed)",
-                        f.case.name,
-                        fmt_num(f.stats.ns.median),
-                        r.case.name,
-                        fmt_num(r.stats.ns.median),
-                        f.case.section
-                    ));
-                }
+            let faster: Vec<usize> = (0..self.rows.len())
+                .filter(|&j| {
+                    let r = &self.rows[j];
+                    !r.case.floor
+                        && r.case.section == f.case.section
+                        && r.stats.ns.median < f.stats.ns.median
+                })
+                .collect();
+            let Some(&fastest) = faster.iter().min_by(|&&a, &&b| {
+                self.rows[a]
+                    .stats
+                    .ns
+                    .median
+                    .total_cmp(&self.rows[b].stats.ns.median)
+            }) else {
+                continue;
+            };
+            for &j in &faster {
+                floor_flags.push((j, format!("faster than the floor '{}'", f.case.name)));
             }
+            floor_flags.push((i, format!("floor slower than {} row(s)", faster.len())));
+            self.warnings.push(format!(
+                "{table}: floor '{}' ({} ns) slower than {} row(s) of '{}' (fastest '{}', {} ns): a floor cannot be; the rounds were disturbed or the floor does not measure what it should",
+                f.case.name,
+                fmt_num(f.stats.ns.median),
+                faster.len(),
+                f.case.section,
+                self.rows[fastest].case.name,
+                fmt_num(self.rows[fastest].stats.ns.median),
+            ));
         }
         for (i, flag) in floor_flags {
             if !self.rows[i].stats.flags.contains(&flag) {
