@@ -6,6 +6,7 @@
 //!   (text, CSV, JSON lines), the verdicts and the noise checks.
 //! * [`summary`]: the run's verdict summary, `history.jsonl` and
 //!   `--compare`.
+//! * [`charts`]: every table as an SVG chart and `index.html`.
 //! * [`tables`]: the registry of tables ([`tables::Table`]) and the tables
 //!   themselves (`primitives`: seed 000's `time_bench` list).
 //! * [`area_map`]: the pre-4.14 percpu area-map allocator, the baseline of
@@ -17,6 +18,7 @@
 //! command line and runs the tables.
 
 pub mod area_map;
+pub mod charts;
 pub mod measure;
 pub mod summary;
 pub mod tables;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use mm_bench::measure::{self, Config, Ctx, Machine};
-use mm_bench::summary;
 use mm_bench::tables::{self, Table};
+use mm_bench::{charts, summary};
 
 const USAGE: &str = "\
 mm-bench: reproduce the seeds' tables of the allocator family on this machine
@@ -66,7 +66,10 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--compare" => a.compare = Some(value("--compare")?),
             "--noise" => {
                 let v = value("--noise")?;
-                a.noise = Some(v.parse().map_err(|_| format!("--noise: bad number {v:?}"))?);
+                a.noise = Some(
+                    v.parse()
+                        .map_err(|_| format!("--noise: bad number {v:?}"))?,
+                );
             }
             "--list" => a.list = true,
             "--no-pin" => a.no_pin = true,
@@ -211,6 +214,19 @@ fn main() -> ExitCode {
     }
     let run = summary::Run::new(&cfg, &machine, &reports, start.elapsed());
     print!("{}", run.to_text());
+    match charts::write_all(&cfg.out_dir, &machine, &reports, &run) {
+        Ok(paths) => println!(
+            "wrote {} charts and {}",
+            paths.len() - 1,
+            paths
+                .last()
+                .map_or(String::new(), |p| p.display().to_string())
+        ),
+        Err(e) => {
+            eprintln!("mm-bench: cannot write the charts: {e}");
+            failed = true;
+        }
+    }
     match run.append_history(&cfg.out_dir) {
         Ok(p) => println!("appended the summary to {}", p.display()),
         Err(e) => {

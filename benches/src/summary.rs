@@ -38,7 +38,13 @@ pub struct Run {
 /// `git describe --always --dirty` in the workspace, or `unknown`.
 pub fn git_revision() -> String {
     std::process::Command::new("git")
-        .args(["-C", env!("CARGO_MANIFEST_DIR"), "describe", "--always", "--dirty"])
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "describe",
+            "--always",
+            "--dirty",
+        ])
         .output()
         .ok()
         .filter(|o| o.status.success())
@@ -102,7 +108,13 @@ impl Run {
         let _ = writeln!(
             out,
             "{:<6}  {:<14} {:<58} {:>9}    {:>9} {:<8}  {:>7}",
-            "status", "table", "target", "measured", "target", "unit", "vs best peer (speed; >1 = faster)"
+            "status",
+            "table",
+            "target",
+            "measured",
+            "target",
+            "unit",
+            "vs best peer (speed; >1 = faster)"
         );
         for v in summary_order(&self.verdicts) {
             let _ = writeln!(out, "{}", verdict_line(v));
@@ -221,7 +233,12 @@ pub struct PastRun {
 /// Parses one line of `history.jsonl`.
 pub fn parse_history_line(line: &str) -> Result<PastRun, String> {
     let v = json::parse(line)?;
-    let s = |v: &json::Value, k: &str| v.get(k).and_then(json::Value::as_str).unwrap_or("").to_string();
+    let s = |v: &json::Value, k: &str| {
+        v.get(k)
+            .and_then(json::Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let verdicts = v
         .get("verdicts")
         .and_then(json::Value::as_array)
@@ -450,7 +467,10 @@ pub mod json {
                 _ => {
                     let st = self.i;
                     while self.i < self.b.len()
-                        && matches!(self.b[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                        && matches!(
+                            self.b[self.i],
+                            b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                        )
                     {
                         self.i += 1;
                     }
@@ -530,7 +550,10 @@ mod tests {
         let c = compare(&old, &new);
         assert!(c.contains("+100.0%"), "{c}");
         let text = run(12.0).to_text();
-        assert!(text.contains("0 met, 1 MISSED") || text.contains("MISSED"), "{text}");
+        assert!(
+            text.contains("0 met, 1 MISSED") || text.contains("MISSED"),
+            "{text}"
+        );
         assert!(text.contains("WARNINGS"));
     }
 
@@ -538,7 +561,10 @@ mod tests {
     fn json_reader_reads_values() {
         let v = json::parse(r#"{"a":[1,-2.5e1,true,null],"b":"\u00e9\n"}"#).unwrap();
         assert_eq!(v.get("b").and_then(json::Value::as_str), Some("é\n"));
-        assert_eq!(v.get("a").and_then(json::Value::as_array).map(|a| a.len()), Some(4));
+        assert_eq!(
+            v.get("a").and_then(json::Value::as_array).map(|a| a.len()),
+            Some(4)
+        );
         assert!(json::parse("{").is_err());
     }
 }

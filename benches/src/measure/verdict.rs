@@ -78,7 +78,12 @@ impl Verdict {
     }
 
     /// A target met when `measured <= target` (times, ratios of times).
-    pub fn at_most(what: impl Into<String>, measured: f64, target: f64, unit: &'static str) -> Self {
+    pub fn at_most(
+        what: impl Into<String>,
+        measured: f64,
+        target: f64,
+        unit: &'static str,
+    ) -> Self {
         Self::new(what, measured, target, unit)
     }
 
@@ -110,7 +115,8 @@ impl Verdict {
     /// Depends on the rows of `rows` that `pick` picks.
     pub fn on_where(mut self, rows: &[Row], pick: impl Fn(&Row) -> bool) -> Self {
         for r in rows.iter().filter(|r| pick(r)) {
-            self.rows.push((r.case.section.clone(), r.case.name.clone()));
+            self.rows
+                .push((r.case.section.clone(), r.case.name.clone()));
         }
         self
     }

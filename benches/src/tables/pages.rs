@@ -686,9 +686,14 @@ impl Table for Pages {
                 buddy_totals.push((n, b));
                 let (r1, r2) = (p.1 / q.1, b / bs);
                 verdicts.push(
-                    Verdict::at_most(format!("N = {n}: pcp best <= best peer"), p.1, q.1, "ns/page")
-                        .vs_peer(q.1 / p.1)
-                        .on(&these, &[p.0, q.0]),
+                    Verdict::at_most(
+                        format!("N = {n}: pcp best <= best peer"),
+                        p.1,
+                        q.1,
+                        "ns/page",
+                    )
+                    .vs_peer(q.1 / p.1)
+                    .on(&these, &[p.0, q.0]),
                 );
                 verdicts.push(
                     Verdict::at_most(

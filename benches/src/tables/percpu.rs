@@ -463,7 +463,10 @@ impl Table for Percpu {
                     "ns/obj",
                 )
                 .vs_peer(worst[1][0] / worst[0][0])
-                .on(these, &["bitmap: alloc (worst run)", "area map: alloc (worst run)"]),
+                .on(
+                    these,
+                    &["bitmap: alloc (worst run)", "area map: alloc (worst run)"],
+                ),
             );
             verdicts.push(
                 Verdict::at_most(
@@ -473,11 +476,19 @@ impl Table for Percpu {
                     "ns/obj",
                 )
                 .vs_peer(worst[1][1] / worst[0][1])
-                .on(these, &["bitmap: free (worst order)", "area map: free (worst order)"]),
+                .on(
+                    these,
+                    &["bitmap: free (worst order)", "area map: free (worst order)"],
+                ),
             );
             verdicts.push(
-                Verdict::at_most(format!("{size} B: bitmap free flat (worst/best)"), flat, 1.5, "x")
-                    .on(these, &["bitmap: free (worst order)"]),
+                Verdict::at_most(
+                    format!("{size} B: bitmap free flat (worst/best)"),
+                    flat,
+                    1.5,
+                    "x",
+                )
+                .on(these, &["bitmap: free (worst order)"]),
             );
             summary.push(format!(
                 "  {size:>6} | {:>12}  {:>6}  {ra:>5.2}x {:<6} | {:>11}  {:>6}  {rf:>5.2}x {:<6} | {flat:>5.2} {:<6}       | {:>14}  {:>5}  | {:>19}  {:>5}",

@@ -6,8 +6,8 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::heaps::{layout, ratio_notes, Caches, Competitors, Kind, ObjHeap, Visit};
 use super::heaps::GLOBAL_SLUB_ROW;
+use super::heaps::{layout, ratio_notes, Caches, Competitors, Kind, ObjHeap, Visit};
 use crate::measure::Verdict;
 use crate::measure::{
     alloc_free_case, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock, Ctx,

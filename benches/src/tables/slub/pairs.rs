@@ -5,11 +5,11 @@
 use std::alloc::Layout;
 use std::sync::Arc;
 
+use super::heaps::GLOBAL_SLUB_ROW;
 use super::heaps::{
     kernel_kmem_cache, layout, measure_rows, ratio_notes, Caches, Competitors, FastPath, Kind,
     ObjHeap, Visit, ALIGN, ARENA_BYTES, LOCKED_ROW, LOCKLESS_ROW,
 };
-use super::heaps::GLOBAL_SLUB_ROW;
 use crate::measure::Verdict;
 use crate::measure::{black_box, fmt_num, Case, Ctx, Report, Stopwatch};
 use crate::tables::pages::{median_of, verdict};

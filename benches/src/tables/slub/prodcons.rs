@@ -14,13 +14,13 @@ use local_lock::sync::CachePadded;
 use local_lock::Platform;
 use slub::{KmemCache, SlubStats};
 
+use super::heaps::GLOBAL_SLUB_ROW;
 use super::heaps::{
     exhausted, kernel_kmem_cache, layout, measure_rows, ratio_notes, Caches, Competitors, FastPath,
     Kind, ObjHeap, SlubHeap, Visit, ALIGN, GLOBAL_SLUB, GLOBAL_SLUB_NO_SHEAVES,
 };
 use super::pairs::{pairs, WARM_PAIRS};
 use super::stats::{bulk_sheaves_note, stats_notes, NamedRun, StatsRun};
-use super::heaps::GLOBAL_SLUB_ROW;
 use crate::measure::Verdict;
 use crate::measure::{black_box, fmt_num, pin_current_thread, Case, Ctx, Report, Stopwatch};
 use crate::tables::pages::{median_of, verdict};
