@@ -196,44 +196,66 @@ fn draw_bars(r: &Report, path: &Path) -> io::Result<()> {
     let rows: Vec<&Row> = r.rows.iter().collect();
     let n = rows.len().max(1);
     let (xlo, xhi) = y_range(&rows);
-    let height = 120 + 16 * n as u32;
-    let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let (left, right) = root.split_horizontally(470);
-    left.titled(
-        &format!("{} ({})", r.table, "ns per operation, median; log"),
-        ("sans-serif", 14),
-    )
-    .map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&right)
-        .caption(
-            r.title.chars().take(90).collect::<String>(),
-            ("sans-serif", 13),
-        )
-        .margin(8)
-        .x_label_area_size(30)
-        .y_label_area_size(0)
-        .build_cartesian_2d((xlo..xhi).log_scale(), 0.0..n as f64)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_label_formatter(&|x| fmt_num(*x))
-        .draw()
-        .map_err(plot_err)?;
+    let height = 110 + 17 * n as u32;
     let mut sections: Vec<&str> = Vec::new();
     for row in &rows {
         if !sections.contains(&row.case.section.as_str()) {
             sections.push(&row.case.section);
         }
     }
+    // Row i from the top is segment n - 1 - i.
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let mut label = row.case.name.clone();
+            if !row.case.section.is_empty() {
+                label = format!("{} | {label}", short(&row.case.section, 30));
+            }
+            if row.stats.is_noisy() {
+                label.push_str(" (noisy)");
+            }
+            short(&label, 72)
+        })
+        .collect();
+    let root = SVGBackend::new(path, (1150, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{} ({})", short(&r.title, 100), r.table),
+            ("sans-serif", 14),
+        )
+        .margin(10)
+        .x_label_area_size(34)
+        .y_label_area_size(470)
+        .build_cartesian_2d((xlo..xhi).log_scale(), (0..n as i32).into_segmented())
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n)
+        .y_label_style(("sans-serif", 11))
+        .y_label_formatter(&|y| match y {
+            SegmentValue::CenterOf(k) | SegmentValue::Exact(k) => {
+                let i = n as i32 - 1 - k;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| labels.get(i))
+                    .cloned()
+                    .unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        })
+        .x_desc("ns per operation (median; log)")
+        .x_label_formatter(&|x| fmt_num(*x))
+        .draw()
+        .map_err(plot_err)?;
     for (i, row) in rows.iter().enumerate() {
-        let y = (n - 1 - i) as f64;
-        let k = sections
+        let k = (n - 1 - i) as i32;
+        let sec = sections
             .iter()
             .position(|s| *s == row.case.section)
             .unwrap_or(0);
-        let c = Palette99::pick(k).to_rgba();
+        let c = Palette99::pick(sec).to_rgba();
         let color = if row.stats.is_noisy() {
             RGBColor(190, 190, 190)
         } else if row.case.floor {
@@ -243,27 +265,16 @@ fn draw_bars(r: &Report, path: &Path) -> io::Result<()> {
         };
         let m = row.stats.ns.median;
         if m.is_finite() && m > 0.0 {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(xlo, y + 0.15), (m, y + 0.85)],
-                    color.filled(),
-                )))
-                .map_err(plot_err)?;
+            let mut bar = Rectangle::new(
+                [
+                    (xlo, SegmentValue::Exact(k)),
+                    (m, SegmentValue::Exact(k + 1)),
+                ],
+                color.filled(),
+            );
+            bar.set_margin(2, 2, 0, 0);
+            chart.draw_series(std::iter::once(bar)).map_err(plot_err)?;
         }
-        let mut label = row.case.name.clone();
-        if !row.case.section.is_empty() {
-            label = format!("{} | {label}", short(&row.case.section, 28));
-        }
-        if row.stats.is_noisy() {
-            label.push_str(" (noisy)");
-        }
-        let top = 40 + ((height - 70) as f64 * i as f64 / n as f64) as i32;
-        left.draw(&Text::new(
-            short(&label, 70),
-            (6, top),
-            ("sans-serif", 11).into_font().color(&BLACK),
-        ))
-        .map_err(plot_err)?;
     }
     root.present().map_err(plot_err)?;
     Ok(())

@@ -533,13 +533,10 @@ fn seed_ref(label: &'static str, f: [f64; 3], ghz: Option<f64>) -> SeedRef {
     }
 }
 
-/// N values of the `pages` table.
-fn page_counts(quick: bool) -> Vec<usize> {
-    if quick {
-        vec![1, 64, 4096]
-    } else {
-        (0..=14).map(|k| 1 << k).collect()
-    }
+/// N values of the `pages` table (quick, default, `--full`).
+fn page_counts(cfg: &crate::measure::Config) -> Vec<usize> {
+    let full: Vec<usize> = (0..=14).map(|k| 1 << k).collect();
+    cfg.sweep(&[1, 64, 4096], &[1, 8, 64, 512, 4096, 16384], &full)
 }
 
 /// Rows whose minimum is "pcp best" in the summary.
@@ -613,7 +610,7 @@ impl Table for Pages {
         let mut summary: Vec<String> = Vec::new();
         let mut buddy_totals: Vec<(usize, f64)> = Vec::new();
         let mut verdicts = Vec::new();
-        for n in page_counts(cx.cfg.quick) {
+        for n in page_counts(cx.cfg) {
             let section = format!("N = {n}: alloc {n} order-0 pages, then free them (per page)");
             let mut cases = vec![
                 with_phases(|ph| churn_case("buddy", &buddy, n, clock, 1, Some(ph))),
@@ -779,13 +776,9 @@ impl Table for Pages {
 // Two threads
 // ---------------------------------------------------------------------------
 
-/// N values of the `pages-2t` table.
-fn page_counts_2t(quick: bool) -> Vec<usize> {
-    if quick {
-        vec![64]
-    } else {
-        vec![1, 64, 512, 4096]
-    }
+/// N values of the `pages-2t` table (quick, default, `--full`).
+fn page_counts_2t(cfg: &crate::measure::Config) -> Vec<usize> {
+    cfg.sweep(&[64], &[1, 64, 4096], &[1, 64, 512, 4096])
 }
 
 /// The `pages-2t` table (see the module docs).
@@ -813,7 +806,7 @@ impl Table for Pages2t {
 
         let mut rows: Vec<Row> = Vec::new();
         let mut summary: Vec<String> = Vec::new();
-        for n in page_counts_2t(cx.cfg.quick) {
+        for n in page_counts_2t(cx.cfg) {
             let section = format!(
                 "N = {n}: each thread allocs {n} order-0 pages, then frees them (ns per page per thread)"
             );
@@ -895,12 +888,9 @@ impl Table for Pages2t {
 // ---------------------------------------------------------------------------
 
 /// Orders of the `orders` table.
-fn orders(quick: bool) -> Vec<u8> {
-    if quick {
-        vec![0, 4, 10]
-    } else {
-        (0..=10).collect()
-    }
+fn orders(cfg: &crate::measure::Config) -> Vec<u8> {
+    let full: Vec<u8> = (0..=10).collect();
+    cfg.sweep(&[0, 4, 10], &[0, 1, 2, 4, 7, 10], &full)
 }
 
 /// The `orders` table (see the module docs).
@@ -933,7 +923,7 @@ impl Table for Orders {
             })
         }
         let mut cases = Vec::new();
-        for o in orders(cx.cfg.quick) {
+        for o in orders(cx.cfg) {
             let kib = 4usize << o;
             let section = format!("order {o}: {kib} KiB, {kib} KiB aligned (one alloc + free)");
             let mut these = vec![
@@ -965,7 +955,7 @@ impl Table for Orders {
                 .to_string(),
             "  order    buddy   buddy_system_allocator  buddy/bsa   best of glibc/mimalloc/jemalloc".to_string(),
         ];
-        for o in orders(cx.cfg.quick) {
+        for o in orders(cx.cfg) {
             let kib = 4usize << o;
             let section = format!("order {o}: {kib} KiB, {kib} KiB aligned (one alloc + free)");
             let in_sec: Vec<Row> = report

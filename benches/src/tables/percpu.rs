@@ -292,18 +292,14 @@ pub fn order_case<A: PcpuAlloc + 'static>(
 }
 
 /// Objects per run.
-pub fn objects(quick: bool) -> usize {
-    if quick {
-        100_000
-    } else {
-        1_000_000
-    }
+pub fn objects(cfg: &crate::measure::Config) -> usize {
+    cfg.sweep(&[100_000], &[250_000], &[1_000_000])[0]
 }
 
 /// Rounds per case: whole runs take 10 ms to seconds each, so at most 5
 /// (3 with `--quick`) whatever `--rounds` says above that.
 pub fn run_rounds(cx: &Ctx<'_>) -> usize {
-    cx.cfg.rounds.clamp(1, if cx.cfg.quick { 3 } else { 5 })
+    cx.cfg.rounds.clamp(1, if cx.cfg.full { 5 } else { 3 })
 }
 
 fn setup_note(cx: &Ctx<'_>, n: usize, source: &str, units: usize) -> String {
@@ -313,7 +309,11 @@ fn setup_note(cx: &Ctx<'_>, n: usize, source: &str, units: usize) -> String {
          (PcpuAllocator<Kernel<UserHooks>> with Config::new({}).units({units}); the area map of crate::area_map with the same \
          chunk shape) over {source}; chunk creation, population and clearing are inside the timed allocations as in the kernel's \
          pcpu_alloc.",
-        if cx.cfg.quick { "--quick: 100k instead of the seed's 1M" } else { "the seed's 1M" },
+        match cx.cfg.mode() {
+            "quick" => "--quick: 100k instead of the seed's 1M",
+            "default" => "the default run: 250k instead of the seed's 1M (--full: 1M)",
+            _ => "the seed's 1M",
+        },
         run_rounds(cx),
         UNIT_SIZE >> 10,
         UNIT_SIZE,
@@ -349,7 +349,7 @@ impl Table for Percpu {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        let n = objects(cx.cfg);
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
         let mut rows = Vec::new();
@@ -599,7 +599,7 @@ impl Table for PercpuHalfFull {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        let n = objects(cx.cfg);
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
         let mut rows = Vec::new();
@@ -739,10 +739,10 @@ impl Table for PercpuAlign {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        let n = objects(cx.cfg);
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
-        let [n1, n2] = align_area_counts(cx.cfg.quick);
+        let [n1, n2] = align_area_counts(!cx.cfg.full);
         let cases = vec![
             order_case(
                 "bitmap",
@@ -832,7 +832,7 @@ impl Table for PercpuAlign {
             format!(
                 "bitmap, 1M objects: {:.0} ms{} (seed: ~16 s); target (not asserted) 1/10 of the seed = {:.0} ms: {:.2}x {}.",
                 bitmap_ms,
-                if cx.cfg.quick { " (extrapolated linearly from the --quick N)" } else { "" },
+                if cx.cfg.full { "" } else { " (extrapolated linearly from this run's N)" },
                 target,
                 bitmap_ms / target,
                 verdict(bitmap_ms <= target)

@@ -63,12 +63,12 @@ pub fn batch_case<A: ObjHeap>(
 // ---------------------------------------------------------------------------
 
 /// N values of `slub-batch`.
-pub fn batch_counts(quick: bool) -> Vec<usize> {
-    if quick {
-        vec![1, 64, 4096]
-    } else {
-        vec![1, 4, 16, 64, 256, 1024, 4096, 16384]
-    }
+pub fn batch_counts(cfg: &crate::measure::Config) -> Vec<usize> {
+    cfg.sweep(
+        &[1, 64, 4096],
+        &[1, 16, 256, 4096, 16384],
+        &[1, 4, 16, 64, 256, 1024, 4096, 16384],
+    )
 }
 
 struct BatchCases {
@@ -105,7 +105,7 @@ impl Table for SlubBatch {
         let mut rows = Vec::new();
         let mut summary = Vec::new();
         let mut verdicts = Vec::new();
-        for n in batch_counts(cx.cfg.quick) {
+        for n in batch_counts(cx.cfg) {
             let section = format!("N = {n}: alloc {n} x {size} B, then free them (per object)");
             let mut v = BatchCases {
                 l: layout(size),

@@ -363,8 +363,10 @@ impl Table for SlubLarson {
         let pin = cx.cfg.pin;
         let (rounds, millis) = if cx.cfg.quick {
             (1, 150)
-        } else {
+        } else if cx.cfg.full {
             (cx.cfg.rounds.clamp(1, 5), 600)
+        } else {
+            (cx.cfg.rounds.clamp(1, 3), 400)
         };
         let p = LarsonParams {
             threads: 2,

@@ -632,7 +632,7 @@ impl Table for SlubProdCons {
 
         // The statistics: one fixed run per SLUB row and size, one by one,
         // then per SLUB row at 256 B in batches.
-        let objects: u64 = if cx.cfg.quick { 1 << 16 } else { 1 << 21 };
+        let objects: u64 = cx.cfg.sweep(&[1 << 16], &[1 << 19], &[1 << 21])[0];
         let runs = stats_runs(cx, objects);
         let bulk_sheaves = bulk_sheaves_note(&runs);
         let mut notes = vec![
