@@ -1198,6 +1198,7 @@ mod tests {
             warmup: Duration::ZERO,
             rounds: 3,
             pin: false,
+            noise: 0.0,
             ..Config::quick()
         };
         let machine = Machine::probe(&cfg);
@@ -1238,5 +1239,53 @@ mod tests {
         assert!(text.contains("2cpu") && text.contains("  a"));
         assert_eq!(r.to_csv().lines().count(), 4);
         assert_eq!(r.to_jsonl().lines().count(), 3);
+    }
+
+    #[test]
+    fn noisy_cases_are_remeasured_flagged_and_give_no_verdict() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let cfg = Config {
+            batch: Duration::from_micros(50),
+            warmup: Duration::ZERO,
+            rounds: 4,
+            pin: false,
+            ..Config::quick()
+        };
+        let machine = Machine::probe(&cfg);
+        let cx = Ctx {
+            cfg: &cfg,
+            machine: &machine,
+        };
+        // Every other batch 100 times slower per iteration: always noisy.
+        let jumpy = Case::custom("jumpy", |_, iters| {
+            let slow = CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 0;
+            Elapsed {
+                ns: iters as f64 * if slow { 100.0 } else { 1.0 },
+                cycles: None,
+            }
+        });
+        let steady = Case::custom("steady", |_, iters| Elapsed {
+            ns: iters as f64 * 50.0,
+            cycles: None,
+        })
+        .floor();
+        let mut r = cx.report("unit", "unit test", vec![jumpy, steady]);
+        assert!(r.rows[0].stats.remeasured && r.rows[0].stats.rounds == 8);
+        assert!(!r.rows[1].stats.remeasured && r.rows[1].stats.rounds == 4);
+        r.verdicts
+            .push(Verdict::at_most("jumpy <= 1000", 10.0, 1000.0, "ns").on(&r.rows, &["jumpy"]));
+        r.verdicts
+            .push(Verdict::at_least("steady >= 100", 50.0, 100.0, "ns").on(&r.rows, &["steady"]));
+        r.check(&cfg);
+        assert!(r.rows[0].stats.is_noisy() && !r.rows[1].stats.is_noisy());
+        assert_eq!(r.verdicts[0].status, Status::Noisy);
+        assert_eq!(r.verdicts[1].status, Status::Missed);
+        // The floor (50 ns) is slower than the jumpy row's median (~50 of
+        // 1 and 100): whichever way the median falls, the check is
+        // consistent with it.
+        let floor_slow = r.rows[1].stats.ns.median > r.rows[0].stats.ns.median;
+        assert_eq!(floor_slow, !r.warnings.is_empty());
+        assert!(r.to_text().contains("noisy"));
     }
 }

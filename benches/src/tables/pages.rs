@@ -1046,7 +1046,7 @@ mod tests {
 
     #[test]
     fn seed_rows_cover_the_table() {
-        for n in page_counts(false) {
+        for n in page_counts(&crate::measure::Config::full()) {
             let (van, irq) = seed_for(n).expect("a seed row per N");
             for f in [van, irq] {
                 assert!(
