@@ -1259,7 +1259,7 @@ mod tests {
         };
         // Every other batch 100 times slower per iteration: always noisy.
         let jumpy = Case::custom("jumpy", |_, iters| {
-            let slow = CALLS.fetch_add(1, Ordering::Relaxed) % 2 == 0;
+            let slow = CALLS.fetch_add(1, Ordering::Relaxed).is_multiple_of(2);
             Elapsed {
                 ns: iters as f64 * if slow { 100.0 } else { 1.0 },
                 cycles: None,
