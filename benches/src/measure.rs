@@ -11,7 +11,8 @@
 //!    leave set-up or tear-down untimed (free what it allocated) times
 //!    itself with [`Stopwatch`]es ([`Case::custom`]).
 //! 2. **Calibration**: `iters` is chosen per case so one batch lasts about
-//!    [`Config::batch`].
+//!    [`Config::batch`], from the slope between two batch sizes (a
+//!    two-thread batch also pays a fixed cost for starting its threads).
 //! 3. **Warm-up**: every case runs batches, round robin, for
 //!    [`Config::warmup`] (caches, branch predictors, frequency, lazy slots).
 //! 4. **Interleaved rounds**: in each of [`Config::rounds`] rounds every case
@@ -32,7 +33,13 @@
 //!    ours, `1.0x` means the second thread got no CPU of its own and the
 //!    two-thread figure measures time sharing, not scaling.
 //!
-//! 7. **Alloc-N-then-free-N**: the tables that allocate N items, then free
+//! 7. **Noise**: a case whose rounds spread beyond [`Config::noise`]
+//!    (slowest / fastest) is measured again with twice the rounds;
+//!    [`Report::check`] flags what still spreads (no verdict on it), floors
+//!    slower than an allocator, and two-thread rows whose two-CPU check is
+//!    below [`TWO_CPU_MIN`].
+//!
+//! 8. **Alloc-N-then-free-N**: the tables that allocate N items, then free
 //!    them (seed 000's shape: pages, zeroed pages, SLUB objects) share one
 //!    loop, [`alloc_free_case`], which times the two phases apart with a
 //!    [`Clock`] (`rdtsc` at each phase boundary) into [`Phases`].

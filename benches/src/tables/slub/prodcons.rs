@@ -62,7 +62,7 @@ const SPINS_BEFORE_YIELD: u32 = 256;
 
 /// Free slots the producer waits for once the ring is full (and entries
 /// the consumer waits for once it is empty, when that many are still to
-/// come): the two sides then work [`SLACK`] entries (8 cache lines of
+/// come): the two sides then work `SLACK` entries (8 cache lines of
 /// slots) apart instead of on the same line of slots at every hand-off.
 /// Without it the ring-only floor, whose producer always fills the ring,
 /// paid two cross-CPU line transfers per object and came out slower than
@@ -116,7 +116,7 @@ impl Ring {
 }
 
 impl Producer<'_> {
-    /// Appends `p`; when the ring is full, waits until [`SLACK`] slots
+    /// Appends `p`; when the ring is full, waits until `SLACK` slots
     /// are free.
     #[inline(always)]
     pub fn push(&mut self, p: *mut u8) {
