@@ -300,7 +300,9 @@ fn larson_child(
     let is_runner = exe
         .as_ref()
         .and_then(|e| e.file_stem())
-        .is_some_and(|s| s == "mm-bench");
+        // A renamed copy (`mm-bench-old`) is the runner too; the test
+        // binaries (`mm_bench-<hash>`) are not.
+        .is_some_and(|s| s.to_string_lossy().starts_with("mm-bench"));
     if let (Some(exe), true) = (exe, is_runner) {
         let cpu_arg = if pin && cpus.len() >= 2 {
             format!("{},{}", cpus[0], cpus[1])
