@@ -501,11 +501,21 @@ mod tests {
             crate::measure::Status::Noisy,
             "a noisy row gives no verdict"
         );
-        let reports = vec![sweep, bars];
+        // One small report per registered table too, so the index is
+        // checked to show every table the runner has.
+        let mut reports = vec![sweep, bars];
+        for t in crate::tables::TABLES {
+            reports.push(Report {
+                table: t.name(),
+                title: t.about().into(),
+                rows: vec![row("8 B", "x", 2.0, false), row("64 B", "x", 3.0, false)],
+                ..Report::default()
+            });
+        }
         let run = Run::new(&cfg, &machine, &reports, std::time::Duration::from_secs(1));
         let dir = std::env::temp_dir().join(format!("mm-bench-charts-{}", std::process::id()));
         let paths = write_all(&dir, &machine, &reports, &run).unwrap();
-        assert_eq!(paths.len(), 3);
+        assert_eq!(paths.len(), reports.len() + 1);
         for r in &reports {
             let svg = std::fs::read_to_string(dir.join(format!("{}.svg", r.table))).unwrap();
             assert!(svg.contains("<svg"), "{}", r.table);
