@@ -3,7 +3,10 @@
 //!
 //! * [`measure`]: warm-up, interleaved rounds, medians and spread, ns and TSC
 //!   cycles per operation, CPU pinning, the two-CPU check, the report printer
-//!   (text, CSV, JSON lines).
+//!   (text, CSV, JSON lines), the verdicts and the noise checks.
+//! * [`summary`]: the run's verdict summary, `history.jsonl` and
+//!   `--compare`.
+//! * [`charts`]: every table as an SVG chart and `index.html`.
 //! * [`tables`]: the registry of tables ([`tables::Table`]) and the tables
 //!   themselves (`primitives`: seed 000's `time_bench` list).
 //! * [`area_map`]: the pre-4.14 percpu area-map allocator, the baseline of
@@ -15,7 +18,9 @@
 //! command line and runs the tables.
 
 pub mod area_map;
+pub mod charts;
 pub mod measure;
+pub mod summary;
 pub mod tables;
 pub mod user_kernel;
 

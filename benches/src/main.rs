@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use mm_bench::measure::{self, Config, Ctx, Machine};
 use mm_bench::tables::{self, Table};
+use mm_bench::{charts, summary};
 
 const USAGE: &str = "\
 mm-bench: reproduce the seeds' tables of the allocator family on this machine
@@ -14,9 +15,15 @@ usage: cargo run --release -p mm-bench -- [OPTIONS]
 
 options:
   --quick          CI smoke mode: short batches, few rounds (seconds in all)
+  --full           every size and shape, 10 ms batches, 15 rounds (the complete
+                   set; the default run thins the sweeps to fit about 3 minutes)
   --table NAME     run only table NAME (repeatable; see --list)
   --list           list the tables and exit
-  --rounds N       interleaved rounds per table (default 15, quick 5)
+  --rounds N       interleaved rounds per table (default 9, full 15, quick 5)
+  --noise X        re-measure a case whose rounds spread more than X (slowest /
+                   fastest; default 2), flag it noisy if it still does (0: never)
+  --compare FILE   after the run, print the change per target against the last
+                   run recorded in FILE (a copy of an older history.jsonl)
   --cpu N          pin the measuring thread to CPU N (default: the first allowed)
   --no-pin         do not pin threads to CPUs
   --out DIR        where to write NAME.csv and NAME.jsonl
@@ -27,6 +34,7 @@ options:
 #[derive(Debug, Default, PartialEq)]
 struct Args {
     quick: bool,
+    full: bool,
     list: bool,
     help: bool,
     no_pin: bool,
@@ -34,6 +42,8 @@ struct Args {
     rounds: Option<usize>,
     cpu: Option<usize>,
     out: Option<String>,
+    noise: Option<f64>,
+    compare: Option<String>,
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -52,6 +62,15 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         };
         match flag.as_str() {
             "--quick" => a.quick = true,
+            "--full" => a.full = true,
+            "--compare" => a.compare = Some(value("--compare")?),
+            "--noise" => {
+                let v = value("--noise")?;
+                a.noise = Some(
+                    v.parse()
+                        .map_err(|_| format!("--noise: bad number {v:?}"))?,
+                );
+            }
             "--list" => a.list = true,
             "--no-pin" => a.no_pin = true,
             "-h" | "--help" => a.help = true,
@@ -116,9 +135,14 @@ fn main() -> ExitCode {
 
     let mut cfg = if args.quick {
         Config::quick()
-    } else {
+    } else if args.full {
         Config::full()
+    } else {
+        Config::standard()
     };
+    if let Some(x) = args.noise {
+        cfg.noise = x;
+    }
     if let Some(r) = args.rounds {
         cfg.rounds = r;
     }
@@ -148,7 +172,7 @@ fn main() -> ExitCode {
     machine.print();
     println!(
         "    mode: {} ({} rounds of {:?} batches per case, interleaved; medians, [min .. max])",
-        if cfg.quick { "quick" } else { "full" },
+        cfg.mode(),
         cfg.rounds,
         cfg.batch,
     );
@@ -165,9 +189,11 @@ fn main() -> ExitCode {
         machine: &machine,
     };
     let mut failed = false;
+    let mut reports = Vec::new();
     for t in selected {
         let t0 = Instant::now();
-        let report = t.run(&cx);
+        let mut report = t.run(&cx);
+        report.check(&cfg);
         print!("{}", report.to_text());
         match report.write_files(&cfg.out_dir, &machine) {
             Ok([csv, jsonl]) => println!(
@@ -181,6 +207,39 @@ fn main() -> ExitCode {
                     "mm-bench: cannot write results to {}: {e}",
                     cfg.out_dir.display()
                 );
+                failed = true;
+            }
+        }
+        reports.push(report);
+    }
+    let run = summary::Run::new(&cfg, &machine, &reports, start.elapsed());
+    print!("{}", run.to_text());
+    match charts::write_all(&cfg.out_dir, &machine, &reports, &run) {
+        Ok(paths) => println!(
+            "wrote {} charts and {}",
+            paths.len() - 1,
+            paths
+                .last()
+                .map_or(String::new(), |p| p.display().to_string())
+        ),
+        Err(e) => {
+            eprintln!("mm-bench: cannot write the charts: {e}");
+            failed = true;
+        }
+    }
+    match run.append_history(&cfg.out_dir) {
+        Ok(p) => println!("appended the summary to {}", p.display()),
+        Err(e) => {
+            eprintln!("mm-bench: cannot append to the history: {e}");
+            failed = true;
+        }
+    }
+    if let Some(old) = &args.compare {
+        let now = summary::parse_history_line(&run.to_json()).expect("our own JSON parses");
+        match summary::last_run(std::path::Path::new(old)) {
+            Ok(prev) => print!("{}", summary::compare(&prev, &now)),
+            Err(e) => {
+                eprintln!("mm-bench: --compare: {e}");
                 failed = true;
             }
         }

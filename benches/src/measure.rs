@@ -11,7 +11,8 @@
 //!    leave set-up or tear-down untimed (free what it allocated) times
 //!    itself with [`Stopwatch`]es ([`Case::custom`]).
 //! 2. **Calibration**: `iters` is chosen per case so one batch lasts about
-//!    [`Config::batch`].
+//!    [`Config::batch`], from the slope between two batch sizes (a
+//!    two-thread batch also pays a fixed cost for starting its threads).
 //! 3. **Warm-up**: every case runs batches, round robin, for
 //!    [`Config::warmup`] (caches, branch predictors, frequency, lazy slots).
 //! 4. **Interleaved rounds**: in each of [`Config::rounds`] rounds every case
@@ -32,7 +33,13 @@
 //!    ours, `1.0x` means the second thread got no CPU of its own and the
 //!    two-thread figure measures time sharing, not scaling.
 //!
-//! 7. **Alloc-N-then-free-N**: the tables that allocate N items, then free
+//! 7. **Noise**: a case whose rounds spread beyond [`Config::noise`]
+//!    (slowest / fastest) is measured again with twice the rounds;
+//!    [`Report::check`] flags what still spreads (no verdict on it), floors
+//!    slower than an allocator, and two-thread rows whose two-CPU check is
+//!    below [`TWO_CPU_MIN`].
+//!
+//! 8. **Alloc-N-then-free-N**: the tables that allocate N items, then free
 //!    them (seed 000's shape: pages, zeroed pages, SLUB objects) share one
 //!    loop, [`alloc_free_case`], which times the two phases apart with a
 //!    [`Clock`] (`rdtsc` at each phase boundary) into [`Phases`].
@@ -54,9 +61,11 @@ use std::time::{Duration, Instant};
 pub use core::hint::black_box;
 
 mod phases;
+mod verdict;
 pub use phases::{
     alloc_free_case, alloc_free_round, per_item, phase_note, with_phases, AllocFree, Clock, Phases,
 };
+pub use verdict::{summary_order, verdict_line, Status, Verdict, TWO_CPU_MIN};
 
 // ---------------------------------------------------------------------------
 // Configuration
@@ -77,6 +86,14 @@ pub struct Config {
     pub pin: bool,
     /// Directory for the CSV and JSON-lines files.
     pub out_dir: PathBuf,
+    /// Noise threshold: a case whose rounds spread more than this
+    /// (slowest / fastest) is measured again with twice the rounds, and
+    /// flagged noisy (excluded from the verdicts) if it still does.
+    /// `1.0` or below: never.
+    pub noise: f64,
+    /// `--full`: every size and shape of the tables (the default run takes
+    /// a subset of the sweeps; see [`Config::sweep`]).
+    pub full: bool,
 }
 
 impl Config {
@@ -89,6 +106,20 @@ impl Config {
             rounds: 15,
             pin: true,
             out_dir: default_out_dir(),
+            noise: DEFAULT_NOISE,
+            full: true,
+        }
+    }
+
+    /// The default run (a coffee break: about 3 minutes on two CPUs):
+    /// 4 ms batches, 9 rounds, the sweeps thinned ([`Config::full`] false).
+    pub fn standard() -> Self {
+        Config {
+            batch: Duration::from_millis(4),
+            warmup: Duration::from_millis(60),
+            rounds: 9,
+            full: false,
+            ..Self::full()
         }
     }
 
@@ -99,10 +130,37 @@ impl Config {
             batch: Duration::from_micros(500),
             warmup: Duration::from_millis(20),
             rounds: 5,
+            full: false,
             ..Self::full()
         }
     }
+
+    /// The run's name: `quick`, `default` or `full`.
+    pub fn mode(&self) -> &'static str {
+        if self.quick {
+            "quick"
+        } else if self.full {
+            "full"
+        } else {
+            "default"
+        }
+    }
+
+    /// `quick`, `default` or `full` of a sweep (sizes, N values) by mode.
+    pub fn sweep<T: Clone>(&self, quick: &[T], default: &[T], full: &[T]) -> Vec<T> {
+        if self.quick {
+            quick.to_vec()
+        } else if self.full {
+            full.to_vec()
+        } else {
+            default.to_vec()
+        }
+    }
 }
+
+/// The default [`Config::noise`]: rounds whose slowest is more than twice
+/// the fastest are measured again.
+pub const DEFAULT_NOISE: f64 = 2.0;
 
 /// `$CARGO_TARGET_DIR/mm-bench` if set at run time, else the workspace's
 /// `target/mm-bench`.
@@ -322,6 +380,10 @@ pub struct Case {
     pub seed: Option<SeedRef>,
     /// A short remark printed at the end of the row.
     pub note: String,
+    /// A floor (the same work without the allocator, or the timer alone):
+    /// [`Report::check`] flags it when it is slower than a row of its
+    /// section.
+    pub floor: bool,
     body: Body,
 }
 
@@ -347,6 +409,7 @@ impl Case {
             threads: 1,
             seed: None,
             note: String::new(),
+            floor: false,
             body: Body::Whole(Arc::new(body)),
         }
     }
@@ -386,6 +449,12 @@ impl Case {
     /// A remark for the row.
     pub fn note(mut self, note: impl Into<String>) -> Self {
         self.note = note.into();
+        self
+    }
+
+    /// Marks the case as a floor (see [`Case::floor`](Case#structfield.floor)).
+    pub fn floor(mut self) -> Self {
+        self.floor = true;
         self
     }
 }
@@ -436,7 +505,32 @@ pub struct Stats {
     pub rounds: usize,
     /// Median [`two_cpu_check`] speed-up, for multi-thread cases.
     pub two_cpu: Option<f64>,
+    /// The rounds were taken again (more of them) because the first ones
+    /// spread beyond [`Config::noise`] (these figures are the second set).
+    pub remeasured: bool,
+    /// Warnings attached by [`Report::check`] (`noisy`, `floor slower than
+    /// ...`, `2cpu 1.2x`), printed before the row's note.
+    pub flags: Vec<String>,
 }
+
+impl Stats {
+    /// The spread of the rounds: slowest over fastest (1.0 = no spread).
+    pub fn spread_ratio(&self) -> f64 {
+        if self.ns.min > 0.0 {
+            self.ns.max / self.ns.min
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Flagged noisy by [`Report::check`]: excluded from the verdicts.
+    pub fn is_noisy(&self) -> bool {
+        self.flags.iter().any(|f| f.starts_with(NOISY))
+    }
+}
+
+/// The flag of a noisy row (see [`Report::check`]).
+pub const NOISY: &str = "noisy";
 
 #[derive(Clone, Copy)]
 struct Sample {
@@ -507,6 +601,15 @@ impl Ctx<'_> {
     }
 
     /// Iterations per batch so one batch lasts about `cfg.batch`.
+    ///
+    /// The batch time is `fixed + per_iter * iters`: besides the work,
+    /// a two-thread batch pays a fixed cost (starting and pinning two
+    /// threads, the later one's wake-up: milliseconds on a loaded
+    /// machine). Sizing from one short batch (`total / iters`) took that
+    /// cost for work and chose a dozen iterations (issue #21: 12 objects
+    /// per batch in `slub-prodcons`, whose rounds then spread 1000x and
+    /// whose floor came out slower than the allocators); so the slope is
+    /// taken between two batch sizes, four times apart.
     fn calibrate(&self, case: &Case) -> u64 {
         let target = self.cfg.batch.as_nanos() as f64;
         let mut iters: u64 = 16;
@@ -514,7 +617,14 @@ impl Ctx<'_> {
             let s = self.sample(case, iters);
             let total = s.ns * iters as f64;
             if total >= target / 4.0 || iters >= 1 << 40 {
-                let scaled = (iters as f64 * target / total.max(1.0)).ceil();
+                let big = iters.saturating_mul(4).min(1 << 40);
+                let total4 = self.sample(case, big).ns * big as f64;
+                let per_iter = if total4 > total && big > iters {
+                    (total4 - total) / (big - iters) as f64
+                } else {
+                    total4 / big as f64
+                };
+                let scaled = (target / per_iter.max(1e-3)).ceil();
                 return (scaled as u64).clamp(1, 1 << 40);
             }
             iters = iters.saturating_mul(if total < target / 1000.0 { 16 } else { 4 });
@@ -563,13 +673,46 @@ impl Ctx<'_> {
                 samples[i].push(self.sample(&cases[i], iters[i]));
             }
         }
+
+        // Noise: a case whose rounds spread beyond `cfg.noise` (slowest over
+        // fastest) is measured again, with twice the rounds, interleaved
+        // with the other noisy cases only; the second set replaces the first
+        // (and `Report::check` flags it if it still spreads).
+        let spread = |s: &[Sample]| {
+            let ns: Vec<f64> = s.iter().map(|x| x.ns).collect();
+            Spread::of(&ns).map_or(1.0, |sp| sp.max / sp.min.max(f64::MIN_POSITIVE))
+        };
+        let noisy: Vec<usize> = (0..n)
+            .filter(|&i| self.cfg.noise > 1.0 && spread(&samples[i]) > self.cfg.noise)
+            .collect();
+        let mut remeasured = vec![false; n];
+        if !noisy.is_empty() {
+            let m = noisy.len();
+            let multi = noisy.iter().any(|&i| cases[i].threads > 1);
+            let mut fresh: Vec<Vec<Sample>> = vec![Vec::new(); m];
+            for round in 0..2 * self.cfg.rounds.max(1) {
+                if multi {
+                    ratios.push(two_cpu_check(self.cpus(), self.cfg.pin, work));
+                }
+                for k in 0..m {
+                    let j = (round + k) % m;
+                    let i = noisy[j];
+                    fresh[j].push(self.sample(&cases[i], iters[i]));
+                }
+            }
+            for (j, s) in fresh.into_iter().enumerate() {
+                samples[noisy[j]] = s;
+                remeasured[noisy[j]] = true;
+            }
+        }
         let two_cpu = Spread::of(&ratios).map(|s| s.median);
 
         cases
             .iter()
             .zip(samples)
             .zip(iters)
-            .map(|((case, s), iters)| {
+            .zip(remeasured)
+            .map(|(((case, s), iters), remeasured)| {
                 let ns: Vec<f64> = s.iter().map(|x| x.ns).collect();
                 let cyc: Option<Vec<f64>> = s.iter().map(|x| x.cycles).collect();
                 Stats {
@@ -578,6 +721,8 @@ impl Ctx<'_> {
                     iters,
                     rounds: s.len(),
                     two_cpu: (case.threads > 1).then_some(two_cpu).flatten(),
+                    remeasured,
+                    flags: Vec::new(),
                 }
             })
             .collect()
@@ -600,6 +745,7 @@ impl Ctx<'_> {
                 .zip(stats)
                 .map(|(case, stats)| Row { case, stats })
                 .collect(),
+            ..Report::default()
         }
     }
 }
@@ -750,7 +896,7 @@ pub struct Row {
 }
 
 /// A finished table: printed as text, written as CSV and JSON lines.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Report {
     /// The table's registry name (file names derive from it).
     pub table: &'static str,
@@ -760,6 +906,11 @@ pub struct Report {
     pub notes: Vec<String>,
     /// The rows, in print order.
     pub rows: Vec<Row>,
+    /// The table's targets (settled by [`Report::check`]).
+    pub verdicts: Vec<Verdict>,
+    /// What [`Report::check`] found suspicious (floor slower than an
+    /// allocator, busy second CPU), repeated in the run's summary.
+    pub warnings: Vec<String>,
 }
 
 /// `x` with about three significant digits.
@@ -852,7 +1003,11 @@ impl Report {
                     format!("{:>4} {:>7.3}  ({})", s.cycles, s.ns, s.label)
                 }));
             }
-            cols.push(r.case.note.clone());
+            let mut note = r.case.note.clone();
+            if !r.stats.flags.is_empty() {
+                note = format!("[{}] {note}", r.stats.flags.join("; "));
+            }
+            cols.push(note);
             lines.push(Line::Cells(cols));
         }
         let ncols = head.len();
@@ -895,6 +1050,13 @@ impl Report {
         }
         for n in &self.notes {
             let _ = writeln!(out, "{n}");
+        }
+        if !self.verdicts.is_empty() {
+            out.push_str("verdicts (noisy rows give no verdict):\n");
+            out.push_str(&self.verdict_lines());
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "WARNING: {w}");
         }
         out
     }
@@ -1043,6 +1205,7 @@ mod tests {
             warmup: Duration::ZERO,
             rounds: 3,
             pin: false,
+            noise: 0.0,
             ..Config::quick()
         };
         let machine = Machine::probe(&cfg);
@@ -1083,5 +1246,53 @@ mod tests {
         assert!(text.contains("2cpu") && text.contains("  a"));
         assert_eq!(r.to_csv().lines().count(), 4);
         assert_eq!(r.to_jsonl().lines().count(), 3);
+    }
+
+    #[test]
+    fn noisy_cases_are_remeasured_flagged_and_give_no_verdict() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let cfg = Config {
+            batch: Duration::from_micros(50),
+            warmup: Duration::ZERO,
+            rounds: 4,
+            pin: false,
+            ..Config::quick()
+        };
+        let machine = Machine::probe(&cfg);
+        let cx = Ctx {
+            cfg: &cfg,
+            machine: &machine,
+        };
+        // Every other batch 100 times slower per iteration: always noisy.
+        let jumpy = Case::custom("jumpy", |_, iters| {
+            let slow = CALLS.fetch_add(1, Ordering::Relaxed).is_multiple_of(2);
+            Elapsed {
+                ns: iters as f64 * if slow { 100.0 } else { 1.0 },
+                cycles: None,
+            }
+        });
+        let steady = Case::custom("steady", |_, iters| Elapsed {
+            ns: iters as f64 * 50.0,
+            cycles: None,
+        })
+        .floor();
+        let mut r = cx.report("unit", "unit test", vec![jumpy, steady]);
+        assert!(r.rows[0].stats.remeasured && r.rows[0].stats.rounds == 8);
+        assert!(!r.rows[1].stats.remeasured && r.rows[1].stats.rounds == 4);
+        r.verdicts
+            .push(Verdict::at_most("jumpy <= 1000", 10.0, 1000.0, "ns").on(&r.rows, &["jumpy"]));
+        r.verdicts
+            .push(Verdict::at_least("steady >= 100", 50.0, 100.0, "ns").on(&r.rows, &["steady"]));
+        r.check(&cfg);
+        assert!(r.rows[0].stats.is_noisy() && !r.rows[1].stats.is_noisy());
+        assert_eq!(r.verdicts[0].status, Status::Noisy);
+        assert_eq!(r.verdicts[1].status, Status::Missed);
+        // The floor (50 ns) is slower than the jumpy row's median (~50 of
+        // 1 and 100): whichever way the median falls, the check is
+        // consistent with it.
+        let floor_slow = r.rows[1].stats.ns.median > r.rows[0].stats.ns.median;
+        assert_eq!(floor_slow, !r.warnings.is_empty());
+        assert!(r.to_text().contains("noisy"));
     }
 }

@@ -231,6 +231,8 @@ mod tests {
             iters: 1,
             rounds: 3,
             two_cpu: None,
+            remeasured: false,
+            flags: Vec::new(),
         };
         per_item(&mut st, 64);
         assert_eq!((st.ns.min, st.ns.median, st.ns.max), (1.0, 2.0, 10.0));

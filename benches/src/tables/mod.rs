@@ -16,9 +16,15 @@
 //!
 //! The runner then lists it (`--list`), runs it (`--table NAME`, or with all
 //! others by default), prints it and writes `target/mm-bench/NAME.{csv,jsonl}`.
-//! A table must honour `cx.cfg.quick` only through the shared
-//! [`Config`](crate::measure::Config) (batch length, rounds), so that
-//! `--quick` stays a few seconds for the whole runner.
+//! A table must honour the run's mode only through the shared
+//! [`Config`](crate::measure::Config) (batch length, rounds, and
+//! [`Config::sweep`](crate::measure::Config::sweep) for its sizes and N
+//! values: quick, default, `--full`), so that `--quick` stays a few seconds
+//! and the default run about three minutes for the whole runner. Its
+//! targets go into [`Report::verdicts`](crate::measure::Report::verdicts)
+//! ([`Verdict`](crate::measure::Verdict)), which the run's summary,
+//! `index.html` and `history.jsonl` collect; a floor row is marked with
+//! [`Case::floor`](crate::measure::Case::floor).
 
 use crate::measure::{Ctx, Report};
 

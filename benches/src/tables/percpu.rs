@@ -32,7 +32,7 @@ use super::pages::verdict;
 use super::Table;
 use crate::area_map::AreaMap;
 use crate::measure::{
-    black_box, fmt_num, Case, Clock, Ctx, Elapsed, Report, Row, SeedRef, Spread, Stats,
+    black_box, fmt_num, Case, Clock, Ctx, Elapsed, Report, Row, SeedRef, Spread, Stats, Verdict,
 };
 use crate::user_kernel::UserKernel;
 
@@ -243,6 +243,8 @@ pub fn phase_stats(s: &Samples, phase: usize, n: usize) -> Stats {
         iters: n as u64,
         rounds: s.len(),
         two_cpu: None,
+        remeasured: false,
+        flags: Vec::new(),
     }
 }
 
@@ -290,18 +292,14 @@ pub fn order_case<A: PcpuAlloc + 'static>(
 }
 
 /// Objects per run.
-pub fn objects(quick: bool) -> usize {
-    if quick {
-        100_000
-    } else {
-        1_000_000
-    }
+pub fn objects(cfg: &crate::measure::Config) -> usize {
+    cfg.sweep(&[100_000], &[250_000], &[1_000_000])[0]
 }
 
 /// Rounds per case: whole runs take 10 ms to seconds each, so at most 5
 /// (3 with `--quick`) whatever `--rounds` says above that.
 pub fn run_rounds(cx: &Ctx<'_>) -> usize {
-    cx.cfg.rounds.clamp(1, if cx.cfg.quick { 3 } else { 5 })
+    cx.cfg.rounds.clamp(1, if cx.cfg.full { 5 } else { 3 })
 }
 
 fn setup_note(cx: &Ctx<'_>, n: usize, source: &str, units: usize) -> String {
@@ -311,7 +309,11 @@ fn setup_note(cx: &Ctx<'_>, n: usize, source: &str, units: usize) -> String {
          (PcpuAllocator<Kernel<UserHooks>> with Config::new({}).units({units}); the area map of crate::area_map with the same \
          chunk shape) over {source}; chunk creation, population and clearing are inside the timed allocations as in the kernel's \
          pcpu_alloc.",
-        if cx.cfg.quick { "--quick: 100k instead of the seed's 1M" } else { "the seed's 1M" },
+        match cx.cfg.mode() {
+            "quick" => "--quick: 100k instead of the seed's 1M",
+            "default" => "the default run: fewer than the seed's 1M (--full: 1M)",
+            _ => "the seed's 1M",
+        },
         run_rounds(cx),
         UNIT_SIZE >> 10,
         UNIT_SIZE,
@@ -347,7 +349,7 @@ impl Table for Percpu {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        let n = objects(cx.cfg);
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
         let mut rows = Vec::new();
@@ -356,10 +358,12 @@ impl Table for Percpu {
             "    size | bitmap alloc  target  ratio        | bitmap free  target  ratio        | free worst/best      | area map alloc  free   | seed area map  alloc  free".to_string(),
         ];
         let mut all_met = true;
+        let mut verdicts = Vec::new();
         for size in SIZES {
             let section = format!(
                 "{size} B: allocate {n} objects, then free them (ns per object = ms per 1M)"
             );
+            let first = rows.len();
             let mut cases = Vec::new();
             for order in Order::ALL {
                 cases.push(order_case(
@@ -450,6 +454,42 @@ impl Table for Percpu {
             let (ra, rf) = (worst[0][0] / ta, worst[0][1] / tf);
             let flat = worst[0][1] / best_free[0];
             all_met &= ra <= 1.0 && rf <= 1.0 && flat < 1.5;
+            let these = &rows[first..];
+            verdicts.push(
+                Verdict::at_most(
+                    format!("{size} B: bitmap alloc <= seed/10"),
+                    worst[0][0],
+                    ta,
+                    "ns/obj",
+                )
+                .vs_peer(worst[1][0] / worst[0][0])
+                .on(
+                    these,
+                    &["bitmap: alloc (worst run)", "area map: alloc (worst run)"],
+                ),
+            );
+            verdicts.push(
+                Verdict::at_most(
+                    format!("{size} B: bitmap worst free <= seed/10"),
+                    worst[0][1],
+                    tf,
+                    "ns/obj",
+                )
+                .vs_peer(worst[1][1] / worst[0][1])
+                .on(
+                    these,
+                    &["bitmap: free (worst order)", "area map: free (worst order)"],
+                ),
+            );
+            verdicts.push(
+                Verdict::at_most(
+                    format!("{size} B: bitmap free flat (worst/best)"),
+                    flat,
+                    1.5,
+                    "x",
+                )
+                .on(these, &["bitmap: free (worst order)"]),
+            );
             summary.push(format!(
                 "  {size:>6} | {:>12}  {:>6}  {ra:>5.2}x {:<6} | {:>11}  {:>6}  {rf:>5.2}x {:<6} | {flat:>5.2} {:<6}       | {:>14}  {:>5}  | {:>19}  {:>5}",
                 fmt_num(worst[0][0]),
@@ -483,6 +523,8 @@ impl Table for Percpu {
             title: "percpu: 1M allocations freed in order, alternating, reverse; bitmap vs area map (seed 002)".into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }
@@ -557,7 +599,13 @@ impl Table for PercpuHalfFull {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        // Its pages are populated (real memory, twice the objects' bytes per
+        // unit): the default run takes 100k objects to stay well under 1 GB.
+        let n = if cx.cfg.full {
+            objects(cx.cfg)
+        } else {
+            100_000
+        };
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
         let mut rows = Vec::new();
@@ -566,7 +614,9 @@ impl Table for PercpuHalfFull {
             "    size | bitmap alloc  target  ratio        | bitmap free  target  ratio        | area map alloc  free   | seed area map  alloc  free".to_string(),
         ];
         let mut all_met = true;
+        let mut verdicts = Vec::new();
         for size in SIZES {
+            let first = rows.len();
             let section = format!(
                 "{size} B: allocate {n} objects into chunks whose second half is full, then free them in order (ns per object = ms per 1M)"
             );
@@ -599,6 +649,27 @@ impl Table for PercpuHalfFull {
             let (ta, tf) = (seed_bitmap[0] / 10.0, seed_bitmap[1] / 10.0);
             let (ra, rf) = (med[0][0] / ta, med[0][1] / tf);
             all_met &= ra <= 1.0 && rf <= 1.0;
+            let these = &rows[first..];
+            verdicts.push(
+                Verdict::at_most(
+                    format!("{size} B half-full: bitmap alloc <= seed/10"),
+                    med[0][0],
+                    ta,
+                    "ns/obj",
+                )
+                .vs_peer(med[1][0] / med[0][0])
+                .on(these, &["bitmap: alloc", "area map: alloc"]),
+            );
+            verdicts.push(
+                Verdict::at_most(
+                    format!("{size} B half-full: bitmap free <= seed/10"),
+                    med[0][1],
+                    tf,
+                    "ns/obj",
+                )
+                .vs_peer(med[1][1] / med[0][1])
+                .on(these, &["bitmap: free in order", "area map: free in order"]),
+            );
             summary.push(format!(
                 "  {size:>6} | {:>12}  {:>6}  {ra:>5.2}x {:<6} | {:>11}  {:>6}  {rf:>5.2}x {:<6} | {:>14}  {:>5}  | {:>19}  {:>5}",
                 fmt_num(med[0][0]),
@@ -640,6 +711,8 @@ impl Table for PercpuHalfFull {
             title: "percpu: allocations into chunks whose second half is full, freed in order (seed 002)".into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }
@@ -672,10 +745,10 @@ impl Table for PercpuAlign {
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let clock = Clock::new(cx.machine.tsc_ghz);
         let ghz = cx.machine.tsc_ghz;
-        let n = objects(cx.cfg.quick);
+        let n = objects(cx.cfg);
         let units = cx.machine.nr_cpus.max(1);
         let rounds = run_rounds(cx);
-        let [n1, n2] = align_area_counts(cx.cfg.quick);
+        let [n1, n2] = align_area_counts(!cx.cfg.full);
         let cases = vec![
             order_case(
                 "bitmap",
@@ -746,6 +819,14 @@ impl Table for PercpuAlign {
         let extrap_ms = alloc_med[2] * (m / n2 as f64) * m / 1e6;
         let bitmap_ms = alloc_med[0] * m / 1e6;
         let target = SEED_ALIGN_MS.1 / 10.0;
+        let verdicts = vec![Verdict::at_most(
+            "1M x 4 B at 8 B align: bitmap <= seed/10",
+            bitmap_ms,
+            target,
+            "ms",
+        )
+        .vs_peer(extrap_ms / bitmap_ms)
+        .on_where(&rows, |r| r.case.name.starts_with("bitmap"))];
         let notes = vec![
             setup_note(cx, n, LAZY, units),
             format!(
@@ -757,7 +838,7 @@ impl Table for PercpuAlign {
             format!(
                 "bitmap, 1M objects: {:.0} ms{} (seed: ~16 s); target (not asserted) 1/10 of the seed = {:.0} ms: {:.2}x {}.",
                 bitmap_ms,
-                if cx.cfg.quick { " (extrapolated linearly from the --quick N)" } else { "" },
+                if cx.cfg.full { "" } else { " (extrapolated linearly from this run's N)" },
                 target,
                 bitmap_ms / target,
                 verdict(bitmap_ms <= target)
@@ -768,6 +849,8 @@ impl Table for PercpuAlign {
             title: "percpu: 1M 4 B allocations at 8 B alignment (seed 002: area map 52 min, bitmap 16 s)".into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }

@@ -6,7 +6,9 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use super::heaps::GLOBAL_SLUB_ROW;
 use super::heaps::{layout, ratio_notes, Caches, Competitors, Kind, ObjHeap, Visit};
+use crate::measure::Verdict;
 use crate::measure::{
     alloc_free_case, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock, Ctx,
     Phases, Report, Row,
@@ -61,12 +63,12 @@ pub fn batch_case<A: ObjHeap>(
 // ---------------------------------------------------------------------------
 
 /// N values of `slub-batch`.
-pub fn batch_counts(quick: bool) -> Vec<usize> {
-    if quick {
-        vec![1, 64, 4096]
-    } else {
-        vec![1, 4, 16, 64, 256, 1024, 4096, 16384]
-    }
+pub fn batch_counts(cfg: &crate::measure::Config) -> Vec<usize> {
+    cfg.sweep(
+        &[1, 64, 4096],
+        &[1, 16, 256, 4096, 16384],
+        &[1, 4, 16, 64, 256, 1024, 4096, 16384],
+    )
 }
 
 struct BatchCases {
@@ -102,7 +104,8 @@ impl Table for SlubBatch {
         let size = 64;
         let mut rows = Vec::new();
         let mut summary = Vec::new();
-        for n in batch_counts(cx.cfg.quick) {
+        let mut verdicts = Vec::new();
+        for n in batch_counts(cx.cfg) {
             let section = format!("N = {n}: alloc {n} x {size} B, then free them (per object)");
             let mut v = BatchCases {
                 l: layout(size),
@@ -126,6 +129,16 @@ impl Table for SlubBatch {
                 these.push(Row { case, stats: st });
             }
             if let Some((s, best)) = ratio_notes(&mut these) {
+                verdicts.push(
+                    Verdict::at_most(
+                        format!("N = {n}: GlobalSlub <= fastest peer"),
+                        s,
+                        best.1,
+                        "ns/obj",
+                    )
+                    .vs_peer(best.1 / s)
+                    .on(&these, &[GLOBAL_SLUB_ROW, best.0]),
+                );
                 summary.push(format!(
                     "  {n:>6}  {:>10}  {:>8} {:<34}  {:>5.2}x {}",
                     fmt_num(s),
@@ -160,6 +173,8 @@ impl Table for SlubBatch {
                 .into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::heaps::{layout, Caches, Competitors, Kind, ObjHeap, Visit, GLOBAL_SLUB_ROW, PEERS};
+use crate::measure::Verdict;
 use crate::measure::{
     arithmetic, fmt_num, pin_current_thread, two_cpu_check, Case, Ctx, Report, Row, Spread, Stats,
 };
@@ -299,7 +300,9 @@ fn larson_child(
     let is_runner = exe
         .as_ref()
         .and_then(|e| e.file_stem())
-        .is_some_and(|s| s == "mm-bench");
+        // A renamed copy (`mm-bench-old`) is the runner too; the test
+        // binaries (`mm_bench-<hash>`) are not.
+        .is_some_and(|s| s.to_string_lossy().starts_with("mm-bench"));
     if let (Some(exe), true) = (exe, is_runner) {
         let cpu_arg = if pin && cpus.len() >= 2 {
             format!("{},{}", cpus[0], cpus[1])
@@ -362,8 +365,10 @@ impl Table for SlubLarson {
         let pin = cx.cfg.pin;
         let (rounds, millis) = if cx.cfg.quick {
             (1, 150)
-        } else {
+        } else if cx.cfg.full {
             (cx.cfg.rounds.clamp(1, 5), 600)
+        } else {
+            (cx.cfg.rounds.clamp(1, 3), 400)
         };
         let p = LarsonParams {
             threads: 2,
@@ -449,6 +454,8 @@ impl Table for SlubLarson {
                     iters: rs.iter().map(|r| r.ops).sum::<u64>() / rs.len() as u64,
                     rounds: rs.len(),
                     two_cpu,
+                    remeasured: false,
+                    flags: Vec::new(),
                 },
             });
         }
@@ -476,7 +483,13 @@ impl Table for SlubLarson {
             .iter()
             .filter(|s| PEERS.contains(&s.0))
             .max_by(|a, b| a.1.total_cmp(&b.1));
+        let mut verdicts = Vec::new();
         if let (Some(s), Some(b)) = (summary.iter().find(|s| s.0 == GLOBAL_SLUB_ROW), best) {
+            verdicts.push(
+                Verdict::at_least("GlobalSlub >= best peer", s.1, b.1, "Mops/s")
+                    .vs_peer(s.1 / b.1)
+                    .on(&rows, &[GLOBAL_SLUB_ROW, b.0]),
+            );
             notes.push(format!(
                 "GlobalSlub {} Mops/s vs best peer {} {} Mops/s: {}",
                 fmt_num(s.1),
@@ -490,6 +503,8 @@ impl Table for SlubLarson {
             title: "Larson-style server churn on two CPUs: throughput and peak RSS".into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }

@@ -5,10 +5,12 @@
 use std::alloc::Layout;
 use std::sync::Arc;
 
+use super::heaps::GLOBAL_SLUB_ROW;
 use super::heaps::{
     kernel_kmem_cache, layout, measure_rows, ratio_notes, Caches, Competitors, FastPath, Kind,
     ObjHeap, Visit, ALIGN, ARENA_BYTES, LOCKED_ROW, LOCKLESS_ROW,
 };
+use crate::measure::Verdict;
 use crate::measure::{black_box, fmt_num, Case, Ctx, Report, Stopwatch};
 use crate::tables::pages::{median_of, verdict};
 use crate::tables::Table;
@@ -84,6 +86,7 @@ impl Table for SlubPairs {
         let comp = Competitors::new();
         let mut rows = Vec::new();
         let mut summary = Vec::new();
+        let mut verdicts = Vec::new();
         for size in PAIR_SIZES {
             let section = format!("{size} B (Layout align {ALIGN}): one alloc + free");
             let mut v = PairCases {
@@ -94,6 +97,16 @@ impl Table for SlubPairs {
             comp.visit(size, Caches::WithLocked, &mut v);
             let mut these = measure_rows(cx, v.cases, &section);
             if let Some((s, best)) = ratio_notes(&mut these) {
+                verdicts.push(
+                    Verdict::at_most(
+                        format!("{size} B pair: GlobalSlub <= fastest peer"),
+                        s,
+                        best.1,
+                        "ns/pair",
+                    )
+                    .vs_peer(best.1 / s)
+                    .on(&these, &[GLOBAL_SLUB_ROW, best.0]),
+                );
                 let lockless = median_of(&these, LOCKLESS_ROW).unwrap_or(f64::NAN);
                 let locked = median_of(&these, LOCKED_ROW).unwrap_or(f64::NAN);
                 summary.push(format!(
@@ -145,6 +158,8 @@ impl Table for SlubPairs {
                 .into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::heaps::{layout, Caches, Competitors, Kind, ObjHeap, Visit, GLOBAL_SLUB_ROW, PEERS};
 use super::pairs::{pair_case, WARM_PAIRS};
+use crate::measure::Verdict;
 use crate::measure::{fmt_num, Case, Ctx, Report, Row};
 use crate::tables::pages::verdict;
 use crate::tables::Table;
@@ -90,7 +91,18 @@ impl Table for Slub2t {
         for (name, agg, sc) in &summary {
             notes.push(format!("  {name:<42} {:>8}  {sc:>5.2}x", fmt_num(*agg)));
         }
+        let mut verdicts = Vec::new();
         if let (Some(s), Some(p)) = (summary.iter().find(|s| s.0 == GLOBAL_SLUB_ROW), best_peer) {
+            verdicts.push(
+                Verdict::at_least(
+                    "64 B, 2 threads: GlobalSlub >= best peer (aggregate)",
+                    s.1,
+                    p.1,
+                    "Mpairs/s",
+                )
+                .vs_peer(s.1 / p.1)
+                .on(&rows, &[GLOBAL_SLUB_ROW, p.0.as_str()]),
+            );
             notes.push(format!(
                 "target GlobalSlub >= the best peer's aggregate: {} vs {} ({}): {}",
                 fmt_num(s.1),
@@ -104,6 +116,8 @@ impl Table for Slub2t {
             title: "SLUB 64 B pairs on two CPUs at once".into(),
             notes,
             rows,
+            verdicts,
+            ..Report::default()
         }
     }
 }
