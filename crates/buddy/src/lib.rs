@@ -183,6 +183,8 @@ mod error;
 mod fork;
 #[cfg(all(feature = "std", not(loom)))]
 mod global;
+#[cfg(loom)]
+pub mod loom_support;
 mod source;
 mod span;
 mod types;

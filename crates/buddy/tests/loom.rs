@@ -8,15 +8,15 @@
 //! --release --test loom`. Preemption bound: 2 (the default here when the
 //! variable is unset). Each model prints the executions loom explored.
 //!
-//! Memory: 16-byte pages, MAX_ORDER 2 (one 4-page block), memmap placed with
+//! Memory: the shared fixture `buddy::loom_support::Heap` with 16-byte
+//! pages, MAX_ORDER 2 (one 4-page block), memmap placed with
 //! `add_span` (under loom descriptors hold loom atomics and are constructed
 //! in place). Page contents are plain memory written through raw pointers:
 //! a double hand-out would show as a pattern mismatch.
 #![cfg(loom)]
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-
-use buddy::{AllocFlags, Buddy, Config, Order, Page, Tunables, ZoneId};
+use buddy::loom_support::Heap;
+use buddy::{AllocFlags, Order, Page, ZoneId};
 use local_lock::loom_platform::{model, LoomPlatform};
 use local_lock::Strategy;
 use loom::sync::Arc;
@@ -25,46 +25,20 @@ use loom::thread;
 const PAGE: usize = 16;
 const PAGES: usize = 4;
 
-/// A buddy over one 4-page block.
-struct Heap {
-    b: Buddy<LoomPlatform>,
-    arena: *mut u8,
-    mm: *mut u8,
-    mm_layout: Layout,
+/// The shared fixture over one 4-page block, shared between the model's
+/// threads.
+fn new_heap(p: &LoomPlatform) -> Arc<Heap> {
+    Arc::new(Heap::new(p, PAGE, 2))
 }
 
-// SAFETY: the raw pointers name memory the heap owns; the buddy guards it.
-unsafe impl Send for Heap {}
-// SAFETY: as above.
-unsafe impl Sync for Heap {}
+/// What the models do with the heap.
+trait Use {
+    fn use_block(&self, order: Order, flags: AllocFlags, v: u8) -> Option<Page>;
+    fn free(&self, p: Page);
+    fn all_back(&self);
+}
 
-const ARENA: Layout = match Layout::from_size_align(PAGE * PAGES, PAGE * PAGES) {
-    Ok(l) => l,
-    Err(_) => panic!(),
-};
-
-impl Heap {
-    fn new(p: &LoomPlatform) -> Arc<Heap> {
-        let cfg = Config::new(PAGE, 2).with_tunables(Tunables::NO_MIN);
-        let b = Buddy::new(p.clone(), cfg);
-        // SAFETY: non-zero sizes.
-        let arena = unsafe { alloc_zeroed(ARENA) };
-        let mm_layout = Layout::from_size_align(b.memmap_bytes(PAGE * PAGES), 64).unwrap();
-        // SAFETY: non-zero size.
-        let mm = unsafe { alloc_zeroed(mm_layout) };
-        // SAFETY: both live as long as the heap.
-        unsafe {
-            b.add_span(arena, PAGE * PAGES, mm, false).unwrap();
-            assert_eq!(b.add_region(arena, PAGE * PAGES, true), Ok(PAGES));
-        }
-        Arc::new(Heap {
-            b,
-            arena,
-            mm,
-            mm_layout,
-        })
-    }
-
+impl Use for Heap {
     /// Allocates, writes a pattern, checks it and the owner lookup.
     fn use_block(&self, order: Order, flags: AllocFlags, v: u8) -> Option<Page> {
         let p = self.b.alloc_pages(order, flags)?;
@@ -96,16 +70,6 @@ impl Heap {
     }
 }
 
-impl Drop for Heap {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new`.
-        unsafe {
-            dealloc(self.arena, ARENA);
-            dealloc(self.mm, self.mm_layout);
-        }
-    }
-}
-
 fn o(n: u8) -> Order {
     Order::new(n).unwrap()
 }
@@ -116,7 +80,7 @@ fn o(n: u8) -> Order {
 fn alloc_free_merge_two_cpus() {
     model("alloc_free_merge_two_cpus", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let ts: Vec<_> = (0..2)
             .map(|cpu| {
                 let (h, p) = (h.clone(), p.clone());
@@ -141,7 +105,7 @@ fn alloc_free_merge_two_cpus() {
 fn concurrent_frees_of_buddies_merge_once() {
     model("concurrent_frees_of_buddies_merge_once", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let a = h.use_block(o(0), AllocFlags::NONE, 1).unwrap();
         let b = h.use_block(o(0), AllocFlags::NONE, 2).unwrap();
         assert_eq!(b.addr() - a.addr(), PAGE);
@@ -172,7 +136,7 @@ fn concurrent_frees_of_buddies_merge_once() {
 fn owner_of_lock_free_vs_churn_on_stale_stamp_target() {
     model("owner_of_lock_free_vs_churn_on_stale_stamp_target", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let c = h.use_block(o(2), AllocFlags::COMP, 1).unwrap();
         h.free(c);
         let t = {
@@ -199,7 +163,7 @@ fn owner_of_lock_free_vs_churn_on_stale_stamp_target() {
 fn three_cpus_share_one_block() {
     model("three_cpus_share_one_block", || {
         let p = LoomPlatform::new(3, Strategy::Locked);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let ts: Vec<_> = (0..3)
             .map(|cpu| {
                 let (h, p) = (h.clone(), p.clone());
@@ -223,7 +187,7 @@ fn three_cpus_share_one_block() {
 fn bulk_refill_vs_free() {
     model("bulk_refill_vs_free", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let x = h.use_block(o(1), AllocFlags::NONE, 5).unwrap();
         let t = {
             let (h, p) = (h.clone(), p.clone());
@@ -259,7 +223,7 @@ fn bulk_refill_vs_free() {
 fn interrupt_on_the_same_cpu() {
     model("interrupt_on_the_same_cpu", || {
         let p = LoomPlatform::new(1, Strategy::Pinned);
-        let h = Heap::new(&p);
+        let h = new_heap(&p);
         let irq = {
             let (h, p) = (h.clone(), p.clone());
             thread::spawn(move || {

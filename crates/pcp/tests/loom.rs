@@ -5,89 +5,34 @@
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p pcp
 //! --release --test loom`. Preemption bound: 2 (default when unset).
 //!
-//! Memory: a buddy of 16-byte pages, MAX_ORDER 2 (one 4-page block), memmap
-//! placed with `add_span` (loom atomics in descriptors are built in place).
+//! Memory: the shared fixture `buddy::loom_support::Heap`, a buddy of
+//! 16-byte pages, MAX_ORDER 2 (one 4-page block), memmap placed with
+//! `add_span` (loom atomics in descriptors are built in place). Each model
+//! body runs on a 1 MiB loom thread (`loom_support::run`): building the
+//! buddy and the pcp over it overflows the 32 KiB stack of the model's
+//! main thread.
 //! Interrupts are loom threads that mask their CPU (see `LoomPlatform`):
 //! with the pinned strategy only IRQ-masking protection can be modelled,
 //! so `Trylock` (which relies on a real interrupt freezing its task) is
 //! modelled with the locked strategy, where its trylock is a real CAS.
 #![cfg(loom)]
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
-
-use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
-use local_lock::loom_platform::{model, LoomPlatform};
+use buddy::loom_support::{run, Heap};
+use buddy::{AllocFlags, FreeFlags, Order, ZoneId};
+use local_lock::loom_platform::LoomPlatform;
 use local_lock::Strategy;
 use loom::sync::Arc;
 use loom::thread;
-use pcp::{PageSource, Pcp, Policy};
+use pcp::{Pcp, Policy};
 
 const PAGE: usize = 16;
 const PAGES: usize = 4;
-const ARENA: Layout = match Layout::from_size_align(PAGE * PAGES, PAGE * PAGES) {
-    Ok(l) => l,
-    Err(_) => panic!(),
-};
-
-/// A buddy over one 4-page block.
-struct Heap {
-    b: Buddy<LoomPlatform>,
-    arena: *mut u8,
-    mm: *mut u8,
-    mm_layout: Layout,
-}
-
-// SAFETY: the raw pointers name memory the heap owns; the buddy guards it.
-unsafe impl Send for Heap {}
-// SAFETY: as above.
-unsafe impl Sync for Heap {}
-
-impl Heap {
-    fn new(p: &LoomPlatform) -> Heap {
-        let cfg = Config::new(PAGE, 2).with_tunables(Tunables::NO_MIN);
-        let b = Buddy::new(p.clone(), cfg);
-        // SAFETY: non-zero size.
-        let arena = unsafe { alloc_zeroed(ARENA) };
-        let mm_layout = Layout::from_size_align(b.memmap_bytes(PAGE * PAGES), 64).unwrap();
-        // SAFETY: non-zero size.
-        let mm = unsafe { alloc_zeroed(mm_layout) };
-        // SAFETY: both live as long as the heap.
-        unsafe {
-            b.add_span(arena, PAGE * PAGES, mm, false).unwrap();
-            b.add_region(arena, PAGE * PAGES, true).unwrap();
-        }
-        Heap {
-            b,
-            arena,
-            mm,
-            mm_layout,
-        }
-    }
-}
-
-impl Drop for Heap {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new`.
-        unsafe {
-            dealloc(self.arena, ARENA);
-            dealloc(self.mm, self.mm_layout);
-        }
-    }
-}
-
-impl PageSource for Heap {
-    type P = LoomPlatform;
-    fn buddy(&self) -> &Buddy<LoomPlatform> {
-        &self.b
-    }
-}
-
 type LoomPcp = Pcp<Heap, LoomPlatform, 3>;
 
 fn setup(cpus: usize, strategy: Strategy, policy: Policy) -> (LoomPlatform, Arc<LoomPcp>) {
     let p = LoomPlatform::new(cpus, strategy);
     // One platform for both layers: the IRQ masks must be shared.
-    let heap = Heap::new(&p);
+    let heap = Heap::new(&p, PAGE, 2);
     let pcp = Pcp::new_tuned(heap, ZoneId::new(0), p.clone(), policy, Some((1, 2)));
     (p, Arc::new(pcp))
 }
@@ -121,7 +66,7 @@ fn all_back(p: &LoomPlatform, pcp: &LoomPcp, cpus: usize) {
 /// strategy: Linux 6.x drains under the target's pcp lock).
 #[test]
 fn two_cpus_and_a_remote_drain() {
-    model("two_cpus_and_a_remote_drain", || {
+    run("two_cpus_and_a_remote_drain", || {
         let (p, pcp) = setup(3, Strategy::Locked, Policy::IrqSafe);
         let workers: Vec<_> = (0..2)
             .map(|cpu| {
@@ -152,7 +97,7 @@ fn two_cpus_and_a_remote_drain() {
 /// An interrupt on CPU 0 allocates and frees while CPU 0's task does the
 /// same, under `policy` and `strategy`.
 fn interrupt_vs_task(name: &str, strategy: Strategy, policy: Policy) {
-    model(name, move || {
+    run(name, move || {
         let (p, pcp) = setup(1, strategy, policy);
         let irq = {
             let (p, pcp) = (p.clone(), pcp.clone());

@@ -120,12 +120,17 @@
 //!   [`PerCpuCounter`] sums per-CPU deltas on read.
 //! * `GlobalBitmap` (feature `std`): a `#[global_allocator]` byte heap over
 //!   one unit's bitmaps and hints, with large requests sent to `mmap`.
+//! * `testing` (feature `testing`, or this crate's tests): the harness that
+//!   applies operations to an allocator and a model of its live areas,
+//!   driven by the proptest state machines and (with feature `arbitrary`,
+//!   `testing::fuzz`) the cargo-fuzz target.
 //!
 //! # Source files
 //!
 //! Each module imports only from modules below it in this list, never from
 //! `lib.rs`, which only declares and re-exports:
 //!
+//! * `testing.rs` (and `testing/fuzz.rs`): the test harness.
 //! * `global.rs`, `large.rs`, `fork.rs`: `GlobalBitmap`; `percpu.rs`: the
 //!   typed layer; `check.rs`: the invariant checker.
 //! * `pcpu/`: the allocator. `mod.rs` holds the struct, the data under
@@ -227,6 +232,8 @@ mod large;
 mod pcpu;
 mod percpu;
 mod source;
+#[cfg(all(feature = "std", not(loom), any(test, feature = "testing")))]
+pub mod testing;
 #[cfg(test)]
 mod tests;
 mod types;

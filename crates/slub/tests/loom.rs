@@ -17,110 +17,25 @@
 //! hook point of the fast path (`interrupts_inside_the_lockless_fast_path`)
 //! and interrupt-context operations in the state machine and fuzz target.
 //!
-//! Memory: a buddy of 64-byte pages, 8 pages, 16-byte objects, slabs of
-//! order 0 (4 objects each); descriptors placed with `add_span`.
+//! Memory: the shared fixture `buddy::loom_support::Heap`, a buddy of
+//! 64-byte pages, 8 pages, 16-byte objects, slabs of order 0 (4 objects
+//! each); descriptors placed with `add_span`. Every context, the model's
+//! body included, is a 1 MiB loom thread (`loom_support::{run, spawn}`),
+//! where a buddy and a cache fit.
 #![cfg(loom)]
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
-use buddy::{AllocFlags, Block, BlockRef, Buddy, Config, Order, Tunables};
-use local_lock::loom_platform::{model, LoomPlatform};
+use buddy::loom_support::{run, spawn, Heap};
+use local_lock::loom_platform::LoomPlatform;
 use local_lock::Strategy;
 use loom::sync::Arc;
-use loom::thread;
-use slub::{Geometry, KmemCache, SlabFlags, SlabSource, SlubStat};
+use slub::{Geometry, KmemCache, SlabFlags, SlubStat};
 
 const PAGE: usize = 64;
 const PAGES: usize = 8;
 const OBJ: usize = 16;
-const ARENA: Layout = match Layout::from_size_align(PAGE * PAGES, PAGE * PAGES) {
-    Ok(l) => l,
-    Err(_) => panic!(),
-};
-
-/// A buddy over 8 pages.
-struct Heap {
-    b: Buddy<LoomPlatform>,
-    arena: *mut u8,
-    mm: *mut u8,
-    mm_layout: Layout,
-}
-
-// SAFETY: the raw pointers name memory the heap owns; the buddy guards it.
-unsafe impl Send for Heap {}
-// SAFETY: as above.
-unsafe impl Sync for Heap {}
-
-impl Heap {
-    fn new(p: &LoomPlatform) -> Heap {
-        let cfg = Config::new(PAGE, 3).with_tunables(Tunables::NO_MIN);
-        let b = Buddy::new(p.clone(), cfg);
-        // SAFETY: non-zero size.
-        let arena = unsafe { alloc_zeroed(ARENA) };
-        let mm_layout = Layout::from_size_align(b.memmap_bytes(PAGE * PAGES), 64).unwrap();
-        // SAFETY: non-zero size.
-        let mm = unsafe { alloc_zeroed(mm_layout) };
-        // SAFETY: both live as long as the heap.
-        unsafe {
-            b.add_span(arena, PAGE * PAGES, mm, false).unwrap();
-            b.add_region(arena, PAGE * PAGES, true).unwrap();
-        }
-        Heap {
-            b,
-            arena,
-            mm,
-            mm_layout,
-        }
-    }
-}
-
-impl Drop for Heap {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new`.
-        unsafe {
-            dealloc(self.arena, ARENA);
-            dealloc(self.mm, self.mm_layout);
-        }
-    }
-}
-
-// SAFETY: forwards to the buddy.
-unsafe impl SlabSource for Heap {
-    fn page_size(&self) -> usize {
-        PAGE
-    }
-    fn max_order(&self) -> Order {
-        self.b.config().max_order()
-    }
-    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        self.b.alloc_block(order, flags)
-    }
-    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
-        // SAFETY: forwarded.
-        unsafe { self.b.free_pages(ptr, order) }
-    }
-    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
-        self.b.owner_of(addr)
-    }
-}
-
 type Cache = KmemCache<Heap, LoomPlatform, 3>;
-
-/// Loom threads run on small coroutine stacks (the model's main thread
-/// cannot be given more): every context here, the model's body included,
-/// is a thread with 1 MiB, where a buddy and a cache fit.
-fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> thread::JoinHandle<T> {
-    thread::Builder::new()
-        .stack_size(1 << 20)
-        .spawn(f)
-        .expect("loom spawn")
-}
-
-/// Runs `body` as a loom model, inside a big-stack thread.
-fn run(name: &'static str, body: fn()) {
-    model(name, move || spawn(body).join().unwrap());
-}
 
 fn setup(cpus: usize, strategy: Strategy, flags: SlabFlags) -> (LoomPlatform, Arc<Cache>) {
     let p = LoomPlatform::new(cpus, strategy);
@@ -130,7 +45,8 @@ fn setup(cpus: usize, strategy: Strategy, flags: SlabFlags) -> (LoomPlatform, Ar
         max_order: 0,
         page_max_order: 3,
     };
-    let c = KmemCache::create_with("loom", OBJ, 8, flags, g, Heap::new(&p), p.clone()).unwrap();
+    let c = KmemCache::create_with("loom", OBJ, 8, flags, g, Heap::new(&p, PAGE, 3), p.clone())
+        .unwrap();
     assert_eq!(c.layout().oo.objects, 4);
     (p, Arc::new(c))
 }
@@ -416,9 +332,17 @@ fn sheaf_cache(p: &LoomPlatform) -> Arc<Cache> {
         max_order: 0,
         page_max_order: 3,
     };
-    let c = KmemCache::create_with("loom", OBJ, 8, SlabFlags::NONE, g, Heap::new(p), p.clone())
-        .unwrap()
-        .with_sheaves(2);
+    let c = KmemCache::create_with(
+        "loom",
+        OBJ,
+        8,
+        SlabFlags::NONE,
+        g,
+        Heap::new(p, PAGE, 3),
+        p.clone(),
+    )
+    .unwrap()
+    .with_sheaves(2);
     Arc::new(c)
 }
 
