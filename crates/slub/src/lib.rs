@@ -129,8 +129,8 @@
 //!   sheaves breaks the slab freelist through it, which the next
 //!   allocation to reach it reports (it is never handed out twice);
 //! * check every free pointer an allocation follows (one range check
-//!   against the CPU slab) and every sheaf entry (it must name an object
-//!   in the span of the cache's slabs that holds the free marker), so a write
+//!   against the CPU slab) and every sheaf entry (stored as `object ^
+//!   secret`, checked against the span of the cache's slabs), so a write
 //!   after free is reported as a corrupted freelist or sheaf (cache, slab
 //!   or sheaf, object, the value found) instead of crashing or making an
 //!   allocation return an address the writer chose.

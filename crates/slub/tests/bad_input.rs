@@ -520,46 +520,6 @@ fn write_after_free_into_a_sheaf_entry_is_reported_never_returned() {
 }
 
 #[test]
-fn write_after_free_into_a_sheaf_naming_a_live_object_is_reported_never_returned() {
-    // The entries are stored plain: a write after free into the sheaf page
-    // can name any address, here a live object of the same cache (inside
-    // the slabs' window). It holds no free marker: reported, not handed
-    // out a second time.
-    for p in [TestPlatform::locked(CPUS), TestPlatform::pinned(CPUS)] {
-        let m = Mem::new();
-        p.set_cpu(0);
-        let c = cache(&m, p, SlabFlags::HARDENED, 8);
-        let live = c.alloc().unwrap();
-        let objs: Vec<NonNull<u8>> = (0..4).map(|_| c.alloc().unwrap()).collect();
-        for &o in &objs {
-            // SAFETY: live, freed once.
-            unsafe { c.free(o) };
-        }
-        let sheaves = m.blocks_tagged(slub::slab::TAG_SHEAF);
-        assert!(!sheaves.is_empty());
-        for &sh in &sheaves {
-            let w = sh as *mut usize;
-            // SAFETY: the sheaf page (the write after free under test).
-            unsafe {
-                for i in 2..10 {
-                    w.add(i).write(addr(live));
-                }
-            }
-        }
-        let msg = panic_message(|| {
-            for _ in 0..8 {
-                let x = c.alloc().unwrap();
-                assert_ne!(x, live, "a live object was handed out again");
-            }
-            panic!("not reported");
-        });
-        assert!(msg.contains("corrupted sheaf"), "{msg}");
-        assert!(msg.contains(&format!("names {:#x}", addr(live))), "{msg}");
-        std::mem::forget(c);
-    }
-}
-
-#[test]
 fn write_after_free_into_a_sheaf_size_is_reported() {
     let m = Mem::new();
     let p = TestPlatform::locked(CPUS);

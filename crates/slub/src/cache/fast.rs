@@ -424,11 +424,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             if n < self.sheaf_capacity {
                 if H {
-                    // Marked free (its free pointer encodes null); the
-                    // entry is stored plain (see `sheaf_get`).
+                    // Marked free (its free pointer encodes null), and
+                    // stored encoded.
                     w.store(r, CoreOrdering::Relaxed);
+                    main.set(n, obj ^ r);
+                } else {
+                    main.set(n, obj);
                 }
-                main.set(n, obj);
                 main.set_size(n + 1);
                 self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
                 g.unlock();
@@ -491,18 +493,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // 1..=capacity (a size beyond it is reported by the slow path).
             if n.wrapping_sub(1) < self.sheaf_capacity {
                 let i = n - 1;
-                let o = main.get(i);
-                // Hardened: the entry must name a free object of the
-                // cache's slabs (inside their window, marked free). The
-                // entry itself is stored plain, so the pointer handed out
-                // is the loaded word with no decoding on its way (an XOR
-                // there added a cycle to every alloc + free round trip,
-                // +10% on a 64 B pair; see `sheaf_get`).
-                if H && !(self.in_slabs(o)
-                    && self.fp_word_fast::<H>(o).load(CoreOrdering::Relaxed) == self.entry_key())
-                {
-                    g.unlock();
-                    self.bad_sheaf(main, i, o)
+                let mut o = main.get(i);
+                if H {
+                    o ^= self.entry_key();
+                    if !self.in_slabs(o) {
+                        g.unlock();
+                        self.bad_sheaf(main, i, o)
+                    }
                 }
                 main.set_size(i);
                 self.stat_cpu(g.cpu(), SlubStat::ALLOC_PCS);

@@ -890,10 +890,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.random.load(CoreOrdering::Relaxed) ^ obj.swap_bytes()
     }
 
-    /// Hardened caches: the free marker, the cache's secret, which every
-    /// object in a sheaf holds in its free-pointer word (checked when a
-    /// sheaf entry is used, see `sheaf_get`, and on free, see
-    /// `marked_free`; also [`looks_free`](Self::looks_free)).
+    /// Hardened caches: the key of sheaf entries (entries are stored as
+    /// `object ^ key`; the key is the cache's secret, which is also the
+    /// marker a free object in a sheaf holds, see
+    /// [`looks_free`](Self::looks_free)).
     #[inline(always)]
     fn entry_key(&self) -> usize {
         self.random.load(CoreOrdering::Relaxed)

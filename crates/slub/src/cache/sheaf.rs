@@ -18,40 +18,31 @@ use crate::stats::SlubStat;
 use super::{Barn, CpuLocked, Guard, KmemCache, NodeBarnGuard, Sheaf};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
-    /// Stores `obj` as sheaf entry `i` (plain: see
-    /// [`sheaf_get`](Self::sheaf_get)); a hardened cache's object is
-    /// marked free before (its free-pointer word holds the secret).
+    /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
+    /// (`obj ^ secret`), so a write into a freed block that became a sheaf
+    /// cannot name an address kmalloc would return.
     #[inline(always)]
     pub(super) fn sheaf_set(&self, sh: Sheaf, i: usize, obj: usize) {
-        sh.set(i, obj)
+        if self.hardened() {
+            sh.set(i, obj ^ self.entry_key())
+        } else {
+            sh.set(i, obj)
+        }
     }
 
-    /// Sheaf entry `i`; a hardened cache reports (and panics on) an entry
-    /// that does not name a free object of its slabs instead of returning
-    /// it (`Err`: the caller unlocks, then calls
-    /// [`bad_sheaf`](Self::bad_sheaf) with the value).
-    ///
-    /// A sheaf is a page block, and a dangling pointer into a freed block
-    /// that became a sheaf may write its entries. Entries are stored plain
-    /// and checked where they are used: the address must lie in the
-    /// power-of-two window of the cache's slabs (so nothing outside is
-    /// read) and the object there must hold the free marker, the cache's
-    /// secret, which every object in a sheaf holds and every allocation
-    /// clears. A written entry naming a live object, a free object on a
-    /// slab freelist or any other address is reported; one naming another
-    /// object in a sheaf hands that object out early, and its own entry is
-    /// then reported when it comes up (its marker is gone). Storing the
-    /// entries XOR-encoded instead (as free pointers are) protects the same
-    /// way but puts the decoding on the path of every allocation's pointer
-    /// (+10% on a 64 B alloc + free pair).
+    /// Sheaf entry `i`, decoded; a hardened cache reports (and panics on)
+    /// an entry outside its slabs instead of returning it (`None`: the
+    /// caller unlocks, then calls [`bad_sheaf`](Self::bad_sheaf) with the
+    /// `Err` value).
     #[inline(always)]
     pub(super) fn sheaf_get(&self, sh: Sheaf, i: usize) -> Result<usize, usize> {
         let o = sh.get(i);
-        if self.hardened()
-            && !(self.in_slabs(o)
-                && self.fp_word(o).load(CoreOrdering::Relaxed) == self.entry_key())
-        {
-            return Err(o);
+        if self.hardened() {
+            let o = o ^ self.entry_key();
+            if !self.in_slabs(o) {
+                return Err(o);
+            }
+            return Ok(o);
         }
         Ok(o)
     }
@@ -101,15 +92,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         )
     }
 
-    /// Reports a sheaf entry that does not name a free object of the
-    /// cache.
+    /// Reports a sheaf entry that decodes outside the cache's slabs.
     #[cold]
     #[inline(never)]
     pub(super) fn bad_sheaf(&self, sh: Sheaf, i: usize, o: usize) -> ! {
         panic!(
-            "slub {}: corrupted sheaf {:#x}: entry {i} (at {:#x}) names {o:#x}, \
-             which is not a free object of the cache (slabs within {:#x}..{:#x}; a write after free \
-             or a double free)",
+            "slub {}: corrupted sheaf {:#x}: entry {i} (at {:#x}) decodes to {o:#x}, \
+             which is not an object of the cache (slabs within {:#x}..{:#x}; a write after free)",
             self.name,
             sh.0,
             sh.entry_addr(i),
@@ -167,11 +156,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.bad_sheaf_size(sh, n);
         }
         if self.hardened() {
-            // Every entry checked; each marker cleared as it is checked,
-            // so an object named twice is reported, not freed twice.
+            // Entries decoded in place for the bulk free.
             for i in 0..n {
                 match self.sheaf_get(sh, i) {
-                    Ok(o) => self.clear_fp(o),
+                    Ok(o) => sh.set(i, o),
                     Err(o) => self.bad_sheaf(sh, i, o),
                 }
             }
@@ -195,9 +183,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
         if self.alloc_bulk_slab(out) == cap {
             if self.hardened() {
-                // Marked free (the entries stay as they are).
+                // Marked free and encoded in place.
                 for i in 0..cap {
-                    self.mark_free(sh.get(i));
+                    let o = sh.get(i);
+                    self.mark_free(o);
+                    self.sheaf_set(sh, i, o);
                 }
             }
             sh.set_size(cap);
