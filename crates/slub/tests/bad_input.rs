@@ -520,6 +520,45 @@ fn write_after_free_into_a_sheaf_entry_is_reported_never_returned() {
 }
 
 #[test]
+fn write_after_free_into_a_sheaf_naming_a_live_object_is_reported_never_returned() {
+    // A write after free into the sheaf page naming a live object of the
+    // same cache (inside the slabs' window): entries are stored encoded,
+    // so the written address decodes to garbage outside the window, and is
+    // reported rather than handed out a second time.
+    for p in [TestPlatform::locked(CPUS), TestPlatform::pinned(CPUS)] {
+        let m = Mem::new();
+        p.set_cpu(0);
+        let c = cache(&m, p, SlabFlags::HARDENED, 8);
+        let live = c.alloc().unwrap();
+        let objs: Vec<NonNull<u8>> = (0..4).map(|_| c.alloc().unwrap()).collect();
+        for &o in &objs {
+            // SAFETY: live, freed once.
+            unsafe { c.free(o) };
+        }
+        let sheaves = m.blocks_tagged(slub::slab::TAG_SHEAF);
+        assert!(!sheaves.is_empty());
+        for &sh in &sheaves {
+            let w = sh as *mut usize;
+            // SAFETY: the sheaf page (the write after free under test).
+            unsafe {
+                for i in 2..10 {
+                    w.add(i).write(addr(live));
+                }
+            }
+        }
+        let msg = panic_message(|| {
+            for _ in 0..8 {
+                let x = c.alloc().unwrap();
+                assert_ne!(x, live, "a live object was handed out again");
+            }
+            panic!("not reported");
+        });
+        assert!(msg.contains("corrupted sheaf"), "{msg}");
+        std::mem::forget(c);
+    }
+}
+
+#[test]
 fn write_after_free_into_a_sheaf_size_is_reported() {
     let m = Mem::new();
     let p = TestPlatform::locked(CPUS);
