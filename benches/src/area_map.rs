@@ -53,6 +53,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 
+use local_lock::bits::fls;
 use percpu_bitmap::{ChunkSource, MAX_ALLOC_SIZE, PAGE_SIZE};
 
 /// `PCPU_SLOT_BASE_SHIFT`.
@@ -63,10 +64,6 @@ const DFL_MAP_ALLOC: usize = 16;
 const INT: usize = 4;
 /// Not on a list / no neighbour.
 const NONE: usize = usize::MAX;
-
-fn fls(x: usize) -> usize {
-    (usize::BITS - x.leading_zeros()) as usize
-}
 
 /// `__pcpu_size_to_slot`.
 fn size_to_slot_raw(size: usize) -> usize {

@@ -8,55 +8,68 @@
 
 use core::fmt;
 
-/// Why a free was refused (the state is left untouched).
+/// Why a free was refused (the state is left untouched): the address and
+/// what was wrong with it, the shape of `buddy::FreeError` and
+/// `pcp::BadFree`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FreeError {
+pub struct FreeError {
+    /// The address whose free was refused.
+    pub addr: usize,
+    /// What was wrong.
+    pub kind: FreeErrorKind,
+}
+
+/// What was wrong with a refused free ([`FreeError::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeErrorKind {
     /// No allocated block of the page allocator contains the address.
-    NotAllocated(usize),
+    NotAllocated,
     /// The block is not a slab (a page allocation or a large kmalloc).
-    NotSlab(usize),
+    NotSlab,
     /// The slab belongs to another cache (its name).
-    WrongCache(usize, &'static str),
-    /// Not the start of an object: the address and its offset in the slab.
-    NotObjectStart(usize, usize),
-    /// The object is at the head of the freelist it would be pushed onto:
-    /// freed twice (the kernel's naive check).
-    DoubleFree(usize),
+    WrongCache(&'static str),
+    /// Not the start of an object: its offset in the slab.
+    NotObjectStart(usize),
+    /// The object is already free (at the head of the freelist it would be
+    /// pushed onto, the kernel's naive check; or, hardened, marked free).
+    DoubleFree,
 }
 
 impl FreeError {
+    /// The error for `addr`.
+    pub const fn new(addr: usize, kind: FreeErrorKind) -> FreeError {
+        FreeError { addr, kind }
+    }
+
     /// The address whose free was refused.
     pub fn addr(&self) -> usize {
+        self.addr
+    }
+}
+
+impl fmt::Display for FreeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            FreeError::NotAllocated(a)
-            | FreeError::NotSlab(a)
-            | FreeError::WrongCache(a, _)
-            | FreeError::NotObjectStart(a, _)
-            | FreeError::DoubleFree(a) => a,
+            FreeErrorKind::NotAllocated => {
+                f.write_str("not in any allocated block of this cache's page allocator")
+            }
+            FreeErrorKind::NotSlab => f.write_str("not in a slab"),
+            FreeErrorKind::WrongCache(other) => write!(f, "an object of another cache ({other})"),
+            FreeErrorKind::NotObjectStart(off) => {
+                write!(f, "not the start of an object (offset {off} in its slab)")
+            }
+            FreeErrorKind::DoubleFree => f.write_str("a double free"),
         }
     }
 }
 
 impl fmt::Display for FreeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            FreeError::NotAllocated(a) => {
-                write!(
-                    f,
-                    "slub: {a:#x} is not in any allocated block of this cache's page allocator"
-                )
-            }
-            FreeError::NotSlab(a) => write!(f, "slub: {a:#x} is not in a slab"),
-            FreeError::WrongCache(a, other) => {
-                write!(f, "slub: {a:#x} is an object of another cache ({other})")
-            }
-            FreeError::NotObjectStart(a, off) => {
-                write!(
-                    f,
-                    "slub: {a:#x} is not the start of an object (offset {off} in its slab)"
-                )
-            }
-            FreeError::DoubleFree(a) => write!(f, "slub: double free of {a:#x}"),
+        let a = self.addr;
+        match self.kind {
+            // The wording tests and users match on ("double free of").
+            FreeErrorKind::DoubleFree => write!(f, "slub: double free of {a:#x}"),
+            kind => write!(f, "slub: {a:#x} is {kind}"),
         }
     }
 }

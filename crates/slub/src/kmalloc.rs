@@ -9,6 +9,7 @@ use local_lock::Platform;
 
 use crate::cache::KmemCache;
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::layout::{get_order, Geometry, SlabFlags};
 use crate::slab::{tag_kmalloc_index, TAG_KIND, TAG_LARGE, TAG_SLAB};
 use crate::source::SlabSource;
@@ -387,12 +388,13 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         let b = self
             .source
             .block_of(ptr)
-            .ok_or(FreeError::NotAllocated(a))?;
+            .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?;
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
-            let cache = self
-                .tagged_cache(tag)
-                .ok_or(FreeError::WrongCache(a, "a cache that is not kmalloc's"))?;
+            let cache = self.tagged_cache(tag).ok_or(FreeError::new(
+                a,
+                FreeErrorKind::WrongCache("a cache that is not kmalloc's"),
+            ))?;
             if cache.is_debug() {
                 // SAFETY: forwarded; the debug free validates everything.
                 return unsafe { cache.try_free(p) };
@@ -402,14 +404,17 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             unsafe { cache.free_validated(s, obj) }
         } else if tag == TAG_LARGE {
             if b.head != p {
-                return Err(FreeError::NotObjectStart(a, a - b.head.as_ptr().addr()));
+                return Err(FreeError::new(
+                    a,
+                    FreeErrorKind::NotObjectStart(a - b.head.as_ptr().addr()),
+                ));
             }
             b.owner.tag().store(0, Ordering::Relaxed);
             // SAFETY: a large kmalloc block we handed out, now returned.
             unsafe { self.source.free_block(b.head, b.order) };
             Ok(())
         } else {
-            Err(FreeError::NotSlab(a))
+            Err(FreeError::new(a, FreeErrorKind::NotSlab))
         }
     }
 

@@ -166,7 +166,7 @@ mod global;
 
 pub use crate::cache::report::SlabInfo;
 pub use crate::cache::KmemCache;
-pub use crate::error::{CacheBusy, FreeError};
+pub use crate::error::{CacheBusy, FreeError, FreeErrorKind};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};
 #[cfg(not(loom))]

@@ -13,6 +13,7 @@ use local_lock::test_platform::TestPlatform;
 use local_lock::Platform;
 use proptest::prelude::*;
 
+use crate::error::FreeErrorKind;
 use crate::testing::{fill, holds, run_machine, Cache, Mem, Op, CPUS, PAGE};
 use crate::{
     kmalloc_class, kmalloc_index, FreeError, Geometry, Kmalloc, KmemCache, SlabFlags, SlubStat,
@@ -166,7 +167,13 @@ fn the_free_marker_first_byte_is_a_filter_not_the_check() {
         unsafe { c.try_free(a) }.expect("a live object is not a double free");
         // SAFETY: freed above: refused before any change.
         let again = unsafe { c.try_free(a) };
-        assert_eq!(again, Err(FreeError::DoubleFree(a.as_ptr() as usize)));
+        assert_eq!(
+            again,
+            Err(FreeError::new(
+                a.as_ptr() as usize,
+                FreeErrorKind::DoubleFree
+            ))
+        );
     }
 }
 
@@ -218,7 +225,13 @@ fn sheaf_cycle(p: TestPlatform) {
     // SAFETY: the second free is refused.
     unsafe {
         c.free(x);
-        assert!(matches!(c.try_free(x), Err(FreeError::DoubleFree(_))));
+        assert!(matches!(
+            c.try_free(x),
+            Err(FreeError {
+                kind: FreeErrorKind::DoubleFree,
+                ..
+            })
+        ));
     }
     for cpu in 0..CPUS {
         p.set_cpu(cpu);
@@ -746,7 +759,13 @@ fn free_bulk_refuses_a_bad_window_untouched() {
     let bad = NonNull::from(&mut local).cast::<u8>();
     // SAFETY: validated before any change.
     let r = unsafe { c.try_free_bulk(&[a, bad, b]) };
-    assert!(matches!(r, Err(FreeError::NotAllocated(_))));
+    assert!(matches!(
+        r,
+        Err(FreeError {
+            kind: FreeErrorKind::NotAllocated,
+            ..
+        })
+    ));
     // Both still allocated: freeing them now works.
     // SAFETY: ours.
     unsafe { c.free_bulk(&[a, b]) };
@@ -777,12 +796,27 @@ fn bad_frees(p: TestPlatform, sheaves: usize) {
     // SAFETY: try_free validates before touching anything.
     unsafe {
         let stack = NonNull::from(&mut local).cast::<u8>();
-        assert!(matches!(c.try_free(stack), Err(FreeError::NotAllocated(_))));
+        assert!(matches!(
+            c.try_free(stack),
+            Err(FreeError {
+                kind: FreeErrorKind::NotAllocated,
+                ..
+            })
+        ));
         assert!(matches!(
             c.try_free(NonNull::new_unchecked(o.as_ptr().add(8))),
-            Err(FreeError::NotObjectStart(_, _))
+            Err(FreeError {
+                kind: FreeErrorKind::NotObjectStart(_),
+                ..
+            })
         ));
-        assert!(matches!(c.try_free(x), Err(FreeError::WrongCache(_, _))));
+        assert!(matches!(
+            c.try_free(x),
+            Err(FreeError {
+                kind: FreeErrorKind::WrongCache(_),
+                ..
+            })
+        ));
         // Every refusal names slub, the address and what was wrong.
         let e = c.try_free(x).unwrap_err();
         assert_eq!(e.addr(), x.as_ptr() as usize);
@@ -794,10 +828,22 @@ fn bad_frees(p: TestPlatform, sheaves: usize) {
             .buddy
             .alloc_pages(buddy::Order::ZERO, buddy::AllocFlags::NONE)
             .unwrap();
-        assert!(matches!(c.try_free(page.ptr), Err(FreeError::NotSlab(_))));
+        assert!(matches!(
+            c.try_free(page.ptr),
+            Err(FreeError {
+                kind: FreeErrorKind::NotSlab,
+                ..
+            })
+        ));
         m.buddy.free_pages(page.ptr, buddy::Order::ZERO);
         assert_eq!(c.try_free(o), Ok(()));
-        assert!(matches!(c.try_free(o), Err(FreeError::DoubleFree(_))));
+        assert!(matches!(
+            c.try_free(o),
+            Err(FreeError {
+                kind: FreeErrorKind::DoubleFree,
+                ..
+            })
+        ));
         other.free(x);
     }
 }
@@ -821,7 +867,16 @@ fn objects_in_tail_pages_are_found_and_checked() {
         for o in &objs {
             // SAFETY: refused before any change.
             let r = unsafe { c.try_free(NonNull::new_unchecked(o.as_ptr().add(8))) };
-            assert!(matches!(r, Err(FreeError::NotObjectStart(_, _))), "{r:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(FreeError {
+                        kind: FreeErrorKind::NotObjectStart(_),
+                        ..
+                    })
+                ),
+                "{r:?}"
+            );
         }
         for o in objs {
             // SAFETY: allocated above, freed once.
@@ -966,7 +1021,10 @@ fn kfree_inside_a_large_block_panics() {
     let p = k.kmalloc(20_000, 8).unwrap();
     // SAFETY: refused before any change.
     match unsafe { k.try_kfree(p.as_ptr().add(4096)) } {
-        Err(FreeError::NotObjectStart(..)) => panic!("kfree: inside a large block"),
+        Err(FreeError {
+            kind: FreeErrorKind::NotObjectStart(_),
+            ..
+        }) => panic!("kfree: inside a large block"),
         other => panic!("unexpected {other:?}"),
     }
 }

@@ -14,6 +14,7 @@ use std::ptr::NonNull;
 
 use buddy::{Buddy, Config, Tunables};
 use local_lock::test_platform::TestPlatform;
+use slub::FreeErrorKind;
 use slub::{FreeError, Geometry, GlobalSlub, Kmalloc, KmemCache, SlabFlags};
 
 const PAGE: usize = 4096;
@@ -118,7 +119,7 @@ fn aba_double_free_via_kmem_cache_try_free_is_refused() {
             c.try_free(b).unwrap();
             assert_eq!(
                 c.try_free(a),
-                Err(FreeError::DoubleFree(addr(a))),
+                Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree)),
                 "sheaves {sheaves}"
             );
         }
@@ -162,7 +163,7 @@ fn aba_double_free_after_a_flush_is_refused_or_reported_never_handed_out_twice()
         // SAFETY: `a` is free: refused, or taken by a sheaf.
         match unsafe { c.try_free(a) } {
             Err(e) => {
-                assert_eq!(e, FreeError::DoubleFree(addr(a)));
+                assert_eq!(e, FreeError::new(addr(a), FreeErrorKind::DoubleFree));
                 assert_eq!(sheaves, 0, "the slab paths refuse it");
                 continue;
             }
@@ -192,7 +193,10 @@ fn aba_double_free_via_try_kfree_is_refused() {
         unsafe {
             k.try_kfree(a.as_ptr()).unwrap();
             k.try_kfree(b.as_ptr()).unwrap();
-            assert_eq!(k.try_kfree(a.as_ptr()), Err(FreeError::DoubleFree(addr(a))));
+            assert_eq!(
+                k.try_kfree(a.as_ptr()),
+                Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree))
+            );
         }
         let x = k.kmalloc(64, 8).unwrap();
         let y = k.kmalloc(64, 8).unwrap();
@@ -299,7 +303,7 @@ fn bulk_free_of_the_same_object_twice_is_refused_and_frees_nothing() {
             let r = unsafe { c.try_free_bulk(&[a, a]) };
             assert_eq!(
                 r,
-                Err(FreeError::DoubleFree(addr(a))),
+                Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree)),
                 "{flags:?} sheaves {sheaves}"
             );
             c.validate();
@@ -322,7 +326,7 @@ fn bulk_free_of_a_b_a_is_refused_and_frees_nothing() {
             let r = unsafe { c.try_free_bulk(&[a, b, a]) };
             assert_eq!(
                 r,
-                Err(FreeError::DoubleFree(addr(a))),
+                Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree)),
                 "{flags:?} sheaves {sheaves}"
             );
             c.validate();
@@ -352,7 +356,7 @@ fn bulk_free_with_a_duplicate_far_apart_is_refused_frees_nothing_and_keeps_conte
             let r = unsafe { c.try_free_bulk(&objs) };
             assert_eq!(
                 r,
-                Err(FreeError::DoubleFree(addr(dup))),
+                Err(FreeError::new(addr(dup), FreeErrorKind::DoubleFree)),
                 "{flags:?} sheaves {sheaves}"
             );
             objs.pop();
@@ -382,7 +386,7 @@ fn bulk_free_of_an_already_free_object_is_refused_and_frees_nothing() {
         bad.insert(50, x);
         // SAFETY: refused before any change.
         let r = unsafe { c.try_free_bulk(&bad) };
-        assert_eq!(r, Err(FreeError::DoubleFree(addr(x))));
+        assert_eq!(r, Err(FreeError::new(addr(x), FreeErrorKind::DoubleFree)));
         c.validate();
         all_still_allocated(&c, &objs);
         assert_eq!(c.destroy(), Ok(()));
@@ -400,15 +404,30 @@ fn bulk_free_with_a_bad_pointer_in_the_middle_frees_nothing() {
             let foreign = NonNull::from(&mut local).cast::<u8>();
             let interior = NonNull::new(objs[7].as_ptr().wrapping_add(8)).unwrap();
             for (bad, want) in [
-                (foreign, FreeError::NotAllocated(addr(foreign))),
-                (interior, FreeError::NotObjectStart(addr(interior), 0)),
+                (
+                    foreign,
+                    FreeError::new(addr(foreign), FreeErrorKind::NotAllocated),
+                ),
+                (
+                    interior,
+                    FreeError::new(addr(interior), FreeErrorKind::NotObjectStart(0)),
+                ),
             ] {
                 let mut arr = objs.clone();
                 arr.insert(150, bad);
                 // SAFETY: refused before any change.
                 let e = unsafe { c.try_free_bulk(&arr) }.unwrap_err();
                 match (e, want) {
-                    (FreeError::NotObjectStart(a, _), FreeError::NotObjectStart(w, _)) => {
+                    (
+                        FreeError {
+                            addr: a,
+                            kind: FreeErrorKind::NotObjectStart(_),
+                        },
+                        FreeError {
+                            addr: w,
+                            kind: FreeErrorKind::NotObjectStart(_),
+                        },
+                    ) => {
                         assert_eq!(a, w)
                     }
                     _ => assert_eq!(e, want),
@@ -435,13 +454,13 @@ fn free_into_the_wrong_cache_is_refused() {
         // SAFETY: refused before any change.
         let e = unsafe { c2.try_free(a) }.unwrap_err();
         assert!(
-            matches!(e, FreeError::WrongCache(x, _) if x == addr(a)),
+            matches!(e, FreeError { addr: x, kind: FreeErrorKind::WrongCache(_) } if x == addr(a)),
             "{e:?}"
         );
         // SAFETY: refused before any change.
         let e = unsafe { c2.try_free_bulk(&[a]) }.unwrap_err();
         assert!(
-            matches!(e, FreeError::WrongCache(x, _) if x == addr(a)),
+            matches!(e, FreeError { addr: x, kind: FreeErrorKind::WrongCache(_) } if x == addr(a)),
             "{e:?}"
         );
         // SAFETY: its own cache.

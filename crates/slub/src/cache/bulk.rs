@@ -12,6 +12,7 @@ use buddy::Order;
 use local_lock::Platform;
 
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::slab::Slab;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
@@ -408,10 +409,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let a = p.as_ptr().addr();
             let slot = a.wrapping_sub(pad);
             if self.obj_index(slot.wrapping_sub(base), objects).is_none() {
-                let sp =
-                    NonNull::new(p.as_ptr().wrapping_sub(pad)).ok_or(FreeError::NotAllocated(a))?;
+                let sp = NonNull::new(p.as_ptr().wrapping_sub(pad))
+                    .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?;
                 let (s, _, b) = self.slab_block_of(sp).map_err(|e| match e {
-                    FreeError::NotObjectStart(_, off) => FreeError::NotObjectStart(a, off),
+                    FreeError {
+                        kind: FreeErrorKind::NotObjectStart(off),
+                        ..
+                    } => FreeError::new(a, FreeErrorKind::NotObjectStart(off)),
                     e => e,
                 })?;
                 (base, objects, slab) =
@@ -428,7 +432,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 s.state().freelist == obj
             };
             if free {
-                return Err(FreeError::DoubleFree(obj));
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
         }
         // Duplicates: sorted runs of 256 addresses on the stack (2 KiB),
@@ -444,12 +448,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             run.sort_unstable();
             if let Some(w) = run.windows(2).find(|w| w[0] == w[1]) {
-                return Err(FreeError::DoubleFree(w[0]));
+                return Err(FreeError::new(w[0], FreeErrorKind::DoubleFree));
             }
             for p in &objs[((ci + 1) * C).min(objs.len())..] {
                 let a = p.as_ptr().addr();
                 if run.binary_search(&a).is_ok() {
-                    return Err(FreeError::DoubleFree(a));
+                    return Err(FreeError::new(a, FreeErrorKind::DoubleFree));
                 }
             }
         }
@@ -567,7 +571,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if slabs[k] == slab {
                     let o = window[k].as_ptr().expose_provenance();
                     if o == head {
-                        return Err(FreeError::DoubleFree(o));
+                        return Err(FreeError::new(o, FreeErrorKind::DoubleFree));
                     }
                     self.set_fp(o, head);
                     head = o;

@@ -11,6 +11,7 @@ use core::sync::atomic::{AtomicUsize as CoreAtomicUsize, Ordering as CoreOrderin
 use local_lock::Platform;
 
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::layout::SlabFlags;
 use crate::slab::{Counters, Slab, SlabState};
 use crate::source::SlabSource;
@@ -308,10 +309,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let a = ptr.as_ptr().addr();
         let pad = self.lay.red_left_pad;
         if a < pad {
-            return Err(FreeError::NotAllocated(a));
+            return Err(FreeError::new(a, FreeErrorKind::NotAllocated));
         }
         let slot_ptr = ptr.as_ptr().wrapping_sub(pad);
-        let (s, slot) = self.slab_of(NonNull::new(slot_ptr).ok_or(FreeError::NotAllocated(a))?)?;
+        let (s, slot) = self.slab_of(
+            NonNull::new(slot_ptr).ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?,
+        )?;
         self.stat_here(SlubStat::FREE_SLOWPATH);
         let mut n = self.lock_node();
         let st = s.state();

@@ -15,6 +15,7 @@ use local_lock::sync::DWord;
 use local_lock::{this_cpu_cmpxchg_double, Platform};
 
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
@@ -314,13 +315,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let d = w.load(CoreOrdering::Relaxed) ^ key;
             if d.min(d.wrapping_sub(base)) < c.slab_span.load(CoreOrdering::Relaxed) {
                 g.unlock();
-                return Err(FreeError::DoubleFree(obj));
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
             w.store(fl ^ key, CoreOrdering::Relaxed);
         } else {
             if fl == obj {
                 g.unlock();
-                return Err(FreeError::DoubleFree(obj));
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
             w.store(fl, CoreOrdering::Relaxed);
         }
@@ -413,14 +414,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // a slab freelist is found by the slab paths' full check.)
         if H && Self::marked_free(w, r) {
             g.unlock();
-            return Err(FreeError::DoubleFree(obj));
+            return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
         }
         if g.main != 0 {
             let main = Sheaf(g.main);
             let n = main.size();
             if !H && n > 0 && main.get(n - 1) == obj {
                 g.unlock();
-                return Err(FreeError::DoubleFree(obj));
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
             if n < self.sheaf_capacity {
                 if H {
@@ -450,7 +451,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let (base, objects) = self.validate_range(ptr)?;
         let obj = ptr.as_ptr().expose_provenance();
         if self.looks_free(obj, base, objects * self.lay.size) {
-            return Err(FreeError::DoubleFree(obj));
+            return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
         }
         let Some(mut g) = self.try_lock_cpu() else {
             return Ok(false);

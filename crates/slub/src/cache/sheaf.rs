@@ -12,6 +12,7 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
@@ -383,7 +384,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
                 if n < cap {
                     if !self.hardened() && n > 0 && main.get(n - 1) == obj {
-                        return Err(FreeError::DoubleFree(obj));
+                        return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
                     }
                     self.mark_free(obj);
                     self.sheaf_set(main, n, obj);

@@ -14,6 +14,7 @@ use local_lock::sync::DWord;
 use local_lock::{this_cpu_cmpxchg_double, Platform};
 
 use crate::error::FreeError;
+use crate::error::FreeErrorKind;
 use crate::layout::SlabFlags;
 use crate::slab::{Counters, Slab, SlabState, TAG_KIND, TAG_SLAB};
 use crate::source::SlabSource;
@@ -388,7 +389,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let b = self
             .source
             .block_of(ptr.as_ptr())
-            .ok_or(FreeError::NotAllocated(a))?;
+            .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?;
         let (s, obj) = self.check_object(Slab(b.owner), b.head, b.order, ptr)?;
         Ok((s, obj, b))
     }
@@ -405,17 +406,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ) -> Result<(Slab<'s>, usize), FreeError> {
         let a = ptr.as_ptr().addr();
         if s.tag() & TAG_KIND != TAG_SLAB {
-            return Err(FreeError::NotSlab(a));
+            return Err(FreeError::new(a, FreeErrorKind::NotSlab));
         }
         if s.cache_id() != self.id() {
-            return Err(FreeError::WrongCache(a, "another cache"));
+            return Err(FreeError::new(
+                a,
+                FreeErrorKind::WrongCache("another cache"),
+            ));
         }
         let off = a - head.as_ptr().addr();
         // Objects per slab from the block's order (no double-word load);
         // the index by reciprocal multiplication (`obj_to_index`), no
         // division on the free path.
         if self.obj_index(off, self.objects_of(order)).is_none() {
-            return Err(FreeError::NotObjectStart(a, off));
+            return Err(FreeError::new(a, FreeErrorKind::NotObjectStart(off)));
         }
         Ok((s, ptr.as_ptr().expose_provenance()))
     }
@@ -430,7 +434,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.hardened() {
             let span = s.state().counters.objects as usize * self.lay.size;
             if self.looks_free(obj, s.base().addr(), span) {
-                return Err(FreeError::DoubleFree(obj));
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
         }
         // SAFETY: a chain of one validated object.
@@ -458,7 +462,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             let prior = old.freelist;
             if prior == tail {
-                return Err(FreeError::DoubleFree(tail));
+                return Err(FreeError::new(tail, FreeErrorKind::DoubleFree));
             }
             self.set_fp(tail, prior);
             let mut new = old;
@@ -702,7 +706,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     return self.slab_free_slow(s, head, tail, cnt);
                 }
                 if d.lo == tail {
-                    return Err(FreeError::DoubleFree(tail));
+                    return Err(FreeError::new(tail, FreeErrorKind::DoubleFree));
                 }
                 self.set_fp(tail, d.lo);
                 if this_cpu_cmpxchg_double(
@@ -722,7 +726,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let cpu = g.cpu();
             if self.fast_of(cpu).slab.load(Ordering::Relaxed) == s.addr() {
                 if g.freelist == tail {
-                    return Err(FreeError::DoubleFree(tail));
+                    return Err(FreeError::new(tail, FreeErrorKind::DoubleFree));
                 }
                 self.set_fp(tail, g.freelist);
                 g.freelist = head;
