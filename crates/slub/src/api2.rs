@@ -32,7 +32,8 @@ use core::ptr::NonNull;
 use local_lock::api2::{dangling, AllocError, Allocator};
 use local_lock::Platform;
 
-use crate::{KmemCache, SlabSource};
+use crate::cache::KmemCache;
+use crate::source::SlabSource;
 
 /// The allocation `p` of `len` usable bytes as a slice pointer.
 #[inline]
@@ -137,7 +138,7 @@ unsafe impl<S: SlabSource, P: Platform, const N: usize> Allocator for &KmemCache
 #[cfg(not(loom))]
 mod kmalloc_impl {
     use super::*;
-    use crate::{Kmalloc, ZERO_SIZE_PTR};
+    use crate::kmalloc::{Kmalloc, ZERO_SIZE_PTR};
 
     /// Any layout: a kmalloc class, or a large block of pages.
     ///

@@ -13,7 +13,9 @@ use core::ptr::NonNull;
 
 use local_lock::Platform;
 
-use crate::{CacheError, Geometry, KmemCache, SlabFlags, SlabSource};
+use crate::cache::KmemCache;
+use crate::layout::{CacheError, Geometry, SlabFlags};
+use crate::source::SlabSource;
 
 /// A cache of `T`s: a [`KmemCache`] of `size_of::<T>()`-byte objects
 /// aligned for `T`.
