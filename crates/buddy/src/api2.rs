@@ -17,7 +17,7 @@
 //! assert_eq!(v[4_999], 4_999);
 //! ```
 
-local_lock::allocator_via_global_alloc!(impl[P: local_lock::Platform] for crate::Buddy<P>);
+local_lock::allocator_via_global_alloc!(impl[P: local_lock::Platform] for crate::buddy::Buddy<P>);
 
 #[cfg(all(feature = "std", not(loom)))]
-local_lock::allocator_via_global_alloc!(impl[] for crate::GlobalBuddy);
+local_lock::allocator_via_global_alloc!(impl[] for crate::global::GlobalBuddy);

@@ -11,4 +11,4 @@
 //! ```
 
 #[cfg(all(feature = "std", not(loom)))]
-local_lock::allocator_via_global_alloc!(impl[] for crate::GlobalPcp);
+local_lock::allocator_via_global_alloc!(impl[] for crate::global::GlobalPcp);

@@ -10,4 +10,4 @@
 //! ```
 
 #[cfg(all(feature = "std", not(loom)))]
-local_lock::allocator_via_global_alloc!(impl[] for crate::GlobalBitmap);
+local_lock::allocator_via_global_alloc!(impl[] for crate::global::GlobalBitmap);

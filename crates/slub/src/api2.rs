@@ -243,4 +243,4 @@ mod kmalloc_impl {
 
 // `&GlobalSlub`: its `GlobalAlloc` front end (example in the module docs).
 #[cfg(all(feature = "std", not(loom)))]
-local_lock::allocator_via_global_alloc!(impl[] for crate::GlobalSlub);
+local_lock::allocator_via_global_alloc!(impl[] for crate::global::GlobalSlub);
