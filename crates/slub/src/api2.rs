@@ -35,6 +35,32 @@ use local_lock::Platform;
 use crate::cache::KmemCache;
 use crate::source::SlabSource;
 
+/// A resize that moves: a new block for `new`, the first `min(old, new)`
+/// bytes copied, `ptr` freed.
+///
+/// # Safety
+///
+/// `ptr` was allocated by `a` with `old`, and is not used afterwards.
+unsafe fn move_block<A: Allocator>(
+    a: &A,
+    ptr: NonNull<u8>,
+    old: Layout,
+    new: Layout,
+) -> Result<NonNull<[u8]>, AllocError> {
+    let n = a.allocate(new)?;
+    // SAFETY: both blocks are valid for the copied length and distinct
+    // (`n` is fresh); `ptr` is freed once (the caller's contract).
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            ptr.as_ptr(),
+            n.cast::<u8>().as_ptr(),
+            old.size().min(new.size()),
+        );
+        a.deallocate(ptr, old);
+    }
+    Ok(n)
+}
+
 /// The allocation `p` of `len` usable bytes as a slice pointer.
 #[inline]
 fn slice(p: NonNull<u8>, len: usize) -> NonNull<[u8]> {
@@ -107,14 +133,8 @@ unsafe impl<S: SlabSource, P: Platform, const N: usize> Allocator for &KmemCache
         if !self.fits(new) {
             return Err(AllocError);
         }
-        let n = self.allocate(new)?;
-        // SAFETY: both blocks are valid for `old.size()` bytes and distinct;
-        // `ptr` is freed once (the caller's contract).
-        unsafe {
-            core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), old.size());
-            self.deallocate(ptr, old);
-        }
-        Ok(n)
+        // SAFETY: forwarded (the caller's contract).
+        unsafe { move_block(self, ptr, old, new) }
     }
 
     unsafe fn shrink(
@@ -205,14 +225,8 @@ mod kmalloc_impl {
                     return Ok(slice(ptr, usable));
                 }
             }
-            let n = self.allocate(new)?;
-            // SAFETY: both valid for `old.size()` bytes and distinct; `ptr`
-            // is freed once (the caller's contract).
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), old.size());
-                self.deallocate(ptr, old);
-            }
-            Ok(n)
+            // SAFETY: forwarded (the caller's contract).
+            unsafe { move_block(self, ptr, old, new) }
         }
 
         unsafe fn shrink(
@@ -230,13 +244,8 @@ mod kmalloc_impl {
                 // Kept in place, as `krealloc` keeps a smaller size.
                 return Ok(slice(ptr, self.ksize(ptr.as_ptr())));
             }
-            let n = self.allocate(new)?;
-            // SAFETY: as in `grow`, for `new.size()` bytes.
-            unsafe {
-                core::ptr::copy_nonoverlapping(ptr.as_ptr(), n.cast::<u8>().as_ptr(), new.size());
-                self.deallocate(ptr, old);
-            }
-            Ok(n)
+            // SAFETY: forwarded (the caller's contract).
+            unsafe { move_block(self, ptr, old, new) }
         }
     }
 }

@@ -214,6 +214,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// ```
     pub fn release(&self) -> Result<(), CacheBusy> {
         self.shrink();
+        self.busy()
+    }
+
+    /// [`CacheBusy`] if the cache still has slabs.
+    fn busy(&self) -> Result<(), CacheBusy> {
         let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
         if slabs == 0 {
             Ok(())
@@ -234,17 +239,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn destroy(&mut self) -> Result<(), CacheBusy> {
         self.flush_exclusive();
         self.shrink_node();
-        let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
-        if slabs == 0 {
-            Ok(())
-        } else {
-            let info = self.slabinfo();
-            Err(CacheBusy {
-                name: self.name,
-                slabs,
-                objects: info.active_objs,
-            })
-        }
+        self.busy()
     }
 }
 
