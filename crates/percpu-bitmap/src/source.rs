@@ -137,6 +137,20 @@ mod heap {
     /// A chunk source over the host heap (`std::alloc`), for tests, miri and
     /// loom. Counts pages, can be given a page budget, can fail
     /// populations on demand, and poisons depopulated pages.
+    ///
+    /// ```
+    /// use local_lock::std_platform::StdCpu;
+    /// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PcpuError};
+    ///
+    /// let cfg = Config::new(64 << 10).units(2);
+    /// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), cfg).unwrap();
+    /// let p = a.alloc(8, 8).unwrap();
+    /// assert!(a.source().pages_in_use() > 0, "a chunk came from the heap");
+    /// a.free(p);
+    /// // A page budget too small for a chunk: the allocator runs out.
+    /// let tiny = PcpuAllocator::new(StdCpu::new(), HeapSource::with_limit(1), cfg).unwrap();
+    /// assert_eq!(tiny.alloc(8, 8), Err(PcpuError::NoMemory));
+    /// ```
     #[derive(Debug)]
     pub struct HeapSource {
         limit: usize,
@@ -251,6 +265,23 @@ mod heap {
 /// `populate` is a no-op unless prefaulting is asked for); `depopulate` is
 /// `madvise(MADV_DONTNEED)`; `free_pages` is `munmap`. Never calls the
 /// global allocator, so it can back a `#[global_allocator]`.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{MmapSource, PcpuAllocator};
+///
+/// // Four units of 64 KiB per chunk, in a `static`.
+/// static PCPU: PcpuAllocator<StdCpu, MmapSource> =
+///     PcpuAllocator::new_dynamic(StdCpu::new(), MmapSource::new(), 64 << 10, 4);
+/// let p = PCPU.alloc(64, 64).unwrap();
+/// for cpu in 0..4 {
+///     // SAFETY: 64 live bytes in every unit.
+///     unsafe { PCPU.per_cpu_ptr(p, cpu).cast::<u64>().write(cpu as u64 + 1) };
+/// }
+/// // SAFETY: as above; the mapping faulted in on first touch.
+/// assert_eq!(unsafe { PCPU.per_cpu_ptr(p, 3).cast::<u64>().read() }, 4);
+/// PCPU.free(p);
+/// ```
 #[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MmapSource {
