@@ -94,6 +94,38 @@ pub unsafe trait KernelHooks: Sync + 'static {
 }
 
 /// The platform of a kernel described by `H`.
+///
+/// A `PREEMPT_RT` kernel of four CPUs (the hooks here are stand-ins that
+/// run in a test process; a kernel reads its CPU id and masks interrupts):
+///
+/// ```
+/// use local_lock::kernel::{Kernel, KernelHooks};
+/// use local_lock::{IrqFlags, LocalLock, Platform, Strategy};
+///
+/// struct Rt;
+/// // SAFETY: CPU 0 only, no interrupts, in this example.
+/// unsafe impl KernelHooks for Rt {
+///     const NR_CPUS: usize = 4;
+///     const PREEMPT_RT: bool = true;
+///     fn smp_processor_id() -> usize { 0 }
+///     fn in_interrupt() -> bool { false }
+///     fn irqs_disabled() -> bool { false }
+///     fn local_irq_save() -> IrqFlags { IrqFlags(0) }
+///     unsafe fn local_irq_restore(_: IrqFlags) {}
+///     fn local_irq_disable() {}
+///     unsafe fn local_irq_enable() {}
+///     fn preempt_disable() {}
+///     unsafe fn preempt_enable() {}
+/// }
+///
+/// let k: Kernel<Rt> = Kernel::new();
+/// assert_eq!(k.nr_cpus(), 4);
+/// assert_eq!(k.default_strategy(), Strategy::Locked, "RT: slots are spin locks");
+/// static PCP: LocalLock<u32, Kernel<Rt>, 4> = LocalLock::new(Kernel::new());
+/// *PCP.lock() += 1;
+/// // Locked slots can be drained from another CPU.
+/// assert_eq!(*PCP.lock_remote(0).unwrap(), 1);
+/// ```
 pub struct Kernel<H>(PhantomData<fn() -> H>);
 
 impl<H> Kernel<H> {

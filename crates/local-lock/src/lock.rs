@@ -25,6 +25,29 @@ fn locked_tag(cpu: usize, in_irq: bool) -> usize {
 }
 
 /// Values that can initialise a slot in a `const` context.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use local_lock::{ConstInit, LocalLock};
+///
+/// struct Counts {
+///     allocs: u64,
+///     frees: u64,
+/// }
+/// impl ConstInit for Counts {
+///     const INIT: Self = Counts { allocs: 0, frees: 0 };
+/// }
+/// // `LocalLock::new` is `const` for `ConstInit` slots: usable in a `static`.
+/// static COUNTS: LocalLock<Counts, PerThread> = LocalLock::new(PerThread);
+/// COUNTS.lock().allocs += 2;
+/// COUNTS.lock().frees += 1;
+/// let c = COUNTS.lock();
+/// assert_eq!((c.allocs, c.frees), (2, 1), "this thread's slot");
+/// // Integers, arrays, options and raw pointers start at zero, None, null.
+/// assert_eq!(<[u32; 4]>::INIT, [0; 4]);
+/// assert_eq!(<Option<&str>>::INIT, None);
+/// assert!(<*mut u8>::INIT.is_null());
+/// ```
 pub trait ConstInit {
     /// The initial value of every CPU's slot.
     const INIT: Self;
@@ -50,6 +73,26 @@ struct Slot<T> {
 /// `Locked` platform CPU ids at or above `N` share slots (`cpu % N`), which is
 /// safe because the lock protects them; a `Pinned` pin naming a CPU at or
 /// above `N` is refused with a panic.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use local_lock::{LocalLock, Strategy};
+///
+/// // One counter per real CPU (slots locked: a thread may migrate).
+/// let mut hits: LocalLock<u64, StdCpu> = LocalLock::new_with(StdCpu::new(), |_| 0);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..100 {
+///                 *hits.lock() += 1;
+///             }
+///         });
+///     }
+/// });
+/// assert_eq!(hits.lock().strategy(), Strategy::Locked);
+/// // `&mut` reaches every slot without locking: the total.
+/// assert_eq!(hits.iter_mut().map(|n| *n).sum::<u64>(), 400);
+/// ```
 pub struct LocalLock<T, P: Platform, const N: usize = DEFAULT_SLOTS> {
     platform: P,
     slots: [CachePadded<Slot<T>>; N],
