@@ -41,6 +41,47 @@ use crate::types::PAGE_SIZE;
 ///    `true` for it (whether the range is fresh from `alloc_pages` or was
 ///    depopulated before). The allocator then does not clear areas on such
 ///    pages until it has handed the bytes out once.
+///
+/// # Examples
+///
+/// A source over the host heap that counts its reservations (memory from
+/// `alloc_pages` is usable at once, so the default `populate` fits):
+///
+/// ```
+/// use std::alloc::{alloc_zeroed, dealloc, Layout};
+/// use std::ptr::NonNull;
+/// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{ChunkSource, Config, PcpuAllocator, PAGE_SIZE};
+///
+/// #[derive(Default)]
+/// struct Counting {
+///     pages: AtomicUsize,
+/// }
+/// // SAFETY: fresh heap memory of the size and alignment asked for,
+/// // returned with the same layout; the host allocator never calls back.
+/// unsafe impl ChunkSource for Counting {
+///     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
+///         let layout = Layout::from_size_align(pages * PAGE_SIZE, align).ok()?;
+///         // SAFETY: non-zero size.
+///         let p = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+///         self.pages.fetch_add(pages, Relaxed);
+///         Some(p)
+///     }
+///     unsafe fn free_pages(&self, ptr: NonNull<u8>, pages: usize, align: usize) {
+///         self.pages.fetch_sub(pages, Relaxed);
+///         let layout = Layout::from_size_align(pages * PAGE_SIZE, align).unwrap();
+///         // SAFETY: one earlier `alloc_pages` with this layout (caller's contract).
+///         unsafe { dealloc(ptr.as_ptr(), layout) }
+///     }
+/// }
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), Counting::default(), Config::new(64 << 10).units(2)).unwrap();
+/// assert_eq!(a.source().pages.load(Relaxed), 0, "no chunk yet");
+/// let p = a.alloc(128, 8).unwrap();
+/// assert!(a.source().pages.load(Relaxed) >= 2 * 16, "a chunk: two 64 KiB units");
+/// a.free(p);
+/// ```
 pub unsafe trait ChunkSource: Sync {
     /// Allocates `pages` pages aligned to `align` bytes.
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>>;
