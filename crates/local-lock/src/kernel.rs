@@ -32,6 +32,40 @@ use crate::platform::{IrqFlags, Pin, Platform, Strategy};
 /// The primitives a kernel provides. All are associated functions: the
 /// kernel's primitives are global.
 ///
+/// A uniprocessor kernel whose interrupt-enable bit is simulated by a flag
+/// (a real one reads and writes its status register):
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+/// use local_lock::kernel::{Kernel, KernelHooks};
+/// use local_lock::{IrqFlags, LocalLock};
+///
+/// static IRQ_ON: AtomicBool = AtomicBool::new(true);
+/// struct Uni;
+/// // SAFETY: one CPU; the flag stands for its interrupt-enable bit, and no
+/// // interrupt is taken in this example.
+/// unsafe impl KernelHooks for Uni {
+///     const NR_CPUS: usize = 1;
+///     fn smp_processor_id() -> usize { 0 }
+///     fn in_interrupt() -> bool { false }
+///     fn irqs_disabled() -> bool { !IRQ_ON.load(Relaxed) }
+///     fn local_irq_save() -> IrqFlags { IrqFlags(IRQ_ON.swap(false, Relaxed) as usize) }
+///     unsafe fn local_irq_restore(f: IrqFlags) { IRQ_ON.store(f.0 != 0, Relaxed) }
+///     fn local_irq_disable() { IRQ_ON.store(false, Relaxed) }
+///     unsafe fn local_irq_enable() { IRQ_ON.store(true, Relaxed) }
+///     fn preempt_disable() {}
+///     unsafe fn preempt_enable() {}
+/// }
+///
+/// static RQ: LocalLock<u32, Kernel<Uni>, 1> = LocalLock::new(Kernel::new());
+/// {
+///     let mut g = RQ.lock_irqsave();
+///     *g += 1;
+///     assert!(Uni::irqs_disabled(), "masked while held");
+/// }
+/// assert!(!Uni::irqs_disabled(), "restored when the guard drops");
+/// ```
+///
 /// # Safety
 ///
 /// The implementation must be truthful: `smp_processor_id` is the executing

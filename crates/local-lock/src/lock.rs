@@ -402,6 +402,23 @@ enum IrqState {
 /// context (and on the CPU) that took it. Dropping releases the slot, then
 /// unpins, then restores interrupts, the reverse of taking.
 ///
+/// ```
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::{LocalGuard, LocalLock, Strategy};
+///
+/// let p = TestPlatform::pinned(2);
+/// let l: LocalLock<Vec<u32>, TestPlatform> = LocalLock::new_with(p, |_| Vec::new());
+/// p.set_cpu(1);
+/// let mut g: LocalGuard<'_, Vec<u32>, TestPlatform, 64> = l.lock();
+/// g.push(7); // `DerefMut` to CPU 1's vector
+/// assert_eq!((g.cpu(), g.strategy()), (1, Strategy::Pinned));
+/// assert_eq!(p.preempt_count(), 1, "pinned while held");
+/// g.unlock();
+/// assert_eq!(p.preempt_count(), 0);
+/// p.set_cpu(0);
+/// assert!(l.lock().is_empty(), "CPU 0 has its own vector");
+/// ```
+///
 /// A guard cannot leave its thread:
 ///
 /// ```compile_fail

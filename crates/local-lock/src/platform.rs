@@ -80,6 +80,24 @@ pub struct Pin {
 
 /// A CPU/interrupt/preemption platform.
 ///
+/// ```
+/// use local_lock::std_platform::{PerThread, StdCpu};
+/// use local_lock::{Platform, Strategy};
+///
+/// // Generic code asks the platform how its per-CPU slots work.
+/// fn describe<P: Platform>(p: &P) -> (usize, Strategy, bool) {
+///     (p.nr_cpus(), p.default_strategy(), P::HAS_IRQS)
+/// }
+/// assert_eq!(describe(&PerThread), (PerThread::OWNED_SLOTS + 1, Strategy::Pinned, false));
+/// assert_eq!(describe(&StdCpu::new()).1, Strategy::Locked);
+/// let p = PerThread::new();
+/// let pin = p.pin(); // this thread's own virtual CPU
+/// assert!(pin.cpu < PerThread::OWNED_SLOTS);
+/// assert_eq!(pin.strategy, Strategy::Pinned);
+/// // SAFETY: our pin, released once.
+/// unsafe { p.unpin(pin) };
+/// ```
+///
 /// # Safety
 ///
 /// [`LocalLock`](crate::LocalLock) builds its exclusion on these promises:

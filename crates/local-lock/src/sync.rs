@@ -154,6 +154,17 @@ pub use crossbeam_utils::CachePadded;
 
 /// `UnsafeCell` with loom's closure API, so that under loom every access is
 /// checked for data races, and in normal builds it compiles to a raw pointer.
+///
+/// ```
+/// use local_lock::sync::UnsafeCell;
+///
+/// let c = UnsafeCell::new(5u32);
+/// // SAFETY: nothing else accesses `c` while the closures run.
+/// c.with_mut(|p| unsafe { *p += 1 });
+/// // SAFETY: as above.
+/// assert_eq!(c.with(|p| unsafe { *p }), 6);
+/// assert_eq!(c.into_inner(), 6);
+/// ```
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
 #[repr(transparent)]
@@ -194,6 +205,17 @@ impl<T: ?Sized> UnsafeCell<T> {
 }
 
 /// Mutable pointer into an [`UnsafeCell`] (loom's `MutPtr` API).
+///
+/// ```
+/// use local_lock::sync::{MutPtr, UnsafeCell};
+///
+/// let c = UnsafeCell::new(vec![1]);
+/// let m: MutPtr<Vec<i32>> = c.get_mut(); // the access stays open while `m` lives
+/// // SAFETY: `m` is the only access to the cell while it lives.
+/// unsafe { m.deref().push(2) };
+/// drop(m);
+/// assert_eq!(c.into_inner(), [1, 2]);
+/// ```
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub struct MutPtr<T: ?Sized>(*mut T);
