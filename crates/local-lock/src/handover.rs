@@ -24,6 +24,22 @@ pub const OWNED: usize = 1;
 pub const DRAINING: usize = 2;
 
 /// Ownership words of `N` slots.
+///
+/// ```
+/// use local_lock::handover::{SlotTable, DRAINING, FREE};
+///
+/// let t: SlotTable<2> = SlotTable::new();
+/// assert_eq!((t.claim(), t.claim()), (Some(0), Some(1)));
+/// assert_eq!(t.claim(), None, "every slot is owned");
+/// assert!(!t.try_drain(1), "an owned slot is not drained");
+/// t.release(1); // its thread exits
+/// assert!(t.try_drain(1));
+/// assert_eq!(t.state(1), DRAINING);
+/// assert_eq!(t.claim(), None, "a slot being drained is not handed out");
+/// t.end_drain(1);
+/// assert_eq!(t.state(1), FREE);
+/// assert_eq!(t.claim(), Some(1));
+/// ```
 pub struct SlotTable<const N: usize> {
     state: [AtomicUsize; N],
 }

@@ -32,6 +32,40 @@ use crate::platform::{IrqFlags, Pin, Platform, Strategy};
 /// The primitives a kernel provides. All are associated functions: the
 /// kernel's primitives are global.
 ///
+/// A uniprocessor kernel whose interrupt-enable bit is simulated by a flag
+/// (a real one reads and writes its status register):
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+/// use local_lock::kernel::{Kernel, KernelHooks};
+/// use local_lock::{IrqFlags, LocalLock};
+///
+/// static IRQ_ON: AtomicBool = AtomicBool::new(true);
+/// struct Uni;
+/// // SAFETY: one CPU; the flag stands for its interrupt-enable bit, and no
+/// // interrupt is taken in this example.
+/// unsafe impl KernelHooks for Uni {
+///     const NR_CPUS: usize = 1;
+///     fn smp_processor_id() -> usize { 0 }
+///     fn in_interrupt() -> bool { false }
+///     fn irqs_disabled() -> bool { !IRQ_ON.load(Relaxed) }
+///     fn local_irq_save() -> IrqFlags { IrqFlags(IRQ_ON.swap(false, Relaxed) as usize) }
+///     unsafe fn local_irq_restore(f: IrqFlags) { IRQ_ON.store(f.0 != 0, Relaxed) }
+///     fn local_irq_disable() { IRQ_ON.store(false, Relaxed) }
+///     unsafe fn local_irq_enable() { IRQ_ON.store(true, Relaxed) }
+///     fn preempt_disable() {}
+///     unsafe fn preempt_enable() {}
+/// }
+///
+/// static RQ: LocalLock<u32, Kernel<Uni>, 1> = LocalLock::new(Kernel::new());
+/// {
+///     let mut g = RQ.lock_irqsave();
+///     *g += 1;
+///     assert!(Uni::irqs_disabled(), "masked while held");
+/// }
+/// assert!(!Uni::irqs_disabled(), "restored when the guard drops");
+/// ```
+///
 /// # Safety
 ///
 /// The implementation must be truthful: `smp_processor_id` is the executing
@@ -94,6 +128,38 @@ pub unsafe trait KernelHooks: Sync + 'static {
 }
 
 /// The platform of a kernel described by `H`.
+///
+/// A `PREEMPT_RT` kernel of four CPUs (the hooks here are stand-ins that
+/// run in a test process; a kernel reads its CPU id and masks interrupts):
+///
+/// ```
+/// use local_lock::kernel::{Kernel, KernelHooks};
+/// use local_lock::{IrqFlags, LocalLock, Platform, Strategy};
+///
+/// struct Rt;
+/// // SAFETY: CPU 0 only, no interrupts, in this example.
+/// unsafe impl KernelHooks for Rt {
+///     const NR_CPUS: usize = 4;
+///     const PREEMPT_RT: bool = true;
+///     fn smp_processor_id() -> usize { 0 }
+///     fn in_interrupt() -> bool { false }
+///     fn irqs_disabled() -> bool { false }
+///     fn local_irq_save() -> IrqFlags { IrqFlags(0) }
+///     unsafe fn local_irq_restore(_: IrqFlags) {}
+///     fn local_irq_disable() {}
+///     unsafe fn local_irq_enable() {}
+///     fn preempt_disable() {}
+///     unsafe fn preempt_enable() {}
+/// }
+///
+/// let k: Kernel<Rt> = Kernel::new();
+/// assert_eq!(k.nr_cpus(), 4);
+/// assert_eq!(k.default_strategy(), Strategy::Locked, "RT: slots are spin locks");
+/// static PCP: LocalLock<u32, Kernel<Rt>, 4> = LocalLock::new(Kernel::new());
+/// *PCP.lock() += 1;
+/// // Locked slots can be drained from another CPU.
+/// assert_eq!(*PCP.lock_remote(0).unwrap(), 1);
+/// ```
 pub struct Kernel<H>(PhantomData<fn() -> H>);
 
 impl<H> Kernel<H> {

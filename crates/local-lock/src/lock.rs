@@ -25,6 +25,29 @@ fn locked_tag(cpu: usize, in_irq: bool) -> usize {
 }
 
 /// Values that can initialise a slot in a `const` context.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use local_lock::{ConstInit, LocalLock};
+///
+/// struct Counts {
+///     allocs: u64,
+///     frees: u64,
+/// }
+/// impl ConstInit for Counts {
+///     const INIT: Self = Counts { allocs: 0, frees: 0 };
+/// }
+/// // `LocalLock::new` is `const` for `ConstInit` slots: usable in a `static`.
+/// static COUNTS: LocalLock<Counts, PerThread> = LocalLock::new(PerThread);
+/// COUNTS.lock().allocs += 2;
+/// COUNTS.lock().frees += 1;
+/// let c = COUNTS.lock();
+/// assert_eq!((c.allocs, c.frees), (2, 1), "this thread's slot");
+/// // Integers, arrays, options and raw pointers start at zero, None, null.
+/// assert_eq!(<[u32; 4]>::INIT, [0; 4]);
+/// assert_eq!(<Option<&str>>::INIT, None);
+/// assert!(<*mut u8>::INIT.is_null());
+/// ```
 pub trait ConstInit {
     /// The initial value of every CPU's slot.
     const INIT: Self;
@@ -50,6 +73,26 @@ struct Slot<T> {
 /// `Locked` platform CPU ids at or above `N` share slots (`cpu % N`), which is
 /// safe because the lock protects them; a `Pinned` pin naming a CPU at or
 /// above `N` is refused with a panic.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use local_lock::{LocalLock, Strategy};
+///
+/// // One counter per real CPU (slots locked: a thread may migrate).
+/// let mut hits: LocalLock<u64, StdCpu> = LocalLock::new_with(StdCpu::new(), |_| 0);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..100 {
+///                 *hits.lock() += 1;
+///             }
+///         });
+///     }
+/// });
+/// assert_eq!(hits.lock().strategy(), Strategy::Locked);
+/// // `&mut` reaches every slot without locking: the total.
+/// assert_eq!(hits.iter_mut().map(|n| *n).sum::<u64>(), 400);
+/// ```
 pub struct LocalLock<T, P: Platform, const N: usize = DEFAULT_SLOTS> {
     platform: P,
     slots: [CachePadded<Slot<T>>; N],
@@ -358,6 +401,23 @@ enum IrqState {
 /// Exclusive access to one CPU's `T`. `!Send`: it must be dropped by the
 /// context (and on the CPU) that took it. Dropping releases the slot, then
 /// unpins, then restores interrupts, the reverse of taking.
+///
+/// ```
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::{LocalGuard, LocalLock, Strategy};
+///
+/// let p = TestPlatform::pinned(2);
+/// let l: LocalLock<Vec<u32>, TestPlatform> = LocalLock::new_with(p, |_| Vec::new());
+/// p.set_cpu(1);
+/// let mut g: LocalGuard<'_, Vec<u32>, TestPlatform, 64> = l.lock();
+/// g.push(7); // `DerefMut` to CPU 1's vector
+/// assert_eq!((g.cpu(), g.strategy()), (1, Strategy::Pinned));
+/// assert_eq!(p.preempt_count(), 1, "pinned while held");
+/// g.unlock();
+/// assert_eq!(p.preempt_count(), 0);
+/// p.set_cpu(0);
+/// assert!(l.lock().is_empty(), "CPU 0 has its own vector");
+/// ```
 ///
 /// A guard cannot leave its thread:
 ///

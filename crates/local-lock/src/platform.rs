@@ -6,10 +6,40 @@ use crate::sync::{AtomicDWord, Backoff, DWord};
 
 /// Interrupt state saved by [`Platform::irq_save`], to be handed back to
 /// [`Platform::irq_restore`] (the kernel's `unsigned long flags`).
+///
+/// ```
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::{IrqFlags, Platform};
+///
+/// let p = TestPlatform::pinned(1);
+/// assert!(!p.irqs_disabled());
+/// let outer: IrqFlags = p.irq_save();
+/// let inner = p.irq_save(); // nested saves
+/// assert!(p.irqs_disabled());
+/// // SAFETY: restored in reverse order of saving, on this CPU.
+/// unsafe { p.irq_restore(inner) };
+/// assert!(p.irqs_disabled(), "still masked by the outer save");
+/// // SAFETY: as above.
+/// unsafe { p.irq_restore(outer) };
+/// assert!(!p.irqs_disabled());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IrqFlags(pub usize);
 
 /// How a CPU's slot of a [`LocalLock`](crate::LocalLock) is protected.
+///
+/// ```
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::{LocalLock, Strategy};
+///
+/// let kernel: LocalLock<u32, TestPlatform> = LocalLock::new(TestPlatform::pinned(2));
+/// let rt: LocalLock<u32, TestPlatform> = LocalLock::new(TestPlatform::locked(2));
+/// assert_eq!(kernel.lock().strategy(), Strategy::Pinned);
+/// assert_eq!(rt.lock().strategy(), Strategy::Locked);
+/// // Only a locked slot may be reached from another CPU.
+/// assert!(kernel.lock_remote(1).is_none());
+/// assert!(rt.lock_remote(1).is_some());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
     /// Kernel without PREEMPT_RT (and the per-thread std platform): being
@@ -26,6 +56,18 @@ pub enum Strategy {
 /// The result of pinning: which slot the caller may use and how it is
 /// protected. Produced by [`Platform::pin`] / [`Platform::pin_remote`] and
 /// handed back to the matching unpin.
+///
+/// ```
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::{Pin, Platform, Strategy};
+///
+/// let p = TestPlatform::pinned(4);
+/// p.set_cpu(2); // this thread now runs on CPU 2
+/// let pin: Pin = p.pin();
+/// assert_eq!((pin.cpu, pin.strategy), (2, Strategy::Pinned));
+/// // SAFETY: this context's pin, released once.
+/// unsafe { p.unpin(pin) };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pin {
     /// The CPU (slot index) the caller is pinned to.
@@ -37,6 +79,24 @@ pub struct Pin {
 }
 
 /// A CPU/interrupt/preemption platform.
+///
+/// ```
+/// use local_lock::std_platform::{PerThread, StdCpu};
+/// use local_lock::{Platform, Strategy};
+///
+/// // Generic code asks the platform how its per-CPU slots work.
+/// fn describe<P: Platform>(p: &P) -> (usize, Strategy, bool) {
+///     (p.nr_cpus(), p.default_strategy(), P::HAS_IRQS)
+/// }
+/// assert_eq!(describe(&PerThread), (PerThread::OWNED_SLOTS + 1, Strategy::Pinned, false));
+/// assert_eq!(describe(&StdCpu::new()).1, Strategy::Locked);
+/// let p = PerThread::new();
+/// let pin = p.pin(); // this thread's own virtual CPU
+/// assert!(pin.cpu < PerThread::OWNED_SLOTS);
+/// assert_eq!(pin.strategy, Strategy::Pinned);
+/// // SAFETY: our pin, released once.
+/// unsafe { p.unpin(pin) };
+/// ```
 ///
 /// # Safety
 ///

@@ -71,6 +71,21 @@ pub fn os_random_seed() -> u64 {
 }
 
 /// Real CPUs from `sched_getcpu()`; the locked strategy.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use local_lock::{LocalLock, Platform, Strategy};
+///
+/// let p = StdCpu::new();
+/// assert_eq!(p.default_strategy(), Strategy::Locked);
+/// assert!(p.current_cpu() < p.nr_cpus());
+/// assert!(!StdCpu::HAS_IRQS, "a process takes no interrupts");
+/// let l: LocalLock<u32, StdCpu> = LocalLock::new(StdCpu::new());
+/// *l.lock() += 5; // whichever CPU this thread runs on
+/// // Locked slots can be reached from anywhere: sum them all.
+/// let total: u32 = (0..l.slots()).map(|cpu| *l.lock_remote(cpu).unwrap()).sum();
+/// assert_eq!(total, 5);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StdCpu;
 
@@ -175,6 +190,27 @@ unsafe impl Platform for StdCpu {
 // ---------------------------------------------------------------------------
 
 /// Every live thread owns a virtual CPU; the pinned strategy.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use local_lock::std_platform::PerThread;
+/// use local_lock::{LocalLock, Strategy};
+///
+/// static CACHE: LocalLock<u32, PerThread> = LocalLock::new(PerThread);
+/// let me = CACHE.lock().cpu();
+/// assert!(me < PerThread::OWNED_SLOTS);
+/// assert_eq!(CACHE.lock().strategy(), Strategy::Pinned, "an owned slot needs no atomics");
+/// assert_eq!(CACHE.lock().cpu(), me, "a thread keeps its slot");
+/// // Another thread owns another slot; when it exits, hooks see its slot.
+/// static EXITED: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// fn flush(slot: usize) {
+///     EXITED.store(slot, Ordering::Relaxed);
+/// }
+/// assert!(PerThread::on_thread_exit(flush));
+/// let other = std::thread::spawn(|| CACHE.lock().cpu()).join().unwrap();
+/// assert_ne!(other, me);
+/// assert_eq!(EXITED.load(Ordering::Relaxed), other);
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PerThread;
 

@@ -82,6 +82,39 @@ pub fn spin_loop() {
 
 /// Exponential back-off for CAS retry loops and spin waits
 /// (`crossbeam_utils::Backoff`; under loom every step yields).
+///
+/// ```
+/// use local_lock::sync::atomic::{AtomicUsize, Ordering};
+/// use local_lock::sync::Backoff;
+///
+/// // A CAS retry loop: double a shared value another thread may change.
+/// let v = AtomicUsize::new(21);
+/// let backoff = Backoff::new();
+/// let mut cur = v.load(Ordering::Relaxed);
+/// loop {
+///     match v.compare_exchange_weak(cur, cur * 2, Ordering::AcqRel, Ordering::Relaxed) {
+///         Ok(_) => break,
+///         Err(seen) => {
+///             cur = seen;
+///             backoff.spin();
+///         }
+///     }
+/// }
+/// assert_eq!(v.load(Ordering::Relaxed), 42);
+/// // Waiting for another thread: snooze until it is time to block.
+/// let ready = std::sync::atomic::AtomicBool::new(false);
+/// std::thread::scope(|s| {
+///     s.spawn(|| ready.store(true, Ordering::Release));
+///     let b = Backoff::new();
+///     while !ready.load(Ordering::Acquire) {
+///         if b.is_completed() {
+///             std::thread::yield_now();
+///         } else {
+///             b.snooze();
+///         }
+///     }
+/// });
+/// ```
 #[cfg(not(loom))]
 pub use crossbeam_utils::Backoff;
 
@@ -121,6 +154,17 @@ pub use crossbeam_utils::CachePadded;
 
 /// `UnsafeCell` with loom's closure API, so that under loom every access is
 /// checked for data races, and in normal builds it compiles to a raw pointer.
+///
+/// ```
+/// use local_lock::sync::UnsafeCell;
+///
+/// let c = UnsafeCell::new(5u32);
+/// // SAFETY: nothing else accesses `c` while the closures run.
+/// c.with_mut(|p| unsafe { *p += 1 });
+/// // SAFETY: as above.
+/// assert_eq!(c.with(|p| unsafe { *p }), 6);
+/// assert_eq!(c.into_inner(), 6);
+/// ```
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
 #[repr(transparent)]
@@ -161,6 +205,17 @@ impl<T: ?Sized> UnsafeCell<T> {
 }
 
 /// Mutable pointer into an [`UnsafeCell`] (loom's `MutPtr` API).
+///
+/// ```
+/// use local_lock::sync::{MutPtr, UnsafeCell};
+///
+/// let c = UnsafeCell::new(vec![1]);
+/// let m: MutPtr<Vec<i32>> = c.get_mut(); // the access stays open while `m` lives
+/// // SAFETY: `m` is the only access to the cell while it lives.
+/// unsafe { m.deref().push(2) };
+/// drop(m);
+/// assert_eq!(c.into_inner(), [1, 2]);
+/// ```
 #[cfg(not(loom))]
 #[derive(Debug)]
 pub struct MutPtr<T: ?Sized>(*mut T);
@@ -198,6 +253,29 @@ pub use loom::cell::{MutPtr, UnsafeCell};
 /// interrupt handler on the same CPU take it inside
 /// [`Platform::irq_save`](crate::Platform::irq_save), as `spin_lock_irqsave`
 /// does (see the `buddy` crate's zone lock).
+///
+/// ```
+/// use local_lock::sync::SpinLock;
+///
+/// static TOTAL: SpinLock<u64> = SpinLock::new(0);
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..1000 {
+///                 *TOTAL.lock() += 1;
+///             }
+///         });
+///     }
+/// });
+/// assert_eq!(*TOTAL.lock(), 4000);
+/// let held = TOTAL.lock();
+/// assert!(TOTAL.is_locked() && TOTAL.try_lock().is_none());
+/// drop(held);
+/// // `&mut` needs no locking.
+/// let mut l = SpinLock::new(vec![1]);
+/// l.get_mut().push(2);
+/// assert_eq!(*l.lock(), [1, 2]);
+/// ```
 pub struct SpinLock<T: ?Sized> {
     #[cfg(not(loom))]
     inner: spin::mutex::SpinMutex<T>,
@@ -206,6 +284,18 @@ pub struct SpinLock<T: ?Sized> {
 }
 
 /// Guard of a [`SpinLock`]; unlocks on drop.
+///
+/// ```
+/// use local_lock::sync::{SpinLock, SpinLockGuard};
+///
+/// let l = SpinLock::new(String::from("a"));
+/// {
+///     let mut g: SpinLockGuard<'_, String> = l.lock();
+///     g.push('b'); // `DerefMut` to the data
+///     assert!(l.try_lock().is_none(), "held while the guard lives");
+/// }
+/// assert_eq!(l.try_lock().as_deref().map(String::as_str), Some("ab"));
+/// ```
 pub struct SpinLockGuard<'a, T: ?Sized> {
     #[cfg(not(loom))]
     inner: spin::mutex::SpinMutexGuard<'a, T>,
@@ -295,6 +385,17 @@ impl<T: ?Sized> core::ops::DerefMut for SpinLockGuard<'_, T> {
 /// A pair of machine words that is loaded, stored and compare-exchanged as
 /// one unit: `(lo, hi)`, e.g. SLUB's `(freelist, tid)` or
 /// `(freelist, counters)`. Aligned to twice the word size.
+///
+/// ```
+/// use local_lock::sync::DWord;
+///
+/// // SLUB's per-CPU (freelist, tid).
+/// let d = DWord::new(0x1000, 7);
+/// assert_eq!((d.lo, d.hi), (0x1000, 7));
+/// assert_eq!(d, DWord { lo: 0x1000, hi: 7 });
+/// assert_eq!(DWord::default(), DWord::new(0, 0));
+/// assert_ne!(d, DWord::new(0x1000, 8), "equal only if both words are");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct DWord {
     /// The first word (at the lower address).
@@ -329,6 +430,22 @@ type WideInt = u64;
 /// kernel whose interrupt handlers allocate (the buddy's owner words and
 /// SLUB's slab compare-exchange use this type) must enable it, or a handler
 /// can spin forever on the lock its interrupted task holds.
+///
+/// ```
+/// use local_lock::sync::atomic::Ordering::{AcqRel, Acquire};
+/// use local_lock::sync::{dwcas_is_lock_free, AtomicDWord, DWord};
+///
+/// // (freelist, tid): a pop succeeds only if neither word changed.
+/// let cpu = AtomicDWord::new(DWord::new(0x1000, 0));
+/// let old = DWord::new(0x1000, 0);
+/// assert_eq!(cpu.compare_exchange(old, DWord::new(0x2000, 1), AcqRel, Acquire), Ok(old));
+/// // A stale snapshot fails and returns the current pair.
+/// let r = cpu.compare_exchange(old, DWord::new(0x3000, 2), AcqRel, Acquire);
+/// assert_eq!(r, Err(DWord::new(0x2000, 1)));
+/// assert_eq!(cpu.load(Acquire), DWord::new(0x2000, 1));
+/// // Fast paths check this first and take a locked path when it is false.
+/// let _lockless: bool = dwcas_is_lock_free();
+/// ```
 #[repr(C, align(16))]
 pub struct AtomicDWord {
     #[cfg(not(loom))]

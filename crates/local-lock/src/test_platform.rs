@@ -37,6 +37,32 @@ std::thread_local! {
 
 /// The deterministic test platform. `nr_cpus` and the strategy are per value;
 /// the simulated CPU state is per OS thread (see the module docs).
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+/// use local_lock::test_platform::TestPlatform;
+/// use local_lock::LocalLock;
+///
+/// const P: TestPlatform = TestPlatform::pinned(2);
+/// static L: LocalLock<u32, TestPlatform> = LocalLock::new(P);
+/// P.on_cpu(1, || *L.lock() += 1); // runs on CPU 1, then migrates back
+/// assert_eq!(*L.lock(), 0, "CPU 0's slot");
+/// // An interrupt while the slot is held: the handler cannot take it.
+/// let held = L.lock();
+/// assert_eq!(P.interrupt(|| L.try_lock().is_none()), Some(true));
+/// drop(held);
+/// // With IRQs masked an interrupt stays pending.
+/// let masked = L.lock_irqsave();
+/// assert_eq!(P.interrupt(|| ()), None);
+/// drop(masked);
+/// // An armed interrupt fires at the next hook point (here: inside `lock`).
+/// static SEEN: AtomicUsize = AtomicUsize::new(0);
+/// P.arm_interrupt(0, || {
+///     SEEN.fetch_add(1, Relaxed);
+/// });
+/// *L.lock() += 1;
+/// assert_eq!((P.fired(), SEEN.load(Relaxed)), (1, 1));
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct TestPlatform {
     nr_cpus: usize,

@@ -6,6 +6,20 @@
 use crate::types::{MAX_ALLOC_SIZE, PAGE_SIZE};
 
 /// Why a request was refused.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PcpuError, MAX_ALLOC_SIZE};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10).units(2)).unwrap();
+/// assert_eq!(a.alloc(0, 8), Err(PcpuError::ZeroSize));
+/// assert_eq!(a.alloc(MAX_ALLOC_SIZE + 1, 8), Err(PcpuError::TooLarge { size: MAX_ALLOC_SIZE + 1 }));
+/// assert_eq!(a.alloc(8, 3), Err(PcpuError::BadAlign { align: 3 }));
+/// assert_eq!(a.alloc(8, 3).unwrap_err().to_string(), "percpu: alignment 3 is not a power of two <= 4096");
+/// // A unit that is not a whole number of pages.
+/// let bad = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(40_000).units(2));
+/// assert!(matches!(bad, Err(PcpuError::BadConfig(_))));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PcpuError {
     /// A request for 0 bytes.
@@ -55,6 +69,25 @@ impl core::fmt::Display for PcpuError {
 impl core::error::Error for PcpuError {}
 
 /// What is wrong with a pointer handed to free.
+///
+/// ```
+/// use core::ptr::NonNull;
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, FreeErrorKind, HeapSource, PcpuAllocator, PcpuPtr};
+///
+/// let cfg = Config::new(64 << 10).units(2).first_chunk(64, 0, 8192);
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), cfg).unwrap();
+/// let p = a.alloc(64, 8).unwrap();
+/// let inside = PcpuPtr::from_raw(NonNull::new(p.addr().wrapping_add(8) as *mut u8).unwrap());
+/// assert_eq!(a.try_free(inside).unwrap_err().kind, FreeErrorKind::Interior);
+/// let (stat, _) = a.static_area().unwrap();
+/// assert_eq!(a.try_free(stat).unwrap_err().kind, FreeErrorKind::Static);
+/// let local = 0u64;
+/// let foreign = PcpuPtr::from_raw(NonNull::from(&local).cast());
+/// assert_eq!(a.try_free(foreign).unwrap_err().kind, FreeErrorKind::NotPercpu);
+/// assert_eq!(a.try_free(p), Ok(64));
+/// assert_eq!(a.try_free(p).unwrap_err().kind, FreeErrorKind::NotAllocated);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeErrorKind {
     /// Not inside any chunk of this allocator.
@@ -72,6 +105,20 @@ pub enum FreeErrorKind {
 }
 
 /// A refused free: the address and the reason.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, FreeError, FreeErrorKind, HeapSource, PcpuAllocator};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10).units(2)).unwrap();
+/// let p = a.alloc(32, 8).unwrap();
+/// a.free(p);
+/// // A double free is refused, and nothing changes.
+/// let e: FreeError = a.try_free(p).unwrap_err();
+/// assert_eq!(e, FreeError { addr: p.addr(), kind: FreeErrorKind::NotAllocated });
+/// assert!(e.to_string().starts_with(&format!("percpu: bad free: {:#x} is not allocated", p.addr())));
+/// assert_eq!(a.stats().nr_dealloc, 1);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FreeError {
     /// The address passed in.

@@ -34,6 +34,25 @@ use local_lock::sync::atomic::{AtomicI64, Ordering::Relaxed};
 ///
 /// `N` is the number of slots of the local lock used for this-CPU access
 /// (at least the platform's `MIN_SLOTS`; one cache line per slot).
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PerCpu};
+///
+/// // One unit per CPU of the machine.
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10)).unwrap();
+/// let mut names: PerCpu<'_, String, _, _> = PerCpu::new(&a, |cpu| format!("cpu{cpu}")).unwrap();
+/// assert_eq!(names.nr_cpus(), a.nr_units());
+/// assert_eq!(names.get(0), "cpu0");
+/// names.get_mut(0).push_str(" (boot)");
+/// assert_eq!(names.iter().next().unwrap(), "cpu0 (boot)");
+/// // This CPU's value, with the caller pinned while it is held.
+/// let mine = names.this_cpu();
+/// assert_eq!(*mine, *names.get(mine.cpu()));
+/// drop(mine);
+/// drop(names); // drops every CPU's String, then frees the area
+/// assert_eq!(a.stats().nr_cur_alloc, 0);
+/// ```
 pub struct PerCpu<'a, T, P: Platform, S: ChunkSource, const N: usize = DEFAULT_SLOTS> {
     alloc: &'a PcpuAllocator<P, S>,
     ptr: PcpuPtr,
@@ -250,6 +269,25 @@ impl<T: core::fmt::Debug, P: Platform, S: ChunkSource, const N: usize> core::fmt
 }
 
 /// This CPU's value of a [`PerCpu`], with the caller pinned. `!Send`.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PerCpu, ThisCpu};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10)).unwrap();
+/// // Atomic cells: this CPU writes its own, anyone may read.
+/// let hits: PerCpu<'_, AtomicU64, _, _> = PerCpu::new(&a, |_| AtomicU64::new(0)).unwrap();
+/// let cpu = {
+///     let c: ThisCpu<'_, AtomicU64, _, { local_lock::DEFAULT_SLOTS }> = hits.this_cpu();
+///     c.fetch_add(1, Ordering::Relaxed);
+///     // The slot is held: a nested attempt on this object fails.
+///     assert!(hits.try_this_cpu().is_none());
+///     c.cpu()
+/// };
+/// assert_eq!(hits.get(cpu).load(Ordering::Relaxed), 1);
+/// assert!(hits.try_this_cpu().is_some(), "released with the guard");
+/// ```
 pub struct ThisCpu<'g, T, P: Platform, const N: usize> {
     value: &'g T,
     cpu: usize,
@@ -276,6 +314,27 @@ impl<T, P: Platform, const N: usize> Deref for ThisCpu<'_, T, P, N> {
 /// (no atomic read-modify-write: a plain load and store, exclusive on that
 /// CPU), and reads sum all cells. A sum taken while others add is a
 /// snapshot of each cell, not a linearizable total.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PerCpuCounter};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10)).unwrap();
+/// let mut requests: PerCpuCounter<'_, _, _> = PerCpuCounter::new(&a).unwrap();
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..1000 {
+///                 requests.inc();
+///             }
+///             requests.add(-10);
+///         });
+///     }
+/// });
+/// assert_eq!(requests.sum(), 4 * 990);
+/// assert_eq!(requests.reset(), 4 * 990);
+/// assert_eq!(requests.sum_exact(), 0);
+/// ```
 pub struct PerCpuCounter<'a, P: Platform, S: ChunkSource, const N: usize = DEFAULT_SLOTS> {
     cells: PerCpu<'a, AtomicI64, P, S, N>,
 }

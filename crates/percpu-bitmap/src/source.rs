@@ -41,6 +41,47 @@ use crate::types::PAGE_SIZE;
 ///    `true` for it (whether the range is fresh from `alloc_pages` or was
 ///    depopulated before). The allocator then does not clear areas on such
 ///    pages until it has handed the bytes out once.
+///
+/// # Examples
+///
+/// A source over the host heap that counts its reservations (memory from
+/// `alloc_pages` is usable at once, so the default `populate` fits):
+///
+/// ```
+/// use std::alloc::{alloc_zeroed, dealloc, Layout};
+/// use std::ptr::NonNull;
+/// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{ChunkSource, Config, PcpuAllocator, PAGE_SIZE};
+///
+/// #[derive(Default)]
+/// struct Counting {
+///     pages: AtomicUsize,
+/// }
+/// // SAFETY: fresh heap memory of the size and alignment asked for,
+/// // returned with the same layout; the host allocator never calls back.
+/// unsafe impl ChunkSource for Counting {
+///     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>> {
+///         let layout = Layout::from_size_align(pages * PAGE_SIZE, align).ok()?;
+///         // SAFETY: non-zero size.
+///         let p = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+///         self.pages.fetch_add(pages, Relaxed);
+///         Some(p)
+///     }
+///     unsafe fn free_pages(&self, ptr: NonNull<u8>, pages: usize, align: usize) {
+///         self.pages.fetch_sub(pages, Relaxed);
+///         let layout = Layout::from_size_align(pages * PAGE_SIZE, align).unwrap();
+///         // SAFETY: one earlier `alloc_pages` with this layout (caller's contract).
+///         unsafe { dealloc(ptr.as_ptr(), layout) }
+///     }
+/// }
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), Counting::default(), Config::new(64 << 10).units(2)).unwrap();
+/// assert_eq!(a.source().pages.load(Relaxed), 0, "no chunk yet");
+/// let p = a.alloc(128, 8).unwrap();
+/// assert!(a.source().pages.load(Relaxed) >= 2 * 16, "a chunk: two 64 KiB units");
+/// a.free(p);
+/// ```
 pub unsafe trait ChunkSource: Sync {
     /// Allocates `pages` pages aligned to `align` bytes.
     fn alloc_pages(&self, pages: usize, align: usize) -> Option<NonNull<u8>>;
@@ -137,6 +178,20 @@ mod heap {
     /// A chunk source over the host heap (`std::alloc`), for tests, miri and
     /// loom. Counts pages, can be given a page budget, can fail
     /// populations on demand, and poisons depopulated pages.
+    ///
+    /// ```
+    /// use local_lock::std_platform::StdCpu;
+    /// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PcpuError};
+    ///
+    /// let cfg = Config::new(64 << 10).units(2);
+    /// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), cfg).unwrap();
+    /// let p = a.alloc(8, 8).unwrap();
+    /// assert!(a.source().pages_in_use() > 0, "a chunk came from the heap");
+    /// a.free(p);
+    /// // A page budget too small for a chunk: the allocator runs out.
+    /// let tiny = PcpuAllocator::new(StdCpu::new(), HeapSource::with_limit(1), cfg).unwrap();
+    /// assert_eq!(tiny.alloc(8, 8), Err(PcpuError::NoMemory));
+    /// ```
     #[derive(Debug)]
     pub struct HeapSource {
         limit: usize,
@@ -251,6 +306,23 @@ mod heap {
 /// `populate` is a no-op unless prefaulting is asked for); `depopulate` is
 /// `madvise(MADV_DONTNEED)`; `free_pages` is `munmap`. Never calls the
 /// global allocator, so it can back a `#[global_allocator]`.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{MmapSource, PcpuAllocator};
+///
+/// // Four units of 64 KiB per chunk, in a `static`.
+/// static PCPU: PcpuAllocator<StdCpu, MmapSource> =
+///     PcpuAllocator::new_dynamic(StdCpu::new(), MmapSource::new(), 64 << 10, 4);
+/// let p = PCPU.alloc(64, 64).unwrap();
+/// for cpu in 0..4 {
+///     // SAFETY: 64 live bytes in every unit.
+///     unsafe { PCPU.per_cpu_ptr(p, cpu).cast::<u64>().write(cpu as u64 + 1) };
+/// }
+/// // SAFETY: as above; the mapping faulted in on first touch.
+/// assert_eq!(unsafe { PCPU.per_cpu_ptr(p, 3).cast::<u64>().read() }, 4);
+/// PCPU.free(p);
+/// ```
 #[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MmapSource {

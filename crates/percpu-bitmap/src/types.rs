@@ -33,6 +33,22 @@ pub const EMPTY_POP_PAGES_HIGH: isize = 4;
 /// every unit through [`PcpuAllocator::per_cpu_ptr`](crate::PcpuAllocator::per_cpu_ptr). Only the allocator
 /// makes them; using one after freeing it is detected only as far as the
 /// maps can tell (the area may have been handed out again).
+///
+/// ```
+/// use core::ptr::NonNull;
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, PcpuPtr};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10).units(2)).unwrap();
+/// let p: PcpuPtr = a.alloc(16, 8).unwrap();
+/// assert_eq!(a.per_cpu_ptr(p, 0), p.as_ptr(), "the handle is unit 0's copy");
+/// assert_eq!(a.per_cpu_ptr(p, 1).as_ptr() as usize, p.addr() + a.unit_offset(1));
+/// // Kept as an integer and turned back into a handle.
+/// let q = PcpuPtr::from_raw(NonNull::new(p.addr() as *mut u8).unwrap());
+/// assert_eq!(q, p);
+/// assert_eq!(a.size_of(q), Ok(16));
+/// a.free(q);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PcpuPtr(pub(crate) NonNull<u8>);
 
@@ -72,6 +88,26 @@ impl core::fmt::Debug for PcpuPtr {
 /// Flags of a request (the kernel derives them from `gfp_t` and the
 /// `reserved` argument of `pcpu_alloc`). Combine them with `|`; the empty
 /// set is [`KERNEL`](Self::KERNEL).
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{AllocFlags, Config, HeapSource, PcpuAllocator, PcpuError};
+///
+/// let mut f = AllocFlags::ATOMIC | AllocFlags::RESERVED;
+/// assert!(f.contains(AllocFlags::ATOMIC) && f.contains(AllocFlags::RESERVED));
+/// f.set(AllocFlags::ATOMIC, false);
+/// assert_eq!(f, AllocFlags::RESERVED);
+/// assert_eq!(format!("{:?}", AllocFlags::default()), "AllocFlags(KERNEL)");
+/// // A first chunk with 256 reserved bytes: reserved requests are served there.
+/// let cfg = Config::new(64 << 10).units(2).first_chunk(0, 256, 8192);
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), cfg).unwrap();
+/// let r = a.alloc_with(200, 8, AllocFlags::RESERVED).unwrap();
+/// assert_eq!(a.alloc_with(200, 8, AllocFlags::RESERVED), Err(PcpuError::ReservedExhausted));
+/// a.free(r);
+/// // Atomic requests use populated pages (the first chunk's are).
+/// let n = a.alloc_with(64, 8, AllocFlags::ATOMIC).unwrap();
+/// a.free(n);
+/// ```
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct AllocFlags(u8);
 

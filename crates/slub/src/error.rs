@@ -11,6 +11,29 @@ use core::fmt;
 /// Why a free was refused (the state is left untouched): the address and
 /// what was wrong with it, the shape of `buddy::FreeError` and
 /// `pcp::BadFree`.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{FreeError, FreeErrorKind, Geometry, GlobalPages, KmemCache, SlabFlags};
+///
+/// const G: Geometry = Geometry::new(PerThread::OWNED_SLOTS + 1);
+/// static A: KmemCache<GlobalPages, PerThread> =
+///     KmemCache::new("cache_a", 64, 8, SlabFlags::NONE, G, GlobalPages, PerThread);
+/// static B: KmemCache<GlobalPages, PerThread> =
+///     KmemCache::new("cache_b", 64, 8, SlabFlags::NONE, G, GlobalPages, PerThread);
+/// let p = A.alloc().unwrap();
+/// let addr = p.as_ptr() as usize;
+/// // SAFETY: refused (another cache's object), nothing changes.
+/// let e = unsafe { B.try_free(p) }.unwrap_err();
+/// assert_eq!(e.addr, addr);
+/// assert!(matches!(e.kind, FreeErrorKind::WrongCache(_)));
+/// // SAFETY: ours, freed once; the second free is refused.
+/// unsafe { A.try_free(p) }.unwrap();
+/// let e = unsafe { A.try_free(p) }.unwrap_err();
+/// assert_eq!(e, FreeError::new(addr, FreeErrorKind::DoubleFree));
+/// assert_eq!(e.addr(), addr);
+/// assert_eq!(e.to_string(), format!("slub: double free of {addr:#x}"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FreeError {
     /// The address whose free was refused.
@@ -20,6 +43,29 @@ pub struct FreeError {
 }
 
 /// What was wrong with a refused free ([`FreeError::kind`]).
+///
+/// ```
+/// use core::ptr::NonNull;
+/// use local_lock::std_platform::PerThread;
+/// use slub::{FreeErrorKind, Geometry, GlobalPages, KmemCache, SlabFlags};
+///
+/// static C: KmemCache<GlobalPages, PerThread> = KmemCache::new(
+///     "kinds", 64, 8, SlabFlags::NONE, Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+/// let p = C.alloc().unwrap();
+/// // SAFETY: each bad free is refused and changes nothing.
+/// unsafe {
+///     let inside = p.add(8);
+///     assert!(matches!(C.try_free(inside).unwrap_err().kind, FreeErrorKind::NotObjectStart(_)));
+///     let on_stack = 0u64;
+///     let e = C.try_free(NonNull::from(&on_stack).cast()).unwrap_err();
+///     assert_eq!(e.kind, FreeErrorKind::NotAllocated);
+///     assert_eq!(
+///         e.kind.to_string(),
+///         "not in any allocated block of this cache's page allocator"
+///     );
+///     C.free(p);
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FreeErrorKind {
     /// No allocated block of the page allocator contains the address.
@@ -78,6 +124,21 @@ impl core::error::Error for FreeError {}
 
 /// A cache still held objects when it was destroyed (they and their slabs
 /// are left alone, as `kmem_cache_destroy` does).
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{CacheBusy, GlobalPages, KmemCache, SlabFlags};
+///
+/// let mut c = KmemCache::<GlobalPages, PerThread>::create(
+///     "busy", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+/// let p = c.alloc().unwrap();
+/// let e: CacheBusy = c.destroy().unwrap_err();
+/// assert_eq!((e.name, e.slabs, e.objects), ("busy", 1, 1));
+/// assert!(e.to_string().ends_with("slab cache still has objects (1 in 1 slabs)"));
+/// // SAFETY: ours, freed once.
+/// unsafe { c.free(p) };
+/// assert_eq!(c.destroy(), Ok(()));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheBusy {
     /// The cache's name.

@@ -26,6 +26,23 @@ pub(crate) fn pages_static() -> &'static GlobalPcp {
 }
 
 /// The page source of [`GlobalSlub`] (a handle to the shared pcp).
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{GlobalPages, GlobalSlub, KmemCache, SlabFlags, SlabSource};
+///
+/// static HEAP: GlobalSlub = GlobalSlub::new();
+/// // Every handle (and every GlobalSlub) shares one pcp allocator.
+/// assert!(core::ptr::eq(GlobalPages.pcp(), HEAP.pages()));
+/// assert_eq!(GlobalPages.page_size(), 4096);
+/// // A dedicated cache over the same pages.
+/// let c = KmemCache::<GlobalPages, PerThread>::create(
+///     "dentry", 192, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+/// let d = c.alloc().unwrap();
+/// assert!(GlobalPages.block_of(d.as_ptr()).is_some(), "its slab is a block of the pages");
+/// // SAFETY: ours, freed once.
+/// unsafe { c.free(d) };
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GlobalPages;
 

@@ -99,6 +99,25 @@ const fn kmalloc_class_aligned(mut i: usize, align: usize) -> Option<usize> {
 }
 
 /// The kmalloc caches over one page allocator.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{Geometry, GlobalPages, Kmalloc, KMALLOC_SIZES};
+///
+/// static K: Kmalloc<GlobalPages, PerThread> =
+///     Kmalloc::new(GlobalPages, PerThread, Geometry::new(PerThread::OWNED_SLOTS + 1));
+/// assert_eq!(K.caches().len(), KMALLOC_SIZES.len());
+/// let p = K.kmalloc(100, 8).unwrap();
+/// assert_eq!(K.ksize(p.as_ptr()), 128, "kmalloc-128");
+/// let big = K.kmalloc(10_000, 8).unwrap();
+/// assert_eq!(K.ksize(big.as_ptr()), 16384, "beyond 8 KiB: four whole pages");
+/// // SAFETY: ours, each freed once.
+/// unsafe {
+///     K.kfree(p.as_ptr());
+///     K.kfree(big.as_ptr());
+/// }
+/// K.validate();
+/// ```
 pub struct Kmalloc<S: SlabSource + Copy, P: Platform + Copy, const N: usize = 64> {
     caches: [KmemCache<S, P, N>; 13],
     source: S,
@@ -505,6 +524,23 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
 }
 
 /// See [`Kmalloc::report`].
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{Geometry, GlobalPages, Kmalloc, SlabInfo};
+///
+/// static K: Kmalloc<GlobalPages, PerThread> =
+///     Kmalloc::new(GlobalPages, PerThread, Geometry::new(PerThread::OWNED_SLOTS + 1));
+/// let p = K.kmalloc(48, 8).unwrap();
+/// let report = K.report().to_string();
+/// let mut lines = report.lines();
+/// assert_eq!(lines.next(), Some(SlabInfo::HEADER));
+/// // One slabinfo line per cache, then the non-zero counters.
+/// assert!(lines.any(|l| l.starts_with("kmalloc-64 ")));
+/// assert!(report.contains("ALLOC_SLAB"));
+/// // SAFETY: ours, freed once.
+/// unsafe { K.kfree(p.as_ptr()) };
+/// ```
 pub struct Report<'a, S: SlabSource + Copy, P: Platform + Copy, const N: usize>(
     &'a Kmalloc<S, P, N>,
 );

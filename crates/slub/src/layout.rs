@@ -7,6 +7,22 @@ use local_lock::bits::{align_up, fls, ilog2};
 use crate::slab::MAX_OBJS_PER_SLAB;
 
 /// Cache creation flags (`SLAB_*`).
+///
+/// ```
+/// use slub::layout::calculate_layout;
+/// use slub::{Geometry, SlabFlags};
+///
+/// let f = SlabFlags::HARDENED.union(SlabFlags::RED_ZONE);
+/// assert!(f.contains(SlabFlags::HARDENED) && f.is_debug());
+/// assert!(!SlabFlags::HARDENED.is_debug(), "hardening is not a debug option");
+/// assert!(SlabFlags::DEBUG_ALL.contains(SlabFlags::POISON));
+/// // Red zones widen the stride of 32-byte objects.
+/// let g = Geometry::new(4);
+/// let plain = calculate_layout(32, 8, SlabFlags::NONE, &g).unwrap();
+/// let red = calculate_layout(32, 8, SlabFlags::RED_ZONE, &g).unwrap();
+/// assert_eq!(plain.size, 32);
+/// assert!(red.size > plain.size && red.red_left_pad > 0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SlabFlags(u32);
 
@@ -101,6 +117,17 @@ pub fn default_flags() -> SlabFlags {
 }
 
 /// Slab order and objects per slab (`struct kmem_cache_order_objects`).
+///
+/// ```
+/// use slub::layout::calculate_layout;
+/// use slub::{Geometry, OrderObjects, SlabFlags};
+///
+/// let l = calculate_layout(256, 8, SlabFlags::NONE, &Geometry::new(4)).unwrap();
+/// // The preferred slab: as many 256-byte objects as its pages hold.
+/// assert_eq!(l.oo.objects as usize, (4096 << l.oo.order) / 256);
+/// // The fallback: one page.
+/// assert_eq!(l.min, OrderObjects { order: 0, objects: 16 });
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OrderObjects {
     /// Page order of a slab.
@@ -111,6 +138,20 @@ pub struct OrderObjects {
 
 /// What a cache is built for: the page size of its page allocator, the
 /// possible CPUs (for `min_objects`) and `slub_max_order`.
+///
+/// ```
+/// use slub::layout::calculate_layout;
+/// use slub::{CacheError, Geometry, SlabFlags};
+///
+/// let g = Geometry::new(4);
+/// assert_eq!((g.page_size, g.max_order, g.page_max_order), (4096, 3, 10));
+/// // 16 KiB pages: slabs of 1000-byte objects are sized in those pages.
+/// let big = Geometry { page_size: 16384, ..g };
+/// let l = calculate_layout(1000, 8, SlabFlags::NONE, &big).unwrap();
+/// assert_eq!(l.oo.objects as usize, (16384 << l.oo.order) / l.size);
+/// let odd = Geometry { page_size: 1000, ..g };
+/// assert_eq!(calculate_layout(8, 8, SlabFlags::NONE, &odd), Err(CacheError::BadPageSize(1000)));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Page size in bytes (a power of two).
@@ -136,6 +177,20 @@ impl Geometry {
 }
 
 /// Why a cache cannot be created.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::layout::calculate_layout;
+/// use slub::{CacheError, Geometry, GlobalPages, KmemCache, SlabFlags};
+///
+/// let g = Geometry::new(1);
+/// assert_eq!(calculate_layout(0, 8, SlabFlags::NONE, &g), Err(CacheError::ZeroSize));
+/// assert_eq!(calculate_layout(64, 3, SlabFlags::NONE, &g), Err(CacheError::BadAlign(3)));
+/// let huge = KmemCache::<GlobalPages, PerThread>::create(
+///     "huge", 1 << 30, 8, SlabFlags::NONE, GlobalPages, PerThread);
+/// assert_eq!(huge.unwrap_err(), CacheError::TooLarge(1 << 30));
+/// assert_eq!(CacheError::ZeroSize.to_string(), "slub: object size 0");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheError {
     /// Object size 0.
@@ -170,6 +225,18 @@ impl core::fmt::Display for CacheError {
 impl core::error::Error for CacheError {}
 
 /// Computed layout of a cache's objects and slabs.
+///
+/// ```
+/// use slub::layout::calculate_layout;
+/// use slub::{Geometry, SlabFlags};
+///
+/// let l = calculate_layout(100, 8, SlabFlags::NONE, &Geometry::new(4)).unwrap();
+/// assert_eq!((l.object_size, l.size, l.align), (100, 104, 8));
+/// assert!(l.offset + 8 <= l.size, "the free pointer lies in the stride");
+/// // `reciprocal` divides an offset in the slab by the stride.
+/// let off = 5 * l.size + 3;
+/// assert_eq!(((off as u128 * l.reciprocal as u128) >> 64) as usize, 5);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheLayout {
     /// The size the user asked for (`object_size`).

@@ -42,6 +42,15 @@ pub const fn tag_kmalloc_index(tag: u32) -> usize {
 pub const MAX_OBJS_PER_SLAB: usize = 32767;
 
 /// `inuse:16 | objects:15 | frozen:1`.
+///
+/// ```
+/// use slub::slab::Counters;
+///
+/// let c = Counters { inuse: 3, objects: 32, frozen: true };
+/// assert_eq!(c.pack(), 3 | 32 << 16 | 1 << 31);
+/// assert_eq!(Counters::unpack(c.pack()), c);
+/// assert_eq!(Counters::unpack(0), Counters::default());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Counters {
     /// Objects not on the slab's freelist (allocated, or on a CPU freelist).

@@ -6,8 +6,41 @@
 
 local_lock::stat_items! {
     /// A SLUB statistic, with the kernel's names.
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags, SlubStat};
+    ///
+    /// assert_eq!(SlubStat::ALLOC_SLAB.name(), "ALLOC_SLAB");
+    /// assert_eq!(SlubStat::ALL.len(), SlubStat::COUNT);
+    /// // A cache counts its paths: its first object needs a new slab.
+    /// let mut c = KmemCache::<GlobalPages, PerThread>::create(
+    ///     "stat_demo", 32, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let p = c.alloc().unwrap();
+    /// assert_eq!(c.stats().get(SlubStat::ALLOC_SLAB), 1);
+    /// assert_eq!(c.stats().get(SlubStat::ALLOC_SLOWPATH), 1);
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(p) };
+    /// c.destroy().unwrap();
+    /// ```
     pub enum SlubStat;
     /// A snapshot of the counters (one CPU's, or summed over CPUs).
+    ///
+    /// ```
+    /// use slub::{SlubStat, SlubStats};
+    ///
+    /// let mut a = SlubStats::ZERO;
+    /// a.inc(SlubStat::ALLOC_FASTPATH);
+    /// a.add(SlubStat::FREE_FASTPATH, 2);
+    /// let mut sum = a;
+    /// sum.merge(&a); // two CPUs' counters
+    /// assert_eq!(sum.get(SlubStat::FREE_FASTPATH), 4);
+    /// assert_eq!(a.delta(&sum), a, "what changed from `a` to `sum`");
+    /// // One `NAME value` line per non-zero item; `{:#}` prints them all.
+    /// assert_eq!(a.to_string().lines().next(), Some(format!("{:<24} 1", "ALLOC_FASTPATH").as_str()));
+    /// assert_eq!(a.to_string().lines().count(), 2);
+    /// assert_eq!(format!("{a:#}").lines().count(), SlubStat::COUNT);
+    /// ```
     pub struct SlubStats [width = 24, zeros = false];
     items {
         /// Allocation from the CPU slab's lockless freelist.

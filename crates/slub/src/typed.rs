@@ -151,6 +151,35 @@ impl<T, S: SlabSource, P: Platform, const N: usize> fmt::Debug for TypedCache<T,
 
 /// The error of [`TypedCache::try_new`]: no memory for the object; the
 /// value is handed back.
+///
+/// ```
+/// use buddy::{Buddy, Config};
+/// use local_lock::test_platform::TestPlatform;
+/// use slub::{OutOfMemory, SlabFlags, TypedCache};
+///
+/// // A page allocator over 1 MiB of heap memory.
+/// let layout = std::alloc::Layout::from_size_align(1 << 20, 4096).unwrap();
+/// // SAFETY: non-zero size.
+/// let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+/// let pages = Buddy::new(TestPlatform::pinned(1), Config::new(4096, 8));
+/// // SAFETY: zeroed memory nobody else uses, leaked (lives as long as `pages`).
+/// unsafe { pages.add_region(mem, 1 << 20, true).unwrap() };
+///
+/// let cache: TypedCache<[u64; 512], _, _> =
+///     TypedCache::create("pages", SlabFlags::NONE, &pages, TestPlatform::pinned(1)).unwrap();
+/// let mut live = Vec::new();
+/// let err: OutOfMemory<[u64; 512]> = loop {
+///     match cache.try_new([7; 512]) {
+///         Ok(b) => live.push(b),
+///         Err(e) => break e,
+///     }
+/// };
+/// assert!(live.len() > 100, "most of the 256 pages were handed out");
+/// assert_eq!(err.value, [7; 512], "the value comes back");
+/// assert_eq!(err.to_string(), "slub pages: out of memory for a [u64; 512]");
+/// live.pop();
+/// assert!(cache.try_new(err.value).is_ok(), "room again");
+/// ```
 pub struct OutOfMemory<T> {
     cache: &'static str,
     /// The value that was not placed.

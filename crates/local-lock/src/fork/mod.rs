@@ -46,6 +46,47 @@ pub mod level {
 }
 
 /// An allocator whose locks must be held across `fork`.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+/// use local_lock::fork::{level, register, ForkLocks};
+///
+/// /// A pool with one lock (a flag here).
+/// struct Pool {
+///     locked: AtomicBool,
+///     forks: AtomicUsize,
+/// }
+/// impl ForkLocks for Pool {
+///     fn fork_prepare(&self) {
+///         while self.locked.swap(true, Ordering::Acquire) {
+///             std::hint::spin_loop();
+///         }
+///     }
+///     unsafe fn fork_parent(&self) {
+///         self.forks.fetch_add(1, Ordering::Relaxed);
+///         self.locked.store(false, Ordering::Release);
+///     }
+///     unsafe fn fork_child(&self) {
+///         self.locked.store(false, Ordering::Release);
+///     }
+/// }
+/// static POOL: Pool = Pool { locked: AtomicBool::new(false), forks: AtomicUsize::new(0) };
+/// assert!(register(&POOL, level::OBJECTS));
+///
+/// // SAFETY: the child only reads an atomic and exits.
+/// let pid = unsafe { libc::fork() };
+/// if pid == 0 {
+///     let free = !POOL.locked.load(Ordering::Relaxed);
+///     // SAFETY: ends the child without running the parent's destructors.
+///     unsafe { libc::_exit(if free { 0 } else { 1 }) };
+/// }
+/// let mut status = -1;
+/// // SAFETY: waits for our own child.
+/// assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+/// assert_eq!(status, 0, "the child found the lock released");
+/// assert_eq!(POOL.forks.load(Ordering::Relaxed), 1, "the parent handler ran");
+/// assert!(!POOL.locked.load(Ordering::Relaxed));
+/// ```
 pub trait ForkLocks: Sync {
     /// Takes every lock of the allocator, in its lock order (blocking until
     /// each is free). Called by the thread that forks, before `fork`.

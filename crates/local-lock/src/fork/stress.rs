@@ -27,6 +27,19 @@ use std::time::{Duration, Instant};
 use std::vec::Vec;
 
 /// What [`run`] saw.
+///
+/// ```
+/// use std::time::Duration;
+/// use local_lock::fork::stress::{run, Outcome};
+///
+/// let bad = Outcome { forks: 10, hung: 1, failed: vec![(3, 256)] };
+/// assert!(!bad.passed());
+/// assert_eq!(bad.to_string(), "1 of 10 children hung, failed (fork, status): [(3, 256)]");
+/// // The system allocator is fork-safe: every child allocates and exits.
+/// let r = run(3, 2, Duration::from_secs(10));
+/// assert!(r.passed(), "{r}");
+/// assert_eq!(r.forks, 3);
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// Children forked.

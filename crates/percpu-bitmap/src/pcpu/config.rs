@@ -26,6 +26,27 @@ pub(crate) const fn size_to_slot_raw(size: usize) -> usize {
 }
 
 /// How to build a [`PcpuAllocator`](crate::PcpuAllocator) (the kernel's `pcpu_alloc_info`).
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator};
+///
+/// fn wake_balance_worker() {}
+/// // Two groups (NUMA nodes) of two 64 KiB units; a first chunk with 128
+/// // static bytes, no reserved region and 16 KiB for dynamic areas.
+/// let cfg = Config::new(64 << 10)
+///     .units(4)
+///     .groups(2, 1 << 20)
+///     .first_chunk(128, 0, 16 << 10)
+///     .balance_hook(wake_balance_worker);
+/// assert_eq!((cfg.nr_units, cfg.atom_size, cfg.static_size), (4, 1 << 20, 128));
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), cfg).unwrap();
+/// assert_eq!(a.nr_units(), 4);
+/// assert_eq!(a.static_area().map(|(_, size)| size), Some(128));
+/// // Each group's span is rounded up to the atom: group 1 starts 1 MiB on.
+/// assert_eq!(a.unit_offset(2), 1 << 20);
+/// assert_eq!(Config::default().unit_size, 64 << 10);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     /// Bytes per unit: a multiple of `PAGE_SIZE` (= the block size), at

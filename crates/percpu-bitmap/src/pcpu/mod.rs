@@ -226,6 +226,29 @@ impl<P: Platform> Drop for DataGuard<'_, P> {
 // ---------------------------------------------------------------------
 
 /// The percpu area allocator (see the crate docs for the design).
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10).units(4)).unwrap();
+/// assert_eq!((a.nr_units(), a.unit_size()), (4, 64 << 10));
+/// // `alloc_percpu(u64)`: one zeroed u64 per unit.
+/// let p = a.alloc(8, 8).unwrap();
+/// for cpu in 0..a.nr_units() {
+///     let v = a.per_cpu_ptr(p, cpu).cast::<u64>();
+///     // SAFETY: 8 live bytes in every unit, only this thread uses them.
+///     unsafe {
+///         assert_eq!(v.read(), 0);
+///         v.write(10 * cpu as u64);
+///     }
+/// }
+/// // SAFETY: as above.
+/// let sum: u64 = (0..4).map(|cpu| unsafe { a.per_cpu_ptr(p, cpu).cast::<u64>().read() }).sum();
+/// assert_eq!(sum, 60);
+/// assert_eq!(a.try_free(p), Ok(8));
+/// assert_eq!(a.stats().nr_cur_alloc, 0);
+/// ```
 pub struct PcpuAllocator<P: Platform, S: ChunkSource> {
     platform: P,
     source: S,

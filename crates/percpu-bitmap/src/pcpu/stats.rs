@@ -1,6 +1,23 @@
 //! Allocation statistics (`mm/percpu-stats.c`).
 
 /// Allocation statistics (`percpu-stats.c`), kept under `pcpu_lock`.
+///
+/// ```
+/// use local_lock::std_platform::StdCpu;
+/// use percpu_bitmap::{Config, HeapSource, PcpuAllocator, Stats};
+///
+/// let a = PcpuAllocator::new(StdCpu::new(), HeapSource::new(), Config::new(64 << 10).units(2)).unwrap();
+/// assert_eq!(a.stats().nr_alloc, 0);
+/// let p = a.alloc(10, 4).unwrap();
+/// let q = a.alloc(100, 8).unwrap();
+/// a.free(p);
+/// let s: Stats = a.stats();
+/// assert_eq!((s.nr_alloc, s.nr_dealloc, s.nr_cur_alloc, s.nr_max_alloc), (2, 1, 1, 2));
+/// assert_eq!((s.min_alloc_size, s.max_alloc_size), (12, 100), "sizes rounded to 4 bytes");
+/// assert_eq!((s.nr_chunks, s.chunks_created), (1, 1));
+/// assert!(s.to_string().starts_with("Percpu Memory Statistics\n  nr_alloc            :            2"));
+/// a.free(q);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Successful allocations.

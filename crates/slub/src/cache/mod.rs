@@ -340,6 +340,29 @@ impl Fast {
 ///
 /// Slabs record the cache's id (drawn at first use), not its address, so a
 /// cache may be moved like any Rust value.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{GlobalPages, KmemCache, SlabFlags};
+///
+/// let mut cache = KmemCache::<GlobalPages, PerThread>::create(
+///     "task_struct", 200, 16, SlabFlags::HARDENED, GlobalPages, PerThread).unwrap();
+/// assert_eq!((cache.name(), cache.object_size(), cache.object_align()), ("task_struct", 200, 16));
+/// let a = cache.alloc().unwrap();
+/// let b = cache.zalloc().unwrap();
+/// assert_ne!(a, b);
+/// assert_eq!(a.as_ptr() as usize % 16, 0);
+/// // SAFETY: `b` is a fresh zeroed object of 200 bytes.
+/// assert!(unsafe { core::slice::from_raw_parts(b.as_ptr(), 200) }.iter().all(|&x| x == 0));
+/// assert_eq!(cache.nr_slabs(), 1);
+/// // SAFETY: ours, each freed once.
+/// unsafe {
+///     cache.free(a);
+///     cache.free(b);
+/// }
+/// cache.validate();
+/// assert_eq!(cache.destroy(), Ok(()), "every object was freed");
+/// ```
 pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     name: &'static str,
     /// Unique id, drawn at first use (0 before).

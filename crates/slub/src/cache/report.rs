@@ -15,6 +15,23 @@ use crate::stats::SlubStats;
 use super::{CpuFast, CpuLocked, FreePtr, KmemCache, Mode};
 
 /// A slabinfo line.
+///
+/// ```
+/// use local_lock::std_platform::PerThread;
+/// use slub::{GlobalPages, KmemCache, SlabFlags};
+///
+/// let c = KmemCache::<GlobalPages, PerThread>::create(
+///     "obj64", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+/// let p = c.alloc().unwrap();
+/// let i = c.slabinfo();
+/// assert_eq!((i.name, i.objsize, i.num_slabs, i.cpu_slabs), ("obj64", 64, 1, 1));
+/// assert_eq!(i.objperslab * 64, i.pagesperslab * 4096);
+/// // The CPU slab's objects count as allocated, as in `/proc/slabinfo`.
+/// assert_eq!(i.active_objs, i.num_objs);
+/// assert!(i.to_string().starts_with("obj64 "));
+/// // SAFETY: ours, freed once.
+/// unsafe { c.free(p) };
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlabInfo {
     /// Cache name.
