@@ -161,8 +161,14 @@ fn the_free_marker_first_byte_is_a_filter_not_the_check() {
         let r = c.random.load(core::sync::atomic::Ordering::Relaxed);
         let low = r as u8;
         assert!(low & 1 == 1 && (0x81..=0xfd).contains(&low), "{r:#x}");
-        // SAFETY: a live 64 B object of ours.
-        unsafe { a.as_ptr().write(low) };
+        // SAFETY: a live 64 B object of ours; its first word ends in the
+        // marker's first byte, the rest differs (written as one word: miri
+        // cannot mix a byte write and the word's atomic accesses).
+        unsafe {
+            a.as_ptr()
+                .cast::<usize>()
+                .write(0x5a5a_0000 | usize::from(low))
+        };
         // SAFETY: live, freed once.
         unsafe { c.try_free(a) }.expect("a live object is not a double free");
         // SAFETY: freed above: refused before any change.

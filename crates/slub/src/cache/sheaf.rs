@@ -76,11 +76,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// in the store that last wrote its byte, so it forwards.
     #[inline(always)]
     pub(super) fn marked_free(w: &core::sync::atomic::AtomicUsize, r: usize) -> bool {
-        // SAFETY: the first byte of the aligned word `w`; the object is
-        // the caller's (being freed), so nothing accesses it concurrently
-        // (a racing double free is the caller's undefined behaviour).
-        let b = unsafe { core::sync::atomic::AtomicU8::from_ptr(w.as_ptr().cast::<u8>()) };
-        b.load(CoreOrdering::Relaxed) == r as u8 && w.load(CoreOrdering::Relaxed) == r
+        // SAFETY: the first byte of the aligned word `w`, read plainly (an
+        // atomic byte access to an atomic word is a mixed-size access,
+        // which Rust's memory model leaves out and miri rejects): the
+        // object is the caller's (being freed), so nothing writes it
+        // concurrently (a racing double free is the caller's undefined
+        // behaviour), and this thread's earlier atomic stores to it happen
+        // before the read.
+        let b = unsafe { w.as_ptr().cast::<u8>().read() };
+        b == r as u8 && w.load(CoreOrdering::Relaxed) == r
     }
 
     /// Reports a sheaf whose size word is beyond its capacity.
