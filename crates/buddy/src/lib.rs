@@ -201,8 +201,8 @@ pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
 pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
-    AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,
-    ZoneStats, MAX_ZONES, ORDER_LIMIT,
+    AllocFlags, Config, FreeFlags, Order, Page, Pfn, PurgePolicy, Stat, Tunables, Watermarks,
+    ZoneId, ZoneSpec, ZoneStats, MAX_ZONES, ORDER_LIMIT,
 };
 
 #[cfg(all(test, not(loom)))]
