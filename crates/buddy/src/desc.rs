@@ -114,7 +114,8 @@ pub const fn is_pcp_tag(tag: u32) -> bool {
 pub(crate) struct PageDesc {
     /// Owner: double word (SLUB: `freelist`, `counters`).
     pub(crate) pair: AtomicDWord,
-    /// Owner: a word (SLUB: the cache's id).
+    /// Owner: a word (SLUB: the cache's id). Buddy, while the block is
+    /// free and `AGED`: the decay scan's first sighting of it (ms).
     pub(crate) data: AtomicUsize,
     /// Owner: a word (SLUB, pcp: a list link).
     pub(crate) link: AtomicUsize,

@@ -22,7 +22,9 @@ use crate::types::{Stat, ZoneId};
 use crate::zone::{Isolated, PurgeScan};
 
 /// Blocks a pass takes off the lists at a time (at most this many blocks
-/// are away from the free lists while they are purged).
+/// are away from the free lists while they are purged: an allocation
+/// meanwhile sees that much less free memory, and a growing heap may grow
+/// instead).
 const PURGE_BATCH: usize = 8;
 
 impl<P: Platform> Buddy<P> {
