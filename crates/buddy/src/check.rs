@@ -6,7 +6,7 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use crate::buddy::Buddy;
-use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL};
+use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
 use crate::types::{Order, ZoneId, ORDER_SLOTS};
 use crate::zone::{ZoneInner, DIRTY_LIST, ZERO_LIST};
 
@@ -22,7 +22,9 @@ impl<P: Platform> Buddy<P> {
     /// * no two free buddies of equal order remain unmerged;
     /// * every `FREE` descriptor of the zone is on a list, and every
     ///   `ALLOC` head is aligned and inside its span;
-    /// * `free <= managed`, and `managed` matches its lock-free copy.
+    /// * `free <= managed`, and `managed` matches its lock-free copy;
+    /// * a `PURGED` block is known zero, and `purged` is the pages of the
+    ///   listed `PURGED` blocks.
     ///
     /// Cost: O(pages managed). Tests and fuzzing only.
     pub fn check_invariants(&self) {
@@ -39,6 +41,7 @@ impl<P: Platform> Buddy<P> {
         let z = zone.index();
         let mut total = 0usize;
         let mut listed = 0usize;
+        let mut purged = 0usize;
         for o in 0..ORDER_SLOTS {
             for li in [ZERO_LIST, DIRTY_LIST] {
                 let l = &g.area[o].lists[li];
@@ -73,6 +76,13 @@ impl<P: Platform> Buddy<P> {
                     let p = unsafe { dr.prev() };
                     assert_eq!(p, prev, "zone {z} order {o}: bad prev link");
                     self.check_free_block(zone, dr, d, order, li == ZERO_LIST);
+                    if dr.load_state() & PURGED != 0 {
+                        assert!(
+                            li == ZERO_LIST,
+                            "zone {z} order {o}: purged block not known zero"
+                        );
+                        purged += order.pages();
+                    }
                     n += 1;
                     total += order.pages();
                     prev = d;
@@ -88,6 +98,11 @@ impl<P: Platform> Buddy<P> {
                 listed += n;
             }
         }
+        assert_eq!(
+            purged, g.purged,
+            "zone {z}: purged pages {} != pages of the purged blocks listed = {purged}",
+            g.purged
+        );
         assert_eq!(
             total, g.free,
             "zone {z}: free pages {} != sum over orders of blocks x 2^order = {total}",

@@ -18,6 +18,9 @@
 //! 56 aux    AtomicPtr<u8>  buddy: head: the block's pointer; stamped tail: its head's
 //! ```
 //!
+//! `state` flags of a free head: PG_zero (two bits, one per half),
+//! `PURGED` (given back to the OS), `AGED` (seen by the decay scan).
+//!
 //! `state` kinds: `NONE` (0: a tail, a hole, the memmap itself, or never
 //! managed), `FREE` (head of a block on a free list: order and PG_zero bits
 //! valid), `ALLOC` (head of an allocated block: order valid), `TAIL` (a tail
@@ -52,6 +55,19 @@ pub(crate) const ZERO_LO: u32 = 1 << 8;
 pub(crate) const ZERO_HI: u32 = 1 << 9;
 /// PG_zero: the whole free block reads as zero.
 pub(crate) const ZERO_FULL: u32 = ZERO_LO | ZERO_HI;
+/// The whole free block was given back to the OS (purged: `madvise`), so
+/// it costs no resident memory and reads as zero (always set with
+/// `ZERO_FULL`). Splitting passes it to both halves; a merge keeps it only
+/// if both halves had it (a block half resident counts as resident, the
+/// purged half's pages leave the zone's `purged` count); handing a block
+/// out clears it. The kernel's `PG_reported` (free page reporting).
+pub(crate) const PURGED: u32 = 1 << 10;
+/// The decay scan has seen this free block (its first sighting's time is
+/// in the head's `data` word, an owner word the buddy may use while the
+/// block is free). Any new state (a free, a merge, a split) clears it.
+pub(crate) const AGED: u32 = 1 << 11;
+/// The flag bits a state word carries besides kind and order.
+const FLAGS: u32 = ZERO_FULL | PURGED | AGED;
 
 #[inline(always)]
 pub(crate) const fn kind(state: u32) -> u32 {
@@ -66,7 +82,7 @@ pub(crate) const fn order_of(state: u32) -> Order {
 }
 #[inline(always)]
 pub(crate) const fn make_state(kind: u32, order: Order, zero: u32) -> u32 {
-    kind | ((order.get() as u32) << ORDER_SHIFT) | (zero & ZERO_FULL)
+    kind | ((order.get() as u32) << ORDER_SHIFT) | (zero & FLAGS)
 }
 
 /// The owner tag of a block on a per-CPU page list (pcp): `tag &
@@ -98,11 +114,12 @@ pub const fn is_pcp_tag(tag: u32) -> bool {
 pub(crate) struct PageDesc {
     /// Owner: double word (SLUB: `freelist`, `counters`).
     pub(crate) pair: AtomicDWord,
-    /// Owner: a word (SLUB: the cache's id).
+    /// Owner: a word (SLUB: the cache's id). Buddy, while the block is
+    /// free and `AGED`: the decay scan's first sighting of it (ms).
     pub(crate) data: AtomicUsize,
     /// Owner: a word (SLUB, pcp: a list link).
     pub(crate) link: AtomicUsize,
-    /// Buddy: kind, order, PG_zero bits.
+    /// Buddy: kind, order, PG_zero, purged and aged bits.
     pub(crate) state: AtomicU32,
     /// Owner: a small tag (block kind: slab, large kmalloc, ...).
     pub(crate) tag: AtomicU32,

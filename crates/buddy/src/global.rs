@@ -46,6 +46,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
+use core::sync::atomic::AtomicU64;
 
 use local_lock::bits::checked_align_up;
 use local_lock::os;
@@ -149,6 +150,9 @@ pub struct GlobalBuddy {
     gen: AtomicUsize,
     /// Live direct mappings.
     direct: AtomicUsize,
+    /// The clock time (ms) before which no decay scan runs (scans run at
+    /// most every quarter of the decay time).
+    next_decay: AtomicU64,
     /// Address → length of every live direct mapping (innermost lock: no
     /// other lock is taken under it).
     direct_table: SpinLock<DirectTable>,
@@ -305,6 +309,19 @@ impl DirectTable {
     }
 }
 
+/// A monotonic clock in milliseconds (`CLOCK_MONOTONIC`; 0 if it fails).
+fn now_ms() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
 /// A bad `dealloc`: report on stderr without allocating, then abort (a
 /// global allocator must not unwind).
 #[cold]
@@ -334,6 +351,7 @@ impl GlobalBuddy {
             }),
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
+            next_decay: AtomicU64::new(0),
             direct_table: SpinLock::new(DirectTable::new()),
         }
     }
@@ -359,6 +377,44 @@ impl GlobalBuddy {
     pub fn grow_for(&self, order: Order) -> bool {
         let gen = self.gen.load(Ordering::Acquire);
         self.grow(self.buddy.config().block_size(order), gen)
+    }
+
+    /// Purges every resident free block at or above the purge order
+    /// ([`PurgePolicy`](crate::PurgePolicy)) now: their memory goes back to
+    /// the OS (`madvise(MADV_DONTNEED)`), their address range stays, and
+    /// they are served later as known zero without clearing (`malloc_trim`).
+    /// Returns the bytes purged.
+    pub fn trim(&self) -> usize {
+        BuddySource::trim(self)
+    }
+
+    /// A decay scan (jemalloc's `dirty_decay_ms`), if one is due: free
+    /// blocks at or above the purge order that stayed free for the policy's
+    /// decay time are purged, keeping the retained resident free pages.
+    /// Runs at most every quarter of the decay time (otherwise it costs one
+    /// clock read); called on the heap's slow paths (growth, frees of
+    /// blocks at or above the purge order), and by layers above on theirs.
+    /// Returns the bytes purged.
+    pub fn decay(&self) -> usize {
+        let Some(decay) = self.buddy.config().purge().decay_ms else {
+            return 0;
+        };
+        let now = now_ms();
+        let due = self.next_decay.load(Ordering::Relaxed);
+        if now < due
+            || self
+                .next_decay
+                .compare_exchange(
+                    due,
+                    now + (decay / 4).max(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return 0;
+        }
+        self.buddy.decay_with(now, |p, n| self.purge(p, n))
     }
 
     fn lock_grow(&self) -> SpinLockGuard<'_, Grow> {
@@ -498,6 +554,7 @@ impl GlobalBuddy {
     #[cold]
     #[inline(never)]
     fn grow(&self, need: usize, gen: usize) -> bool {
+        self.decay();
         let mut g = self.lock_grow();
         if self.gen.load(Ordering::Acquire) != gen {
             return true;
@@ -684,6 +741,19 @@ impl BuddySource for GlobalBuddy {
     fn grow(&self, order: Order) -> bool {
         self.grow_for(order)
     }
+    /// `madvise(MADV_DONTNEED)`: the heap is private anonymous memory, so
+    /// the block reads as zero afterwards. Refused for blocks smaller than
+    /// (or not aligned to) an OS page.
+    fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        let page = os::page_size();
+        if !bytes.is_multiple_of(page) || !(block.as_ptr() as usize).is_multiple_of(page) {
+            return false;
+        }
+        // SAFETY: a free heap block nobody holds (the buddy's purge pass
+        // took it off the free lists), whole OS pages of our private
+        // anonymous heap mapping.
+        unsafe { os::purge(block.as_ptr(), bytes) }
+    }
 }
 
 // SAFETY: the buddy's blocks and owner words (growing the heap through its
@@ -774,17 +844,24 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                 // with this layout, which the buddy served (layouts with an
                 // order never go to a direct mapping). A bad pointer is
                 // caught by the descriptor check.
-                if let Err(e) = unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
-                    // Not in the heap: a block served as a direct mapping
-                    // when the heap could not grow?
-                    if !self.buddy.owns(ptr) {
-                        // SAFETY: GlobalAlloc's contract: if `ptr` is such
-                        // a mapping, it is this block, given up.
-                        if unsafe { self.free_block_direct(ptr, order) } {
-                            return;
-                        }
+                match unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
+                    // A large block freed: a slow path, where decay runs.
+                    Ok(()) if order >= self.buddy.config().purge_order() => {
+                        self.decay();
                     }
-                    abort_bad_free(e)
+                    Ok(()) => {}
+                    Err(e) => {
+                        // Not in the heap: a block served as a direct mapping
+                        // when the heap could not grow?
+                        if !self.buddy.owns(ptr) {
+                            // SAFETY: GlobalAlloc's contract: if `ptr` is such
+                            // a mapping, it is this block, given up.
+                            if unsafe { self.free_block_direct(ptr, order) } {
+                                return;
+                            }
+                        }
+                        abort_bad_free(e)
+                    }
                 }
             }
             // A layout above the largest block: a direct mapping, checked

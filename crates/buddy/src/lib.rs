@@ -66,6 +66,21 @@
 //!   outside the lock. Ordinary requests prefer non-zero blocks of the
 //!   smallest order. Fresh memory from the OS or a zeroed region is marked
 //!   zero; [`free_pages_zeroed`](Buddy::free_pages_zeroed) keeps it.
+//! * **Purging** (memory back to the OS, std page sources): whole free
+//!   blocks at or above the purge order ([`PurgePolicy`], default 9) are
+//!   given back through the page source's hook
+//!   ([`BuddySource::purge`]: `madvise(MADV_DONTNEED)` for
+//!   [`GlobalBuddy`]; none by default, so `no_std` sources are unaffected),
+//!   a batch at a time taken off the lists under the zone lock, purged
+//!   outside it, and put back cold, flagged purged (`PG_reported`) and
+//!   known zero (the OS zeroes them: `alloc_zeroed` after a purge clears
+//!   nothing). A split keeps the flag on both halves, a merge keeps it only
+//!   if both halves had it (purged + resident = resident), a hand-out
+//!   clears it. [`trim_with`](Buddy::trim_with) purges now
+//!   (`malloc_trim`); [`decay_with`](Buddy::decay_with) is one decay scan
+//!   (jemalloc's `dirty_decay_ms`: blocks two scans saw free `decay_ms`
+//!   apart, keeping a watermark of resident free pages), which
+//!   `GlobalBuddy::decay` runs on its slow paths.
 //! * **Bulk** for pcp: [`alloc_bulk`](Buddy::alloc_bulk) (`rmqueue_bulk`) and
 //!   [`free_bulk`](Buddy::free_bulk) (`free_pcppages_bulk`), each under one
 //!   zone-lock acquisition. `alloc_bulk` tells each block's known-zero bit;
@@ -118,6 +133,7 @@
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
 //! | page-source contract (pcp, slub) | [`PageAlloc`] (`alloc_block` → [`Block`]: the block with its owner words), [`BuddySource`] (the buddy and its one growth hook) |
 //! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
+//! | memory back to the OS | [`trim_with`](Buddy::trim_with), [`decay_with`](Buddy::decay_with), [`nr_purged_pages`](Buddy::nr_purged_pages), [`BuddySource::trim`], `GlobalBuddy::trim`/`decay`, [`PurgePolicy`] |
 //! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |
 //!
 //! # Lock order
@@ -140,7 +156,8 @@
 //! interrupt handler, may call it (IRQs are off while a zone lock is held,
 //! so an interrupt on the same CPU cannot spin on it). Nothing but the
 //! `alloc_bulk` sink and the `free_bulk` iterator runs under a zone lock,
-//! and those must not call back into the allocator.
+//! and those must not call back into the allocator. The purge hook runs
+//! outside every zone lock (on blocks taken off the lists).
 //!
 //! # Pinned (kernel) and locked (std/RT) platforms
 //!
@@ -201,8 +218,8 @@ pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
 pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
-    AllocFlags, Config, FreeFlags, Order, Page, Pfn, Stat, Tunables, Watermarks, ZoneId, ZoneSpec,
-    ZoneStats, MAX_ZONES, ORDER_LIMIT,
+    AllocFlags, Config, FreeFlags, Order, Page, Pfn, PurgePolicy, Stat, Tunables, Watermarks,
+    ZoneId, ZoneSpec, ZoneStats, MAX_ZONES, ORDER_LIMIT,
 };
 
 #[cfg(all(test, not(loom)))]

@@ -4,7 +4,8 @@
 //! heap, pcp's lists and its global heap), whose allocation hands back the
 //! block **with** its owner words, and one buddy-side growth hook
 //! ([`BuddySource::grow`], talc's `OomHandler`) asked when the buddy is
-//! exhausted. Layers above the buddy never forward growth: a per-CPU layer
+//! exhausted, and its purge hook ([`BuddySource::purge`]: free memory back
+//! to the OS, for [`BuddySource::trim`] and the decay). Layers above the buddy never forward growth: a per-CPU layer
 //! holds a [`BuddySource`] and lets it grow; a slab layer holds a
 //! [`PageAlloc`].
 
@@ -70,6 +71,23 @@ pub trait BuddySource: Sync {
         let _ = order;
         false
     }
+    /// Gives the memory of a free block back to the OS, keeping its address
+    /// range usable (std: `madvise(MADV_DONTNEED)` on private anonymous
+    /// memory), and says whether it did; afterwards the block must read as
+    /// zero (it is marked known zero). Called by the buddy's purge passes
+    /// ([`trim`](Self::trim), [`Buddy::decay_with`]) outside its locks, on
+    /// a block nobody holds. The default purges nothing (a `no_std` kernel
+    /// need not implement it: its memory is not the OS's).
+    fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        let _ = (block, bytes);
+        false
+    }
+    /// Purges every resident free block at or above the purge order now
+    /// through [`purge`](Self::purge) (`malloc_trim` for the page level);
+    /// returns the bytes purged (0 without a purge hook).
+    fn trim(&self) -> usize {
+        self.buddy().trim_with(|p, n| self.purge(p, n))
+    }
     /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
     /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
     #[inline]
@@ -106,6 +124,12 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     }
     fn grow(&self, order: Order) -> bool {
         (**self).grow(order)
+    }
+    fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        (**self).purge(block, bytes)
+    }
+    fn trim(&self) -> usize {
+        (**self).trim()
     }
 }
 

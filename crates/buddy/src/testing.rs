@@ -31,8 +31,8 @@ use local_lock::sync::DWord;
 use local_lock::test_platform::TestPlatform;
 
 use crate::{
-    AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, Page, Stat, Tunables, ZoneId,
-    ZoneSpec, MAX_ZONES,
+    AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, Page, PurgePolicy, Stat, Tunables,
+    ZoneId, ZoneSpec, MAX_ZONES,
 };
 
 /// The shape of a harness run (values are clamped into range).
@@ -133,6 +133,18 @@ pub enum Op {
         /// Percent (mod 25).
         pct: u8,
     },
+    /// A purge pass with a page source that zeroes what it purges (as
+    /// `MADV_DONTNEED` does): `trim_with` if `!decay`, else one
+    /// `decay_with` scan after advancing the harness clock by `advance` ms
+    /// (decay 100 ms, no retained pages). Every block purged must be one of
+    /// the model's free blocks at or above the purge order (one below the
+    /// largest); after a trim none of them is resident (all known zero).
+    Purge {
+        /// A decay scan instead of a trim.
+        decay: bool,
+        /// Clock advance (ms) before a decay scan.
+        advance: u8,
+    },
 }
 
 /// A live block in the model.
@@ -179,6 +191,10 @@ pub struct Harness {
     allocs: u64,
     frees: u64,
     zeroed_requests: u64,
+    /// The decay scans' clock (ms).
+    clock: u64,
+    /// Bytes purged so far (against `Stat::PURGED_BYTES`).
+    purged_bytes: u64,
     /// Operations applied.
     pub ops: u64,
     /// Bad frees rejected as predicted.
@@ -229,6 +245,11 @@ impl Harness {
             watermark_scale_factor: 10,
             lowmem_reserve_ratio: [ratio; MAX_ZONES],
         });
+        cfg = cfg.with_purge(PurgePolicy {
+            order: max_order - 1,
+            decay_ms: Some(100),
+            retain_pages: Some(0),
+        });
         let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
         let carve = page_shift >= 8;
         let r0 = Region {
@@ -268,6 +289,8 @@ impl Harness {
             ops: 0,
             bad_frees: 0,
             failures: 0,
+            clock: 0,
+            purged_bytes: 0,
         };
         if !carve {
             let mm_len = h.buddy.memmap_bytes(arena_len);
@@ -412,6 +435,7 @@ impl Harness {
         assert_eq!(self.buddy.stat(Stat::ALLOC), self.allocs, "alloc count");
         assert_eq!(self.buddy.stat(Stat::FREE), self.frees, "free count");
         assert_eq!(self.buddy.stat(Stat::ZEROED_REQUEST), self.zeroed_requests);
+        assert_eq!(self.buddy.stat(Stat::PURGED_BYTES), self.purged_bytes);
         assert_eq!(
             self.buddy.stat(Stat::ZEROED_NO_CLEAR) + self.buddy.stat(Stat::ZEROED_CLEARED),
             self.zeroed_requests
@@ -653,8 +677,47 @@ impl Harness {
                     ..self.buddy.tunables()
                 });
             }
+            Op::Purge { decay, advance } => self.op_purge(decay, advance),
         }
         self.check();
+    }
+
+    fn op_purge(&mut self, decay: bool, advance: u8) {
+        let blocks: BTreeSet<(usize, u8)> = self.canonical().into_iter().collect();
+        let min = self.buddy.config().purge_order();
+        let shift = self.page_shift;
+        let mut seen = 0usize;
+        let purge = |p: NonNull<u8>, n: usize| {
+            let pfn = p.as_ptr() as usize >> shift;
+            let o = (n >> shift).trailing_zeros() as u8;
+            assert!(
+                o >= min.get() && blocks.contains(&(pfn, o)),
+                "purged {p:p} ({n} bytes): not a free block of the model at or above {min}"
+            );
+            // SAFETY: a free block the pass took off the lists.
+            unsafe { p.as_ptr().write_bytes(0, n) };
+            seen += n;
+            true
+        };
+        let bytes = if decay {
+            self.clock += advance as u64;
+            self.buddy.decay_with(self.clock, purge)
+        } else {
+            self.buddy.trim_with(purge)
+        };
+        assert_eq!(bytes, seen);
+        self.purged_bytes += bytes as u64;
+        if !decay {
+            for z in 0..self.nr_zones() {
+                self.buddy
+                    .for_each_free_block(ZoneId::new(z), |a, o, zero| {
+                        assert!(
+                            o < min || zero,
+                            "free block {a:#x} ({o}) left resident by a trim"
+                        );
+                    });
+            }
+        }
     }
 
     fn op_alloc(&mut self, order: u8, bits: u8, zone: u8) {

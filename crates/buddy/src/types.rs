@@ -427,6 +427,46 @@ pub struct Config {
     nr_zones: u8,
     zones: [ZoneSpec; MAX_ZONES],
     tunables: Tunables,
+    purge: PurgePolicy,
+}
+
+/// When free memory goes back to the OS, for page sources that can purge
+/// ([`BuddySource::purge`](crate::BuddySource::purge); `no_std` sources
+/// that do not are unaffected): whole free blocks of at least
+/// [`order`](Self::order) are purged by `trim` at once, and by the decay
+/// scans (jemalloc's `dirty_decay_ms`, run on slow paths, no background
+/// thread) once free for [`decay_ms`](Self::decay_ms), while the zone keeps
+/// [`retain_pages`](Self::retain_pages) resident free pages (the kernel's
+/// high watermark by default).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PurgePolicy {
+    /// The smallest order purged (pageblock order 9 with 4 KiB pages by
+    /// default; clamped to the largest order).
+    pub order: u8,
+    /// A free block seen free by two decay scans this many milliseconds
+    /// apart is purged; `None`: only `trim` purges. Scans run at most every
+    /// quarter of it, so a block is purged after `decay_ms` to `1.5 x
+    /// decay_ms` of being free (if slow paths run meanwhile).
+    pub decay_ms: Option<u64>,
+    /// Resident free pages per zone the decay keeps (`trim` purges them
+    /// too); `None`: the zone's high watermark.
+    pub retain_pages: Option<usize>,
+}
+
+impl PurgePolicy {
+    /// The default: order 9, 5 s decay (purged within 7.5 s), keep the
+    /// high watermark resident.
+    pub const DEFAULT: PurgePolicy = PurgePolicy {
+        order: 9,
+        decay_ms: Some(5000),
+        retain_pages: None,
+    };
+}
+
+impl Default for PurgePolicy {
+    fn default() -> Self {
+        PurgePolicy::DEFAULT
+    }
 }
 
 impl Config {
@@ -469,6 +509,7 @@ impl Config {
             nr_zones: 1,
             zones,
             tunables: Tunables::KERNEL,
+            purge: PurgePolicy::DEFAULT,
         }
     }
 
@@ -508,6 +549,28 @@ impl Config {
     pub const fn with_tunables(mut self, tunables: Tunables) -> Config {
         self.tunables = tunables;
         self
+    }
+
+    /// The same shape with this purge policy.
+    pub const fn with_purge(mut self, purge: PurgePolicy) -> Config {
+        self.purge = purge;
+        self
+    }
+
+    /// The purge policy.
+    #[inline(always)]
+    pub const fn purge(&self) -> PurgePolicy {
+        self.purge
+    }
+
+    /// The smallest order purged (the policy's, clamped to `max_order`).
+    #[inline(always)]
+    pub const fn purge_order(&self) -> Order {
+        if self.purge.order < self.max_order.0 {
+            Order(self.purge.order)
+        } else {
+            self.max_order
+        }
     }
 
     /// Bytes per page.
@@ -661,5 +724,9 @@ local_lock::stat_items! {
         /// Known-zero blocks handed to requests that did not ask for zeroes (the
         /// zero information is spent; bulk blocks report it in `Page::zero`).
         ZERO_SPENT = "zero_spent",
+        /// Free blocks given back to the OS (purged: `trim` or decay).
+        PURGE = "purge",
+        /// Bytes purged.
+        PURGED_BYTES = "purged_bytes",
     }
 }

@@ -9,7 +9,8 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{CachePadded, SpinLock};
 
 use crate::desc::{
-    kind, make_state, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL, ZERO_HI, ZERO_LO,
+    kind, make_state, order_of, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI,
+    ZERO_LO,
 };
 use crate::span::Found;
 use crate::types::{AllocFlags, Config, Order, Stat, Watermarks, MAX_ZONES, ORDER_SLOTS};
@@ -74,6 +75,9 @@ pub(crate) struct ZoneInner {
     pub(crate) free: usize,
     /// Pages given to the zone (`managed_pages`).
     pub(crate) managed: usize,
+    /// Of the free pages, those given back to the OS (blocks flagged
+    /// `PURGED`); `free - purged` are resident.
+    pub(crate) purged: usize,
     /// Watermarks (copy of the zone's atomics for the locked path).
     pub(crate) wmark: Watermarks,
     /// `lowmem_reserve[j]`: pages kept from requests whose highest zone is
@@ -109,6 +113,7 @@ impl ZoneInner {
                 dirty_bits: 0,
                 free: 0,
                 managed: 0,
+                purged: 0,
                 wmark: Watermarks { min: 0, low: 0, high: 0 },
                 lowmem_reserve: [0; MAX_ZONES],
                 stats: [0; Stat::COUNT],
@@ -286,7 +291,10 @@ impl ZoneInner {
         unsafe { self.del(desc, high, li == ZERO_LIST) };
         // SAFETY: as above.
         let d = unsafe { &*desc };
-        let mut zero = d.load_state() & ZERO_FULL;
+        let s = d.load_state();
+        let mut zero = s & ZERO_FULL;
+        // A purged block's halves are purged (and zero) too.
+        let purged = s & PURGED;
         let p = d.aux.load(Ordering::Relaxed);
         let mut m = high;
         while m > order {
@@ -303,7 +311,7 @@ impl ZoneInner {
                     .store(p.wrapping_add(half << cfg.page_shift()), Ordering::Relaxed);
                 (*hd)
                     .state
-                    .store(make_state(KIND_FREE, m, hz), Ordering::Relaxed);
+                    .store(make_state(KIND_FREE, m, hz | purged), Ordering::Relaxed);
                 self.add(hd, m, hz == ZERO_FULL, false);
             }
             zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
@@ -313,6 +321,10 @@ impl ZoneInner {
             zero = 0;
         }
         self.free -= order.pages();
+        if purged != 0 {
+            // Handed out: its pages are resident again once touched.
+            self.purged -= order.pages();
+        }
         d.reset_owner();
         d.state
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
@@ -328,6 +340,12 @@ impl ZoneInner {
     /// check: `pfn ^ (1 << order)` free, of this order, in the span).
     /// PG_zero of the merged block: the halves that were wholly zero
     /// (`ZERO_LO`, `ZERO_HI`); zero only if both were.
+    ///
+    /// `zero` may carry `PURGED` (a block given back to the OS, put back by
+    /// the purge pass; always with `ZERO_FULL`): the merged block keeps it
+    /// only if its buddy was purged too; merging a purged block with a
+    /// resident one gives a resident block (the purged half's pages leave
+    /// `purged`: a later purge pass purges the whole block again).
     ///
     /// Placement: at the tail if `to_tail` (fresh memory, cold frees) or if
     /// the buddy one order up is free, so a block likely to merge soon is
@@ -352,6 +370,11 @@ impl ZoneInner {
     ) {
         self.free += order.pages();
         let max = cfg.max_order();
+        let mut purged = zero & PURGED;
+        zero &= ZERO_FULL;
+        if purged != 0 {
+            self.purged += order.pages();
+        }
         if order == Order::ZERO && zero != ZERO_FULL {
             zero = 0;
         }
@@ -364,6 +387,12 @@ impl ZoneInner {
                 break;
             }
             let bz = bs & ZERO_FULL;
+            if (bs & PURGED) != purged {
+                // One half purged, the other resident: the merged block is
+                // resident (the purged half is counted resident again).
+                self.purged -= order.pages();
+                purged = 0;
+            }
             // SAFETY: a FREE head of this order in this zone (buddies share
             // the zone: zone ends are multiples of the largest block) is on
             // the list its PG_zero bits name.
@@ -389,10 +418,130 @@ impl ZoneInner {
         // SAFETY: `desc` heads the merged block.
         unsafe {
             (*desc).aux.store(p, Ordering::Relaxed);
-            (*desc)
-                .state
-                .store(make_state(KIND_FREE, order, zero), Ordering::Release);
+            (*desc).state.store(
+                make_state(KIND_FREE, order, zero | purged),
+                Ordering::Release,
+            );
             self.add(desc, order, zero == ZERO_FULL, tail);
+        }
+    }
+}
+
+/// A block the purge pass took off the free lists (`Buddy::purge_free`),
+/// to give back to the OS outside the lock and put back.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Isolated {
+    /// Its head descriptor (kind `NONE` while isolated: no free of it
+    /// passes the descriptor check, no buddy merges with it).
+    pub(crate) desc: *mut PageDesc,
+    /// Its first byte.
+    pub(crate) ptr: *mut u8,
+    /// Its order.
+    pub(crate) order: Order,
+    /// Its PG_zero bits when taken.
+    pub(crate) zero: u32,
+}
+
+impl Isolated {
+    /// An empty slot.
+    pub(crate) const NONE: Isolated = Isolated {
+        desc: ptr::null_mut(),
+        ptr: ptr::null_mut(),
+        order: Order::ZERO,
+        zero: 0,
+    };
+}
+
+/// Which free blocks a purge pass takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PurgeScan {
+    /// Every resident free block at or above the threshold (`trim`).
+    All,
+    /// Blocks that two scans `decay` ms apart saw free (the first sighting
+    /// stamps the block `AGED` with `now`), while the zone keeps more than
+    /// `retain` resident free pages.
+    Decay {
+        /// The caller's clock (ms).
+        now: u64,
+        /// The decay time (ms).
+        decay: u64,
+        /// Resident free pages to keep.
+        retain: usize,
+    },
+}
+
+impl ZoneInner {
+    /// Takes up to `out.len()` resident free blocks of order `min..=max`
+    /// (largest first) that `scan` selects off the free lists (`free`
+    /// drops by their pages while they are out), and ages the others
+    /// `scan` looks at. Returns how many it took.
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held; the listed descriptors are valid (type
+    /// invariant).
+    pub(crate) unsafe fn isolate_for_purge(
+        &mut self,
+        min: Order,
+        max: Order,
+        scan: PurgeScan,
+        out: &mut [Isolated],
+    ) -> usize {
+        let mut n = 0;
+        let mut o = max;
+        loop {
+            for li in [DIRTY_LIST, ZERO_LIST] {
+                let mut d = self.area[o.index()].lists[li].head;
+                while !d.is_null() && n < out.len() {
+                    // SAFETY: a listed descriptor (caller's contract).
+                    let dr = unsafe { &*d };
+                    // SAFETY: lock held.
+                    let next = unsafe { dr.next() };
+                    let s = dr.load_state();
+                    let take = if s & PURGED != 0 {
+                        false
+                    } else {
+                        match scan {
+                            PurgeScan::All => true,
+                            PurgeScan::Decay { now, decay, retain } => {
+                                if self.free - self.purged <= retain {
+                                    return n;
+                                }
+                                if s & AGED == 0 {
+                                    // First sighting: stamp it (the head's
+                                    // owner words are the buddy's while the
+                                    // block is free).
+                                    dr.data.store(now as usize, Ordering::Relaxed);
+                                    dr.state.store(s | AGED, Ordering::Relaxed);
+                                    false
+                                } else {
+                                    let seen = dr.data.load(Ordering::Relaxed) as u64;
+                                    now.wrapping_sub(seen) >= decay
+                                }
+                            }
+                        }
+                    };
+                    if take {
+                        // SAFETY: listed on this list (its PG_zero bits
+                        // name it).
+                        unsafe { self.del(d, o, li == ZERO_LIST) };
+                        self.free -= o.pages();
+                        out[n] = Isolated {
+                            desc: d,
+                            ptr: dr.aux.load(Ordering::Relaxed),
+                            order: o,
+                            zero: s & ZERO_FULL,
+                        };
+                        dr.state.store(0, Ordering::Relaxed);
+                        n += 1;
+                    }
+                    d = next;
+                }
+            }
+            if n == out.len() || o <= min {
+                return n;
+            }
+            o = o.minus(1);
         }
     }
 }

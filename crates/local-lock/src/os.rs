@@ -1,6 +1,6 @@
 //! The OS layer of the std front-ends (feature `std`, unix): anonymous
 //! memory from `mmap`, aligned by over-mapping and trimming, and given back
-//! with `munmap`.
+//! with `munmap` (or, keeping the range, `madvise(MADV_DONTNEED)`).
 //!
 //! Buddy's `GlobalBuddy` (its arena and large direct mappings) and
 //! percpu-bitmap's `MmapSource` (its chunks) both get their memory here.
@@ -65,6 +65,20 @@ pub unsafe fn map(addr: *mut u8, len: usize, prot: i32, extra: i32) -> *mut u8 {
 pub unsafe fn unmap(ptr: *mut u8, len: usize) {
     // SAFETY: caller's contract.
     unsafe { libc::munmap(ptr.cast(), len) };
+}
+
+/// `madvise(ptr, len, MADV_DONTNEED)`: gives the pages of a private
+/// anonymous mapping back to the OS, keeping the range mapped; afterwards
+/// they read as zero (fresh zero pages on the next touch). False if the OS
+/// refused.
+///
+/// # Safety
+///
+/// `ptr..ptr+len` is page aligned, inside a private anonymous mapping of
+/// the caller, and its contents are no longer needed.
+pub unsafe fn purge(ptr: *mut u8, len: usize) -> bool {
+    // SAFETY: caller's contract.
+    unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) == 0 }
 }
 
 /// `len` bytes of fresh private anonymous memory aligned to `align` (a power
@@ -133,6 +147,21 @@ mod tests {
                 assert_eq!(p.read() + p.add(len - 1).read(), 3);
                 unmap(p, len);
             }
+        }
+    }
+
+    #[test]
+    fn purge_gives_back_zero_pages() {
+        let page = page_size();
+        let len = 4 * page;
+        let p = map_aligned(len, page, libc::PROT_READ | libc::PROT_WRITE, 0);
+        assert!(!p.is_null());
+        // SAFETY: `p..p+len` is our fresh read-write private mapping.
+        unsafe {
+            p.write_bytes(0xa5, len);
+            assert!(purge(p, len));
+            assert!(core::slice::from_raw_parts(p, len).iter().all(|&b| b == 0));
+            unmap(p, len);
         }
     }
 

@@ -69,6 +69,16 @@ impl GlobalPcp {
         self.pcp.drain_local() + self.pcp.drain_all().0
     }
 
+    /// Gives free memory back to the OS (`malloc_trim`): [`drain`](Self::drain)s
+    /// every list it can reach, then purges the buddy's free blocks at or
+    /// above its purge order ([`GlobalBuddy::trim`]). Returns the bytes
+    /// purged. Live threads' lists keep their pages (up to the pcp `high`
+    /// each).
+    pub fn trim(&self) -> usize {
+        self.drain();
+        self.pcp.source().trim()
+    }
+
     #[inline(always)]
     fn order(&self, layout: Layout) -> Option<Order> {
         self.pcp

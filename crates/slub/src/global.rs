@@ -197,6 +197,19 @@ impl GlobalSlub {
         &PAGES
     }
 
+    /// Gives free memory back to the OS (`malloc_trim`, `mi_collect`):
+    /// flushes every CPU slot it may reach ([`Kmalloc::flush_all`]: the
+    /// calling thread's and exited threads' slabs; live threads keep
+    /// theirs), shrinks the kmalloc caches (`kmem_cache_shrink`: empty
+    /// slabs go back to the pages), then trims the shared pages
+    /// ([`GlobalPcp::trim`]: pcp drain, buddy purge). Returns the bytes
+    /// purged.
+    pub fn trim(&self) -> usize {
+        self.k.flush_all();
+        self.k.shrink();
+        PAGES.trim()
+    }
+
     /// Registers the thread-exit flush of a `static` instance on first use
     /// (checked once per instance, then one relaxed load).
     ///

@@ -11,6 +11,7 @@
 //! * `bulk`: pcp's `rmqueue_bulk` / `free_pcppages_bulk`;
 //! * `watermark`: watermarks, reserves, tunables;
 //! * `region`: spans and regions (memory in);
+//! * `purge`: free blocks given back to the OS (trim, decay);
 //! * `report`: buddyinfo, zoneinfo, counters.
 //!
 //! The zone's free lists themselves (`__free_one_page`, `expand`,
@@ -20,6 +21,7 @@ mod alloc;
 mod bulk;
 mod free;
 mod owner;
+mod purge;
 mod region;
 mod report;
 mod watermark;

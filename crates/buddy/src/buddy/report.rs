@@ -20,6 +20,9 @@ pub struct ZoneInfo {
     pub managed: usize,
     /// Pages on its free lists.
     pub free: usize,
+    /// Of those, pages given back to the OS (purged); `free - purged` are
+    /// resident.
+    pub purged: usize,
     /// Its watermarks.
     pub watermarks: Watermarks,
     /// `lowmem_reserve[j]`.
@@ -46,6 +49,8 @@ impl fmt::Display for ZoneInfo {
         let m = self.max_order.index();
         writeln!(f, "Node 0, zone {:>8}", self.name)?;
         writeln!(f, "  pages free     {}", self.free)?;
+        writeln!(f, "        purged   {}", self.purged)?;
+        writeln!(f, "        resident {}", self.free - self.purged)?;
         writeln!(f, "        min      {}", self.watermarks.min)?;
         writeln!(f, "        low      {}", self.watermarks.low)?;
         writeln!(f, "        high     {}", self.watermarks.high)?;
@@ -154,6 +159,7 @@ impl<P: Platform> Buddy<P> {
             name: self.cfg.zones()[zone.index()].name,
             managed: g.managed,
             free: g.free,
+            purged: g.purged,
             watermarks: g.wmark,
             lowmem_reserve: g.lowmem_reserve,
             free_blocks,

@@ -63,6 +63,10 @@ pub enum FuzzOp {
         kind: u8,
         at: u16,
     },
+    Purge {
+        decay: bool,
+        advance: u8,
+    },
 }
 
 impl From<FuzzOp> for Op {
@@ -95,6 +99,7 @@ impl From<FuzzOp> for Op {
             FuzzOp::AddRegion => Op::AddRegion,
             FuzzOp::SetMinFree { pct } => Op::SetMinFree { pct },
             FuzzOp::BadAddRegion { kind, at } => Op::BadAddRegion { kind, at },
+            FuzzOp::Purge { decay, advance } => Op::Purge { decay, advance },
         }
     }
 }

@@ -18,6 +18,7 @@ mod global;
 mod irq;
 mod model;
 mod owner;
+mod purge;
 mod wmark;
 mod zero;
 

@@ -37,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u8>(), any::<u16>()).prop_map(|(kind, idx)| Op::BadFree { kind, idx }),
         1 => Just(Op::AddRegion),
         1 => (0u8..25).prop_map(|pct| Op::SetMinFree { pct }),
+        1 => (any::<bool>(), 0u8..80).prop_map(|(decay, advance)| Op::Purge { decay, advance }),
     ]
 }
 
@@ -168,11 +169,40 @@ fn harness_smoke() {
             },
             Op::BadFree { kind: 8, idx: 1 },
             Op::BadFree { kind: 9, idx: 0 },
+            Op::Purge {
+                decay: false,
+                advance: 0,
+            },
+            // Purged blocks split (zeroed and plain) and merged back.
+            Op::Alloc {
+                order: 0,
+                flags: 1,
+                zone: 0,
+            },
+            Op::Alloc {
+                order: 1,
+                flags: 0,
+                zone: 0,
+            },
+            Op::Free {
+                idx: 0,
+                zero: false,
+                cold: false,
+            },
+            Op::Purge {
+                decay: true,
+                advance: 10,
+            },
+            Op::Purge {
+                decay: true,
+                advance: 100,
+            },
         ];
         for op in &ops {
             h.apply(op);
         }
         assert!(h.bad_frees >= 7, "bad frees exercised: {}", h.bad_frees);
+        assert!(h.buddy().stat(crate::Stat::PURGE) > 0, "purges exercised");
         h.finish();
     }
 }

@@ -1,0 +1,131 @@
+//! `GlobalBuddy` gives free memory back to the OS: freed large blocks are
+//! purged by `trim` (RSS read from `/proc/self/statm` drops), purged pages
+//! served as zeroed read zero without clearing, and the decay purges
+//! blocks left free for the decay time. One test per binary section, run
+//! in order in one test so no other test's allocations disturb the RSS.
+
+use std::alloc::{GlobalAlloc, Layout};
+
+use buddy::{Config, GlobalBuddy, PurgePolicy, Stat, Tunables, GLOBAL_CONFIG};
+
+/// Resident bytes of this process (`/proc/self/statm`, second field).
+fn rss() -> usize {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+const MIB: usize = 1 << 20;
+const BLOCK: usize = 4 * MIB;
+
+fn touch_blocks(h: &GlobalBuddy, n: usize) -> Vec<*mut u8> {
+    let l = Layout::from_size_align(BLOCK, 4096).unwrap();
+    (0..n)
+        .map(|i| {
+            // SAFETY: a valid layout.
+            let p = unsafe { h.alloc(l) };
+            assert!(!p.is_null());
+            // SAFETY: ours, BLOCK bytes.
+            unsafe { p.write_bytes(i as u8 | 1, BLOCK) };
+            p
+        })
+        .collect()
+}
+
+fn free_blocks(h: &GlobalBuddy, v: Vec<*mut u8>) {
+    let l = Layout::from_size_align(BLOCK, 4096).unwrap();
+    for p in v {
+        // SAFETY: from `touch_blocks` with this layout.
+        unsafe { h.dealloc(p, l) };
+    }
+}
+
+#[test]
+fn trim_and_decay_give_memory_back() {
+    if !std::path::Path::new("/proc/self/statm").exists() {
+        return;
+    }
+    // No decay here: only trim purges.
+    let h = GlobalBuddy::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
+        decay_ms: None,
+        ..PurgePolicy::DEFAULT
+    }));
+    let n = 64; // 256 MiB
+    let v = touch_blocks(&h, n);
+    let live = rss();
+    free_blocks(&h, v);
+    let freed = rss();
+    let purged = h.trim();
+    let after = rss();
+    eprintln!(
+        "GlobalBuddy, {n} x 4 MiB: RSS live {} MiB, freed {} MiB, after trim {} MiB (purged {} MiB; heap {} MiB mapped)",
+        live / MIB,
+        freed / MIB,
+        after / MIB,
+        purged / MIB,
+        h.heap_bytes() / MIB
+    );
+    assert!(purged >= n * BLOCK, "purged {purged}");
+    assert!(freed + 8 * MIB > live, "nothing left before the trim");
+    assert!(
+        after + n * BLOCK - 16 * MIB <= freed,
+        "RSS {freed} -> {after}: did not drop by ~{} MiB",
+        n * 4
+    );
+    let zi = h.buddy().zone_info(buddy::ZoneId::new(0));
+    assert_eq!(zi.purged * 4096, h.heap_bytes());
+    assert_eq!(h.trim(), 0, "nothing left to purge");
+
+    // Purged blocks served as zeroed: known zero, no clearing, read zero.
+    let l = Layout::from_size_align(BLOCK, 4096).unwrap();
+    let cleared = h.buddy().stat(Stat::BYTES_CLEARED);
+    let no_clear = h.buddy().stat(Stat::ZEROED_NO_CLEAR);
+    let z: Vec<*mut u8> = (0..n)
+        .map(|_| {
+            // SAFETY: a valid layout.
+            let p = unsafe { h.alloc_zeroed(l) };
+            assert!(!p.is_null());
+            // SAFETY: ours, BLOCK bytes.
+            let s = unsafe { std::slice::from_raw_parts(p, BLOCK) };
+            assert!(s.iter().all(|&b| b == 0), "purged block not zero");
+            p
+        })
+        .collect();
+    assert_eq!(h.buddy().stat(Stat::BYTES_CLEARED), cleared);
+    assert_eq!(h.buddy().stat(Stat::ZEROED_NO_CLEAR), no_clear + n as u64);
+    assert!(
+        rss() < after + 16 * MIB,
+        "reading purged pages maps the shared zero page only"
+    );
+    free_blocks(&h, z);
+    drop(h);
+
+    // Decay: blocks free for the decay time are purged on a slow path (a
+    // large free, or an explicit decay()).
+    let h = GlobalBuddy::with_config(
+        Config::new(4096, 10)
+            .with_tunables(Tunables::NO_MIN)
+            .with_purge(PurgePolicy {
+                decay_ms: Some(40),
+                retain_pages: Some(0),
+                ..PurgePolicy::DEFAULT
+            }),
+    );
+    let v = touch_blocks(&h, 16);
+    free_blocks(&h, v);
+    let before = rss();
+    let mut purged = h.decay(); // may stamp only
+    for _ in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        purged += h.decay();
+    }
+    let after = rss();
+    eprintln!(
+        "decay 40 ms: RSS {} MiB -> {} MiB, purged {} MiB",
+        before / MIB,
+        after / MIB,
+        purged / MIB
+    );
+    assert!(purged >= 16 * BLOCK);
+    assert!(after + 16 * BLOCK - 8 * MIB <= before);
+}
