@@ -151,6 +151,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "miri has no madvise")]
     fn purge_gives_back_zero_pages() {
         let page = page_size();
         let len = 4 * page;
