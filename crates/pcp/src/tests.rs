@@ -766,6 +766,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
         6 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
         1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
+        1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => Just(Op::DrainAll),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
         1 => (0..CPUS, 1usize..12).prop_map(|(cpu, n)| Op::Bulk { cpu, n }),
@@ -778,6 +780,8 @@ fn bad_op() -> impl Strategy<Value = Op> {
         6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
         3 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
         1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
+        1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
         5 => (0..CPUS, 0u8..7, any::<usize>()).prop_map(|(cpu, kind, idx)| Op::Bad { cpu, kind, idx }),
     ]
