@@ -722,11 +722,13 @@ impl Table for Pages {
         }
 
         let (batch, high) = irqsafe.pcp.batch_high();
+        let (_, high_max) = irqsafe.pcp.high_range();
         let mut notes = vec![
             format!(
                 "setup: one buddy (Buddy<Kernel<UserHooks>>: 4 KiB pages, MAX_ORDER 10, Tunables::NO_MIN) over a 1 GiB \
                  MAP_NORESERVE mapping ({} pages after its memmap), shared by the buddy row and the four pcp rows; pcp \
-                 batch/high = {batch}/{high} (Pcp::new: the kernel's zone_batchsize/zone_highsize for that zone); \
+                 batch/high = {batch}/{high}, each CPU's high auto-tuned up to high_max {high_max} (Pcp::new: the kernel's \
+                 zone_batchsize/zone_highsize for that zone, Linux 6.7+ tuning); \
                  buddy_system_allocator (LockedHeap<33>) over its own 1 GiB mapping; the others through GlobalAlloc with \
                  Layout 4096/4096 (glibc: posix_memalign). GlobalPcp = pcp::GlobalPcp (per-thread lists over the mmap-backed GlobalBuddy).",
                 arena.pages()

@@ -24,6 +24,14 @@ pub enum BatchHighError {
         /// The high asked for (after raising it to `2 * batch`).
         high: usize,
     },
+    /// [`Pcp::set_high_range`](crate::Pcp::set_high_range): `high_max` is
+    /// below `high_min` (after raising it to `2 * batch`).
+    HighMinAboveMax {
+        /// The high_min asked for (after the rounding).
+        high_min: usize,
+        /// The high_max asked for.
+        high_max: usize,
+    },
 }
 
 impl fmt::Display for BatchHighError {
@@ -37,6 +45,10 @@ impl fmt::Display for BatchHighError {
             BatchHighError::HighTooLarge { high } => write!(
                 f,
                 "pcp: set_batch_high: high {high} above the most a CPU's lists may hold ({MAX_HIGH} pages) refused"
+            ),
+            BatchHighError::HighMinAboveMax { high_min, high_max } => write!(
+                f,
+                "pcp: set_high_range: high_max {high_max} below high_min {high_min} refused"
             ),
         }
     }

@@ -210,8 +210,10 @@ fn abort_bad_free(e: BadFree) -> ! {
 
 /// Starts the optional background-zeroing helper of seed 003 for a pcp on
 /// real CPUs (the locked strategy, so the helper may reach every CPU's
-/// lists): every `interval` it moves up to `budget` cold pages per CPU to
-/// the zero list by clearing them, until `stop` becomes true. (Per-thread
+/// lists): every `interval` it decays each CPU's tuned `high`
+/// ([`Pcp::decay_pcp_high_cpu`], the kernel's vmstat refresh) and moves up
+/// to `budget` cold pages per CPU to the zero list by clearing them, until
+/// `stop` becomes true. (Per-thread
 /// platforms cannot lend their lists to another thread; there each thread
 /// calls [`Pcp::prezero`] from its own idle points.)
 pub fn spawn_prezero_thread<S: PageSource + Send + 'static, const N: usize>(
@@ -224,6 +226,8 @@ pub fn spawn_prezero_thread<S: PageSource + Send + 'static, const N: usize>(
         let mut total = 0;
         while !stop.load(core::sync::atomic::Ordering::Acquire) {
             for cpu in 0..N.min(pcp.platform().nr_cpus()) {
+                // The vmstat refresh's part: decay an idle CPU's tuned high.
+                let _ = pcp.decay_pcp_high_cpu(cpu);
                 total += pcp.prezero_cpu(cpu, budget).unwrap_or(0);
             }
             std::thread::sleep(interval);

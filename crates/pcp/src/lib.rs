@@ -10,10 +10,10 @@
 //! ```text
 //!   Pcp<S: PageSource, L: Platform>            one zone of S's buddy
 //!   ├─ cpus: LocalLock<CpuPages, L>            one slot per CPU
-//!   │    count, free_factor
+//!   │    count, high, free_count, flags     (Linux 6.7+ tuning)
 //!   │    normal[order 0..=3]  head = hot ... tail = cold
 //!   │    zero[order 0..=3]    known-zero pages, same order
-//!   ├─ batch, high                             kernel formulas or tuned
+//!   ├─ batch, high_min, high_max               kernel formulas or set by hand
 //!   └─ counters[cpu]: stats + count mirror     written by the holder, summed on read
 //! ```
 //!
@@ -33,13 +33,25 @@
 //!   known-zero pages going to the zero list. `ZEROED` requests take the zero
 //!   list first, then a normal page and clear it (outside the locks);
 //!   `ONLY_ZERO` never clears; normal requests use zero pages when the normal
-//!   list is empty. Each allocation halves `free_factor`.
+//!   list is empty. Each allocation halves `free_count`; a refill raises
+//!   the CPU's `high` by a batch (`nr_pcp_alloc`).
 //! * **Free**: checked against the descriptor (owned, head, order, not
 //!   already on a list), pushed at the head (the tail for `COLD`), the zero
-//!   list if freed still zero. When `count >= high`, `batch << free_factor`
-//!   pages (clamped to `[batch, high - batch]`) return to the buddy from the
-//!   cold ends, round-robin over the orders, under **one** zone-lock
-//!   acquisition, and `free_factor` grows.
+//!   list if freed still zero; `free_count` (pages freed since the last
+//!   allocations) grows. When `count` reaches the CPU's `high`
+//!   (`nr_pcp_high`), `free_count` pages (clamped to `[batch, high - batch]`,
+//!   `nr_pcp_free`) return to the buddy from the cold ends, round-robin over
+//!   the orders, under **one** zone-lock acquisition (`free_pcppages_bulk`).
+//! * **Auto-tuned high** (Linux 6.7+): each CPU's `high` lives in
+//!   `[high_min, high_max]` (`zone_highsize` of the low watermark, and of an
+//!   eighth of the zone). A CPU whose frees fill its lists gets `high` raised
+//!   to `free_count + batch` (up to `high_max`), so a burst of frees costs a
+//!   few large batches; `decay_pcp_high` (the kernel's vmstat refresh: call
+//!   it periodically, the prezero helper thread does) lowers it by an eighth
+//!   toward `high_min` and frees what lies above. Consecutive high-order
+//!   frees (`PCPF_PREV_FREE_HIGH_ORDER`) free at once (`free_high`). A
+//!   `high` set by hand (`set_batch_high`, the sysctl) fixes
+//!   `high_min == high_max`: no tuning.
 //! * **Drains**: local, one remote CPU (under its lock where the platform
 //!   allows: the locked strategy, as Linux 6.x), all CPUs with pages.
 //! * **Bulk**: `alloc_bulk` fills an array's empty slots under one hold;

@@ -130,6 +130,18 @@ pub enum Op {
         cpu: usize,
         n: usize,
     },
+    /// `decay_pcp_high` of `cpu`'s lists, run from CPU `from` (remotely on a
+    /// locked platform: a high that moves under another CPU; on `cpu`
+    /// itself on a pinned one).
+    Decay {
+        cpu: usize,
+        from: usize,
+    },
+    /// Switches between the auto-tuned high (`set_high_range(5, 20, 80)`,
+    /// Linux 6.7+) and the fixed `(5, 20)` of the sysctl.
+    SetHigh {
+        auto: bool,
+    },
     /// Bad input, kind `kind % 7`, on live block `idx`, from `cpu`: 0 free
     /// a block, then free it again to the pcp and straight to the buddy
     /// (it sits on a per-CPU list, or is free in the buddy after a batch
@@ -269,6 +281,34 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
             Op::Prezero { cpu, budget } => {
                 plat.on_cpu(cpu, || pcp.prezero(budget));
             }
+            Op::Decay { cpu, from } => {
+                let r = plat.on_cpu(from, || pcp.decay_pcp_high_cpu(cpu));
+                if locked || cpu == from {
+                    r.expect("decay refused");
+                } else {
+                    assert!(r.is_err(), "remote decay on a pinned platform");
+                    plat.on_cpu(cpu, || pcp.decay_pcp_high());
+                }
+                // After a decay: the CPU's high within [high_min, high_max]
+                // and no page above it.
+                let (lo, hi) = pcp.high_range();
+                let l = plat.on_cpu(cpu, || pcp.local_lists());
+                assert!(
+                    (lo..=hi).contains(&l.high) && l.count <= l.high,
+                    "after decay: high {} count {} range [{lo}, {hi}]",
+                    l.high,
+                    l.count
+                );
+            }
+            Op::SetHigh { auto } => {
+                if auto {
+                    pcp.set_high_range(5, 20, 80).unwrap();
+                    assert_eq!(pcp.high_range(), (20, 80));
+                } else {
+                    pcp.set_batch_high(Some((5, 20))).unwrap();
+                    assert_eq!(pcp.high_range(), (20, 20));
+                }
+            }
             Op::Bad { cpu, kind, idx } => {
                 let bad = |p: NonNull<u8>, order: Order| {
                     plat.on_cpu(cpu, || {
@@ -375,6 +415,13 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
         }
         for cpu in 0..CPUS {
             plat.on_cpu(cpu, || pcp.check_local());
+            // A CPU's tuned high never leaves [0, the largest high_max used].
+            let l = plat.on_cpu(cpu, || pcp.local_lists());
+            assert!(
+                l.high <= 80,
+                "CPU {cpu}: high {} above every high_max",
+                l.high
+            );
         }
         // Conservation: pages are free in the buddy, on the lists, or live.
         let live_pages: usize = live.iter().map(|l| 1usize << l.order.get()).sum();

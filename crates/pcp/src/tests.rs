@@ -9,13 +9,13 @@ use std::string::{String, ToString};
 use std::vec;
 use std::vec::Vec;
 
-use buddy::{AllocFlags, FreeFlags, ZoneId};
+use buddy::{AllocFlags, Buddy, FreeFlags, Order, ZoneId};
 use local_lock::test_platform::TestPlatform;
 use local_lock::Platform;
 use proptest::prelude::*;
 
 use crate::testing::{fill, o, reads, run_machine, Mem, Op, CPUS, O0, PAGE};
-use crate::{PcpStat, Policy};
+use crate::{Pcp, PcpStat, Policy};
 
 const ALL_POLICIES: [Policy; 3] = [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock];
 
@@ -215,6 +215,234 @@ fn prezero_moves_cold_pages_to_the_zero_list() {
     unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
 }
 
+/// A pcp whose `high` is auto-tuned between `high_min` and `high_max`.
+fn tuned_pcp(
+    m: &Mem,
+    batch: usize,
+    lo: usize,
+    hi: usize,
+) -> Pcp<&Buddy<TestPlatform>, TestPlatform, CPUS> {
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_high_range(batch, lo, hi).unwrap();
+    pcp
+}
+
+fn alloc_n(
+    pcp: &Pcp<&Buddy<TestPlatform>, TestPlatform, CPUS>,
+    order: Order,
+    n: usize,
+) -> Vec<NonNull<u8>> {
+    (0..n)
+        .map(|_| pcp.alloc(order, AllocFlags::NONE).unwrap().ptr)
+        .collect()
+}
+
+#[test]
+fn auto_tuned_high_rises_under_frees_up_to_high_max() {
+    let m = Mem::new(16, false);
+    let (batch, lo, hi) = (8, 32, 256);
+    let pcp = tuned_pcp(&m, batch, lo, hi);
+    let pages = alloc_n(&pcp, O0, 1000);
+    let before = pcp.stats().get(PcpStat::FREE_BATCH);
+    let mut max_high = 0;
+    for &p in &pages {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+        let l = pcp.local_lists();
+        assert!(
+            (lo..=hi).contains(&l.high),
+            "high {} out of [{lo}, {hi}]",
+            l.high
+        );
+        assert!(l.count <= hi, "count {} above high_max", l.count);
+        assert!(l.high >= max_high, "high only rises while freeing");
+        max_high = l.high;
+    }
+    // free_count caps at batch << 5 = 256: high reaches need_high, clamped.
+    assert_eq!(max_high, hi);
+    // 1000 frees cost batches: at most ~1000 / (hi - batch) after the rise,
+    // far from 1000 buddy round trips.
+    let batches = pcp.stats().get(PcpStat::FREE_BATCH) - before;
+    assert!(batches <= 12, "{batches} batch frees for 1000 pages");
+    assert_eq!(pcp.high_range(), (lo, hi));
+    assert_eq!(pcp.batch_high(), (batch, lo));
+    pcp.drain_local();
+    pcp.check_local();
+}
+
+#[test]
+fn auto_tuned_high_holds_a_burst_that_fits() {
+    // A burst of frees smaller than high_max stays on the lists after the
+    // first one (the CPU's high rose), so the second burst has no batch free.
+    let m = Mem::new(16, false);
+    let pcp = tuned_pcp(&m, 8, 32, 512);
+    for round in 0..3 {
+        let pages = alloc_n(&pcp, O0, 200);
+        let before = pcp.stats().get(PcpStat::FREE_BATCH);
+        for &p in &pages {
+            // SAFETY: ours.
+            unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+        }
+        let batches = pcp.stats().get(PcpStat::FREE_BATCH) - before;
+        if round > 0 {
+            assert_eq!(batches, 0, "round {round}: high {}", pcp.local_lists().high);
+        }
+    }
+    pcp.check_local();
+}
+
+#[test]
+fn auto_tuned_high_decays_back_to_high_min() {
+    let m = Mem::new(16, false);
+    let (batch, lo, hi) = (8, 32, 256);
+    let pcp = tuned_pcp(&m, batch, lo, hi);
+    let pages = alloc_n(&pcp, O0, 600);
+    for &p in &pages {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+    }
+    let l = pcp.local_lists();
+    assert_eq!(l.high, hi);
+    let mut prev = l.high;
+    let mut steps = 0;
+    let mut freed = 0;
+    while pcp.local_lists().high > lo {
+        let b = pcp.stats().get(PcpStat::FREE_BATCH);
+        freed += pcp.decay_pcp_high();
+        let l = pcp.local_lists();
+        assert!(l.high < prev && l.high >= lo, "{} -> {}", prev, l.high);
+        assert!(l.high >= prev - prev / 8, "an eighth at most");
+        assert!(l.count <= l.high, "pages above high are freed");
+        assert!(
+            pcp.stats().get(PcpStat::FREE_BATCH) - b <= 1,
+            "one batch per decay"
+        );
+        prev = l.high;
+        steps += 1;
+    }
+    assert!(steps <= 20, "{steps}");
+    assert!(freed > 0);
+    // At high_min: nothing more to do.
+    assert_eq!(pcp.decay_pcp_high(), 0);
+    assert_eq!(pcp.local_lists().high, lo);
+    pcp.check_local();
+}
+
+#[test]
+fn fixed_high_disables_tuning_and_decay() {
+    let m = Mem::new(16, false);
+    let pcp = tuned_pcp(&m, 8, 32, 256);
+    let pages = alloc_n(&pcp, O0, 400);
+    for &p in &pages[..300] {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+    }
+    assert!(pcp.local_lists().high > 32);
+    // The sysctl: high_min == high_max == 40; the CPU's high follows at its
+    // next use, whatever it had grown to.
+    pcp.set_batch_high(Some((8, 40))).unwrap();
+    assert_eq!(pcp.high_range(), (40, 40));
+    for &p in &pages[300..] {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+        assert_eq!(pcp.local_lists().high, 40);
+        assert!(pcp.total_count() < 40);
+    }
+    assert_eq!(pcp.decay_pcp_high(), 0);
+    assert_eq!(pcp.local_lists().high, 40);
+    // Back to the kernel's formulas: auto-tuned again, high_max above high_min.
+    pcp.set_batch_high(None).unwrap();
+    let (lo, hi) = pcp.high_range();
+    assert!(hi >= lo && lo >= 4 * pcp.batch_high().0);
+    // Bad ranges are refused, nothing changes.
+    let before = (pcp.batch_high(), pcp.high_range());
+    assert_eq!(
+        pcp.set_high_range(8, 64, 32),
+        Err(crate::BatchHighError::HighMinAboveMax {
+            high_min: 64,
+            high_max: 32
+        })
+    );
+    assert_eq!(
+        pcp.set_high_range(8, 64, crate::MAX_HIGH + 1),
+        Err(crate::BatchHighError::HighTooLarge {
+            high: crate::MAX_HIGH + 1
+        })
+    );
+    assert!(pcp.set_high_range(0, 64, 128).is_err());
+    assert_eq!((pcp.batch_high(), pcp.high_range()), before);
+    pcp.drain_local();
+    pcp.check_local();
+}
+
+#[test]
+fn default_high_max_is_an_eighth_of_the_zone() {
+    let m = Mem::new(64, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let managed = m.buddy.managed_pages(ZoneId::new(0));
+    let (batch, lo) = pcp.batch_high();
+    let (lo2, hi) = pcp.high_range();
+    assert_eq!(lo, lo2);
+    assert_eq!(
+        hi,
+        crate::sizing::zone_highsize_max(managed, CPUS, batch).max(lo)
+    );
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+}
+
+#[test]
+fn consecutive_high_order_frees_free_high() {
+    // free_high: a CPU freeing order-1..=3 blocks without allocating frees
+    // them at once (at most batch << 5 pages) and lowers its high.
+    let m = Mem::new(16, false);
+    let (batch, lo, hi) = (4, 16, 256);
+    let pcp = tuned_pcp(&m, batch, lo, hi);
+    let blocks = alloc_n(&pcp, o(1), 64);
+    let before = pcp.stats().get(PcpStat::FREE_BATCH);
+    for (i, &p) in blocks.iter().enumerate() {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, o(1), FreeFlags::NONE) };
+        let l = pcp.local_lists();
+        assert_ne!(l.flags & crate::sizing::PCPF_PREV_FREE_HIGH_ORDER, 0);
+        if i >= 2 {
+            // free_count >= batch after two order-1 frees: every further
+            // free empties the lists.
+            assert_eq!(l.count, 0, "free {i}");
+            assert_eq!(l.high, lo);
+        }
+    }
+    assert!(pcp.stats().get(PcpStat::FREE_BATCH) - before >= 60);
+    // An order-0 free clears the flag.
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    assert_eq!(
+        pcp.local_lists().flags & crate::sizing::PCPF_PREV_FREE_HIGH_ORDER,
+        0
+    );
+    pcp.check_local();
+}
+
+#[test]
+fn a_refill_raises_high_by_a_batch() {
+    let m = Mem::new(16, false);
+    let (batch, lo, hi) = (8, 32, 64);
+    let pcp = tuned_pcp(&m, batch, lo, hi);
+    let a = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    assert_eq!(pcp.local_lists().high, lo + batch);
+    let rest = alloc_n(&pcp, O0, 100);
+    assert_eq!(pcp.local_lists().high, hi, "up to high_max");
+    // SAFETY: ours.
+    unsafe { pcp.free(a.ptr, O0, FreeFlags::NONE) };
+    for p in rest {
+        // SAFETY: ours.
+        unsafe { pcp.free(p, O0, FreeFlags::NONE) };
+    }
+    pcp.check_local();
+}
+
 #[test]
 fn reaching_high_frees_a_batch_and_the_drain_size_adapts() {
     let m = Mem::new(16, false);
@@ -236,13 +464,20 @@ fn reaching_high_frees_a_batch_and_the_drain_size_adapts() {
         }
         assert!(pcp.total_count() < high);
     }
-    // batch << free_factor, clamped to [batch, high - batch]: 8, 16, 32 -> 32, ...
-    assert_eq!(&batches[..3], &[8, 16, 32], "{batches:?}");
-    assert!(batches.iter().all(|&b| b <= (high - batch) as u64));
-    // An allocation halves the factor.
-    let before = pcp.local_lists().free_factor;
+    // Linux 6.7+: free_count (pages freed since the last allocations),
+    // clamped to [batch, high - batch]: 40 frees reach high -> 32, and every
+    // later batch is as large as the clamp allows.
+    assert_eq!(batches[0], 32, "{batches:?}");
+    assert!(
+        batches.iter().all(|&b| b == (high - batch) as u64),
+        "{batches:?}"
+    );
+    // A fixed high is never tuned.
+    assert_eq!(pcp.local_lists().high, high);
+    // An allocation halves free_count.
+    let before = pcp.local_lists().free_count;
     let x = pcp.alloc(O0, AllocFlags::NONE).unwrap();
-    assert_eq!(pcp.local_lists().free_factor, before / 2);
+    assert_eq!(pcp.local_lists().free_count, before / 2);
     // SAFETY: ours.
     unsafe { pcp.free(x.ptr, O0, FreeFlags::NONE) };
     pcp.check_local();
@@ -531,6 +766,8 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
         6 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
         1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
+        1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => Just(Op::DrainAll),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
         1 => (0..CPUS, 1usize..12).prop_map(|(cpu, n)| Op::Bulk { cpu, n }),
@@ -543,6 +780,8 @@ fn bad_op() -> impl Strategy<Value = Op> {
         6 => (0..CPUS, 0u8..5, 0u8..8, any::<bool>()).prop_map(|(cpu, order, flags, irq)| Op::Alloc { cpu, order, flags, irq }),
         3 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(idx, zero, cold, irq)| Op::Free { idx, zero, cold, irq }),
         1 => (0..CPUS).prop_map(|cpu| Op::DrainLocal { cpu }),
+        1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
+        1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
         5 => (0..CPUS, 0u8..7, any::<usize>()).prop_map(|(cpu, kind, idx)| Op::Bad { cpu, kind, idx }),
     ]

@@ -134,6 +134,12 @@ fn buddy_free_of_a_page_on_a_pcp_list_is_refused() {
             } else {
                 FreeFlags::NONE
             };
+            // An order-0 free first: only *consecutive* high-order frees
+            // are freed at once (Linux 6.7+'s `free_high`), and this page
+            // must stay on the list.
+            let q = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+            // SAFETY: ours.
+            unsafe { pcp.free(q.ptr, Order::ZERO, FreeFlags::NONE) };
             // SAFETY: ours, still zero.
             unsafe { pcp.free(p.ptr, order, ff) };
             // The page now sits on this CPU's (zero or normal) list.

@@ -136,3 +136,77 @@ fn interrupt_vs_task_trylock() {
         Policy::Trylock,
     );
 }
+
+/// Linux 6.7+'s auto-tuned high under a remote CPU: CPU 0 frees three
+/// pages with `high` tuned in `[2, 4]` (the third free reaches it, raises
+/// it and frees a batch under the zone lock) while CPU 1 decays CPU 0's
+/// high (`decay_pcp_high`) and drains it, under CPU 0's lock (locked
+/// strategy, Linux 6.x): the high moves while another CPU drains.
+#[test]
+fn tuned_high_moves_while_another_cpu_drains() {
+    run("tuned_high_moves_while_another_cpu_drains", || {
+        let (p, pcp) = setup(2, Strategy::Locked, Policy::IrqSafe);
+        pcp.set_high_range(1, 2, 4).unwrap();
+        let worker = {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || {
+                p.set_cpu(0);
+                let pages: Vec<_> = (0..3)
+                    .filter_map(|_| pcp.alloc(Order::ZERO, AllocFlags::NONE))
+                    .collect();
+                for (i, page) in pages.iter().enumerate() {
+                    // SAFETY: ours.
+                    unsafe { page.ptr.as_ptr().write_bytes(0x30 + i as u8, PAGE) };
+                }
+                for page in pages {
+                    // SAFETY: ours, order 0.
+                    unsafe { pcp.free(page.ptr, Order::ZERO, FreeFlags::NONE) };
+                }
+                let l = pcp.local_lists();
+                assert!(l.high <= 4, "high {} above high_max", l.high);
+            })
+        };
+        {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || {
+                p.set_cpu(1);
+                let _ = pcp.decay_pcp_high_cpu(0);
+                let _ = pcp.drain_cpu(0);
+            })
+            .join()
+            .unwrap();
+        }
+        worker.join().unwrap();
+        p.set_cpu(0);
+        let l = pcp.local_lists();
+        assert!((2..=4).contains(&l.high) && l.count <= 4, "{l:?}");
+        all_back(&p, &pcp, 2);
+    });
+}
+
+/// The sysctl fixes `high` (auto-tuning off) while CPU 0 frees with a
+/// tuned high: `high_min`/`high_max` change under the free (which may read
+/// one new and one old value); the CPU's high lands in the new range at
+/// its next use and every page comes back.
+#[test]
+fn fixed_high_set_while_a_cpu_frees() {
+    run("fixed_high_set_while_a_cpu_frees", || {
+        let (p, pcp) = setup(2, Strategy::Locked, Policy::IrqSafe);
+        pcp.set_high_range(1, 2, 4).unwrap();
+        let worker = {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || {
+                p.set_cpu(0);
+                use_page(&pcp, 0x41);
+                use_page(&pcp, 0x42);
+            })
+        };
+        p.set_cpu(1);
+        pcp.set_batch_high(Some((1, 3))).unwrap();
+        worker.join().unwrap();
+        p.set_cpu(0);
+        let _ = pcp.decay_pcp_high();
+        assert_eq!(pcp.local_lists().high, 3, "the fixed high applies");
+        all_back(&p, &pcp, 2);
+    });
+}

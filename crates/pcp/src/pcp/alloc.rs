@@ -111,7 +111,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             if let Some(r) = self.take(g, cpu, order, flags) {
                 let c = g.count - order.pages();
                 self.set_count(g, c);
-                g.free_factor >>= 1;
+                // Allocations reduce the batch of the next frees.
+                g.free_count >>= 1;
                 return Some(r);
             }
             if refilled || self.refill(g, order, flags) == 0 {
@@ -172,7 +173,18 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.recompute_sizes();
         let b = self.buddy();
         let o = order.index();
-        let want = refill_blocks(self.batch.load(Relaxed), order.get());
+        let batch = self.batch.load(Relaxed);
+        // nr_pcp_alloc (Linux 6.7+): a CPU that refills could have avoided
+        // the zone with a larger `high`: raise it by a batch, up to high_max.
+        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
+        // The kernel's clamp (min(max)): a racing sysctl may leave min > max.
+        let high = g.high.max(high_min).min(high_max);
+        g.high = if high_min != high_max {
+            (high + batch).min(high_max)
+        } else {
+            high
+        };
+        let want = refill_blocks(batch, order.get());
         // The request's preference for zero blocks and its watermark rights
         // pass on; the zone is ours.
         let bflags = AllocFlags::NONE.union(flags);

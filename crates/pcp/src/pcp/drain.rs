@@ -1,5 +1,6 @@
-//! Drains (`drain_local_pages`, `drain_pages(cpu)`, `drain_all_pages`)
-//! and background zeroing (seed 003's `prezero`).
+//! Drains (`drain_local_pages`, `drain_pages(cpu)`, `drain_all_pages`),
+//! the decay of the auto-tuned `high` (`decay_pcp_high`, run by the
+//! kernel's vmstat refresh) and background zeroing (seed 003's `prezero`).
 
 use buddy::Order;
 use local_lock::sync::atomic::Ordering::Relaxed;
@@ -8,7 +9,7 @@ use local_lock::Platform;
 use super::{Guard, PageSource, Pcp};
 use crate::error::DrainError;
 use crate::list::{list_tag, owner};
-use crate::sizing::NR_PCP_ORDERS;
+use crate::sizing::{decay_pcp_high, NR_PCP_ORDERS};
 use crate::stats::PcpStat;
 
 impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
@@ -23,6 +24,60 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.stat(cpu, PcpStat::DRAIN, 1);
         self.stat(cpu, PcpStat::DRAIN_PAGES, n as u64);
         n
+    }
+
+    /// `decay_pcp_high` on the locked CPU: lowers its tuned `high` by an
+    /// eighth (not below `high_min`, nor below `count - (batch << 5)`) and
+    /// frees what lies above it, in one batch (one zone-lock hold). Returns
+    /// the kernel's `todo` (0 when there is nothing left to decay) and the
+    /// pages freed.
+    fn decay_locked(&self, g: &mut Guard<'_, L, N>) -> (usize, usize) {
+        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
+        let batch = self.batch.load(Relaxed);
+        let mut todo = 0;
+        // A new sysctl range applies first (the kernel sets each CPU's high
+        // directly; here it is clamped at its next use).
+        let high = g.high.max(high_min).min(high_max);
+        g.high = decay_pcp_high(high, g.count, batch, high_min);
+        if g.high > high_min {
+            todo += 1;
+        }
+        let mut freed = 0;
+        if g.count > g.high {
+            let to_drain = g.count - g.high;
+            let cpu = g.cpu();
+            freed = self.free_pcppages_bulk(g, to_drain, 0);
+            self.stat(cpu, PcpStat::FREE_BATCH, 1);
+            todo += 1;
+        }
+        (todo, freed)
+    }
+
+    /// `decay_pcp_high` for this CPU (what the kernel's vmstat refresh,
+    /// `refresh_cpu_vm_stats`, does about once a second): a CPU that stopped
+    /// freeing gets its tuned `high` lowered by an eighth toward `high_min`,
+    /// and the pages above it return to the buddy in one batch. Call it
+    /// periodically (an idle loop, a housekeeping thread); no-op when `high`
+    /// is fixed. Returns the pages freed.
+    pub fn decay_pcp_high(&self) -> usize {
+        let mut g = self.cpus.lock_irqsave();
+        self.decay_locked(&mut g).1
+    }
+
+    /// [`decay_pcp_high`](Self::decay_pcp_high) for `cpu`'s lists, from here
+    /// where the platform allows (as [`drain_cpu`](Self::drain_cpu)); returns
+    /// the pages freed.
+    pub fn decay_pcp_high_cpu(&self, cpu: usize) -> Result<usize, DrainError> {
+        if cpu == self.platform().current_cpu() {
+            let mut g = self.cpus.lock_irqsave();
+            if g.cpu() == cpu {
+                return Ok(self.decay_locked(&mut g).1);
+            }
+        }
+        match self.cpus.lock_remote(cpu) {
+            Some(mut g) => Ok(self.decay_locked(&mut g).1),
+            None => Err(DrainError::NotAllowed),
+        }
     }
 
     /// Drains this CPU's lists (`drain_local_pages`); returns the pages freed.

@@ -1,7 +1,9 @@
 //! The free fast path (`free_unref_page`): the one descriptor check of a
 //! free, the push onto this CPU's lists, and the batch return of the
 //! coldest pages to the buddy when the lists reach `high`
-//! (`free_pcppages_bulk`).
+//! (`free_pcppages_bulk`), with `high` tuned per CPU as Linux 6.7+ does
+//! (`free_unref_page_commit`: `free_count`, `free_high`, `nr_pcp_high`,
+//! `nr_pcp_free`).
 
 use core::ptr::NonNull;
 
@@ -12,7 +14,10 @@ use local_lock::Platform;
 use super::{Guard, PageSource, Pcp};
 use crate::error::{BadFree, BadFreeKind};
 use crate::list::{is_pcp_tag, list_tag};
-use crate::sizing::{nr_pcp_free, MAX_FREE_FACTOR, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER};
+use crate::sizing::{
+    nr_pcp_free, nr_pcp_high, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER, PCPF_FREE_HIGH_BATCH,
+    PCPF_PREV_FREE_HIGH_ORDER, PCP_BATCH_SCALE_MAX,
+};
 use crate::stats::PcpStat;
 use buddy::Owner;
 
@@ -171,13 +176,36 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.stat(cpu, PcpStat::FREE_HIT, 1);
         let c = g.count + order.pages();
         self.set_count(g, c);
-        let high = self.high.load(Relaxed);
+        // free_unref_page_commit (Linux 6.7+).
+        let batch = self.batch.load(Relaxed);
+        let pages = &mut **g;
+        // As high-order pages can contribute to fragmentation, limit the
+        // number stored when this CPU keeps freeing them without
+        // allocating (`free_high`); what is left is decayed later.
+        let mut free_high = false;
+        if o != 0 {
+            free_high = pages.free_count >= batch
+                && pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0
+                && (pages.flags & PCPF_FREE_HIGH_BATCH == 0 || c >= batch);
+            pages.flags |= PCPF_PREV_FREE_HIGH_ORDER;
+        } else if pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0 {
+            pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
+        }
+        if pages.free_count < batch << PCP_BATCH_SCALE_MAX {
+            pages.free_count += order.pages();
+        }
+        let high = nr_pcp_high(
+            &mut pages.high,
+            c,
+            pages.free_count,
+            batch,
+            self.high_min.load(Relaxed),
+            self.high_max.load(Relaxed),
+            free_high,
+        );
         if c >= high {
-            let n = nr_pcp_free(self.batch.load(Relaxed), high, g.free_factor);
+            let n = nr_pcp_free(batch, high, c, pages.free_count, free_high);
             self.free_pcppages_bulk(g, n, order.get());
-            if g.free_factor < MAX_FREE_FACTOR {
-                g.free_factor += 1;
-            }
             self.stat(cpu, PcpStat::FREE_BATCH, 1);
         }
     }

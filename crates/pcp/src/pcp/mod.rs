@@ -25,7 +25,8 @@ use local_lock::{ConstInit, LocalGuard, LocalLock, Platform, DEFAULT_SLOTS};
 use crate::error::BatchHighError;
 use crate::list::PageList;
 use crate::sizing::{
-    zone_batchsize, zone_highsize, MAX_HIGH, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER,
+    zone_batchsize, zone_highsize, zone_highsize_max, MAX_HIGH, NR_PCP_ORDERS,
+    PAGE_ALLOC_COSTLY_ORDER,
 };
 use crate::stats::PcpStat;
 
@@ -58,9 +59,17 @@ pub enum Policy {
 pub struct CpuPages {
     /// Pages (not blocks) on all lists of this CPU.
     pub count: usize,
-    /// Drain scale: a batch free returns `batch << free_factor` pages; it
-    /// grows with consecutive batch frees and halves with each allocation.
-    pub free_factor: u32,
+    /// This CPU's tuned limit (`pcp->high`, Linux 6.7+): kept within the
+    /// zone's `[high_min, high_max]` (clamped at each use), raised by
+    /// `nr_pcp_high` when frees fill the lists and by refills, lowered by
+    /// `decay_pcp_high` and high-order `free_high` runs. 0 until first used.
+    pub high: usize,
+    /// Pages freed since the last allocations (`pcp->free_count`): each free
+    /// adds its pages (up to `batch << PCP_BATCH_SCALE_MAX`), each
+    /// allocation halves it; a batch free returns about this many pages.
+    pub free_count: usize,
+    /// `PCPF_PREV_FREE_HIGH_ORDER` / `PCPF_FREE_HIGH_BATCH` (`pcp->flags`).
+    pub flags: u8,
     /// Hot/cold lists, one per order: frees of hot pages and allocations go
     /// to the head, cold frees to the tail, cold allocations from the tail.
     pub normal: [PageList; NR_PCP_ORDERS],
@@ -72,7 +81,9 @@ pub struct CpuPages {
 impl ConstInit for CpuPages {
     const INIT: Self = CpuPages {
         count: 0,
-        free_factor: 0,
+        high: 0,
+        free_count: 0,
+        flags: 0,
         normal: [PageList::EMPTY; NR_PCP_ORDERS],
         zero: [PageList::EMPTY; NR_PCP_ORDERS],
     };
@@ -132,10 +143,13 @@ pub struct Pcp<S: PageSource, L: Platform, const N: usize = DEFAULT_SLOTS> {
     source: S,
     zone: ZoneId,
     policy: Policy,
-    /// `batch` in use (pages).
+    /// `batch` in use (pages; `zone->pageset_batch`).
     batch: AtomicUsize,
-    /// `high` in use (pages).
-    high: AtomicUsize,
+    /// The least each CPU's `high` decays to (`zone->pageset_high_min`).
+    high_min: AtomicUsize,
+    /// The most each CPU's `high` grows to (`zone->pageset_high_max`); equal
+    /// to `high_min` when set by hand (auto-tuning off).
+    high_max: AtomicUsize,
     /// Whether `batch`/`high` were set by hand (else recomputed from the
     /// zone at each refill, as the zone grows).
     tuned: AtomicUsize,
@@ -178,7 +192,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 zone,
                 policy,
                 batch: AtomicUsize::new(batch),
-                high: AtomicUsize::new(high),
+                high_min: AtomicUsize::new(high),
+                high_max: AtomicUsize::new(high),
                 tuned: AtomicUsize::new(t),
                 #[cfg(not(loom))]
                 cpus: LocalLock::new(platform),
@@ -219,16 +234,27 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.cpus.platform()
     }
 
-    /// `(batch, high)` in use.
+    /// `(batch, high)` in use; `high` is `high_min`, the limit every CPU's
+    /// tuned `high` starts from and decays back to (the fixed `high` when set
+    /// by hand).
     pub fn batch_high(&self) -> (usize, usize) {
-        (self.batch.load(Relaxed), self.high.load(Relaxed))
+        (self.batch.load(Relaxed), self.high_min.load(Relaxed))
+    }
+
+    /// `(high_min, high_max)`: the range of the CPUs' automatically tuned
+    /// `high` (Linux 6.7+); equal when `high` is fixed by hand.
+    pub fn high_range(&self) -> (usize, usize) {
+        (self.high_min.load(Relaxed), self.high_max.load(Relaxed))
     }
 
     /// Sets `batch` and `high` by hand (`percpu_pagelist_high_fraction`,
     /// `vm.percpu_pagelist_*`): `high` below `2 * batch` is raised to
-    /// `2 * batch` (a list keeps a batch after a batch free). `None` goes
-    /// back to the kernel's formula. Readers tolerate the change at any
-    /// time; only `count` is authoritative.
+    /// `2 * batch` (a list keeps a batch after a batch free). As the
+    /// kernel's sysctl, a fixed `high` turns the auto-tuning off
+    /// (`high_min == high_max == high`). `None` goes back to the kernel's
+    /// formulas (auto-tuned between `zone_highsize` of the low watermark and
+    /// of an eighth of the zone). Readers tolerate the change at any time;
+    /// each CPU's `high` is clamped to the new range at its next use.
     ///
     /// # Errors
     ///
@@ -241,7 +267,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             Some((b, h)) => {
                 let (b, h) = check_batch_high(b, h)?;
                 self.batch.store(b, Relaxed);
-                self.high.store(h, Relaxed);
+                self.high_min.store(h, Relaxed);
+                self.high_max.store(h, Relaxed);
                 self.tuned.store(1, Relaxed);
             }
             None => {
@@ -252,7 +279,44 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         Ok(())
     }
 
-    /// `zone_batchsize`/`zone_highsize` from the zone's current size.
+    /// Sets `batch` and the auto-tuning range `[high_min, high_max]` by hand
+    /// (what `zone_set_pageset_high_and_batch` computes at boot; for tests
+    /// and experiments). `high_min` is raised to `2 * batch` as in
+    /// [`set_batch_high`](Self::set_batch_high); `high_max == high_min`
+    /// turns the tuning off. [`set_batch_high(None)`](Self::set_batch_high)
+    /// goes back to the kernel's formulas.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_batch_high`](Self::set_batch_high) for `(batch, high_min)`
+    /// and for `high_max`, and [`BatchHighError::HighMinAboveMax`] if
+    /// `high_max` is below (the raised) `high_min`; nothing changes on error.
+    pub fn set_high_range(
+        &self,
+        batch: usize,
+        high_min: usize,
+        high_max: usize,
+    ) -> Result<(), BatchHighError> {
+        let (b, lo) = check_batch_high(batch, high_min)?;
+        if high_max > MAX_HIGH {
+            return Err(BatchHighError::HighTooLarge { high: high_max });
+        }
+        if high_max < lo {
+            return Err(BatchHighError::HighMinAboveMax {
+                high_min: lo,
+                high_max,
+            });
+        }
+        self.batch.store(b, Relaxed);
+        self.high_min.store(lo, Relaxed);
+        self.high_max.store(high_max, Relaxed);
+        self.tuned.store(1, Relaxed);
+        Ok(())
+    }
+
+    /// `zone_set_pageset_high_and_batch` from the zone's current size:
+    /// `zone_batchsize`, `high_min` = `zone_highsize` of the low watermark,
+    /// `high_max` = `zone_highsize` of an eighth of the managed pages.
     fn recompute_sizes(&self) {
         if self.tuned.load(Relaxed) != 0 {
             return;
@@ -260,13 +324,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let b = self.buddy();
         let managed = b.managed_pages(self.zone);
         let batch = zone_batchsize(managed, b.config().page_size());
-        let high = zone_highsize(
-            b.watermarks(self.zone).low,
-            self.platform().nr_cpus(),
-            batch,
-        );
+        let cpus = self.platform().nr_cpus();
+        let high_min = zone_highsize(b.watermarks(self.zone).low, cpus, batch).min(MAX_HIGH);
+        let high_max = zone_highsize_max(managed, cpus, batch).max(high_min);
         self.batch.store(batch, Relaxed);
-        self.high.store(high, Relaxed);
+        self.high_min.store(high_min, Relaxed);
+        self.high_max.store(high_max, Relaxed);
     }
 
     #[inline(always)]

@@ -156,9 +156,10 @@ impl<S: PageSource, L: Platform, const N: usize> fmt::Display for Report<'_, S, 
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = self.0;
         let (batch, high) = p.batch_high();
+        let (_, high_max) = p.high_range();
         writeln!(
             f,
-            "pcp zone {} policy {:?}: batch {batch} high {high}, {} pages on lists",
+            "pcp zone {} policy {:?}: batch {batch} high {high} high_max {high_max}, {} pages on lists",
             p.zone.index(),
             p.policy,
             p.total_count()
@@ -179,7 +180,11 @@ impl<S: PageSource, L: Platform, const N: usize> fmt::Display for Report<'_, S, 
                     for o in 0..NR_PCP_ORDERS {
                         write!(f, " {:>4}", l.zero[o].len)?;
                     }
-                    writeln!(f, "  free_factor {}", l.free_factor)?;
+                    writeln!(
+                        f,
+                        "  high {} free_count {} flags {:#x}",
+                        l.high, l.free_count, l.flags
+                    )?;
                 }
                 None => writeln!(f, "  (lists not reachable from this CPU)")?,
             }

@@ -52,6 +52,13 @@ pub enum FuzzOp {
         kind: u8,
         idx: u16,
     },
+    Decay {
+        cpu: u8,
+        from: u8,
+    },
+    SetHigh {
+        auto: bool,
+    },
 }
 
 impl From<FuzzOp> for Op {
@@ -95,6 +102,11 @@ impl From<FuzzOp> for Op {
                 kind,
                 idx: idx as usize,
             },
+            FuzzOp::Decay { cpu: c, from } => Op::Decay {
+                cpu: cpu(c),
+                from: cpu(from),
+            },
+            FuzzOp::SetHigh { auto } => Op::SetHigh { auto },
         }
     }
 }
