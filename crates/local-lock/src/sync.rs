@@ -435,6 +435,8 @@ type WideInt = u64;
 /// use local_lock::sync::atomic::Ordering::{AcqRel, Acquire};
 /// use local_lock::sync::{dwcas_is_lock_free, AtomicDWord, DWord};
 ///
+/// # // miri: the doctest is built without `+cmpxchg16b`.
+/// # #[cfg(not(miri))] {
 /// // (freelist, tid): a pop succeeds only if neither word changed.
 /// let cpu = AtomicDWord::new(DWord::new(0x1000, 0));
 /// let old = DWord::new(0x1000, 0);
@@ -445,6 +447,7 @@ type WideInt = u64;
 /// assert_eq!(cpu.load(Acquire), DWord::new(0x2000, 1));
 /// // Fast paths check this first and take a locked path when it is false.
 /// let _lockless: bool = dwcas_is_lock_free();
+/// # }
 /// ```
 #[repr(C, align(16))]
 pub struct AtomicDWord {

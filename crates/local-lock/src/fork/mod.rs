@@ -73,6 +73,7 @@ pub mod level {
 /// static POOL: Pool = Pool { locked: AtomicBool::new(false), forks: AtomicUsize::new(0) };
 /// assert!(register(&POOL, level::OBJECTS));
 ///
+/// # #[cfg(not(miri))] { // miri cannot fork
 /// // SAFETY: the child only reads an atomic and exits.
 /// let pid = unsafe { libc::fork() };
 /// if pid == 0 {
@@ -86,6 +87,7 @@ pub mod level {
 /// assert_eq!(status, 0, "the child found the lock released");
 /// assert_eq!(POOL.forks.load(Ordering::Relaxed), 1, "the parent handler ran");
 /// assert!(!POOL.locked.load(Ordering::Relaxed));
+/// # }
 /// ```
 pub trait ForkLocks: Sync {
     /// Takes every lock of the allocator, in its lock order (blocking until

@@ -36,9 +36,11 @@ use std::vec::Vec;
 /// assert!(!bad.passed());
 /// assert_eq!(bad.to_string(), "1 of 10 children hung, failed (fork, status): [(3, 256)]");
 /// // The system allocator is fork-safe: every child allocates and exits.
+/// # #[cfg(not(miri))] { // miri cannot fork
 /// let r = run(3, 2, Duration::from_secs(10));
 /// assert!(r.passed(), "{r}");
 /// assert_eq!(r.forks, 3);
+/// # }
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
