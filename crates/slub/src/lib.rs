@@ -99,7 +99,7 @@
 //!   sheaf entries, seeded by
 //!   [`Platform::random_seed`](local_lock::Platform::random_seed); double
 //!   free markers; checked free pointers and sheaf entries, see *Bad
-//!   input*; on in [`GlobalSlub`]: 179 instructions per 64 B alloc + free
+//!   input*; on in [`GlobalSlub`]: 178 instructions per 64 B alloc + free
 //!   pair with sheaves against 175 unhardened, by callgrind) and
 //!   [`SlabFlags::RANDOM_FREELIST`].
 //! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
