@@ -238,6 +238,7 @@ fn alloc_n(
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "needs 1000 pages; the harness has 256 under miri")]
 fn auto_tuned_high_rises_under_frees_up_to_high_max() {
     let m = Mem::new(16, false);
     let (batch, lo, hi) = (8, 32, 256);
@@ -292,6 +293,7 @@ fn auto_tuned_high_holds_a_burst_that_fits() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "needs 1000 pages; the harness has 256 under miri")]
 fn auto_tuned_high_decays_back_to_high_min() {
     let m = Mem::new(16, false);
     let (batch, lo, hi) = (8, 32, 256);
@@ -329,6 +331,7 @@ fn auto_tuned_high_decays_back_to_high_min() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "needs 1000 pages; the harness has 256 under miri")]
 fn fixed_high_disables_tuning_and_decay() {
     let m = Mem::new(16, false);
     let pcp = tuned_pcp(&m, 8, 32, 256);
