@@ -87,6 +87,15 @@ pub mod kernel;
 mod lock;
 pub mod platform;
 pub mod stats;
+pub mod this_cpu;
+
+#[cfg(all(
+    feature = "std",
+    target_os = "linux",
+    target_arch = "x86_64",
+    not(loom)
+))]
+pub mod rseq;
 
 #[cfg(all(feature = "std", unix, not(loom)))]
 pub mod child;

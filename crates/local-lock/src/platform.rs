@@ -3,6 +3,7 @@
 
 use crate::sync::atomic::Ordering;
 use crate::sync::{AtomicDWord, Backoff, DWord};
+use crate::this_cpu::{self, SheafSlots, SheafWord};
 
 /// Interrupt state saved by [`Platform::irq_save`], to be handed back to
 /// [`Platform::irq_restore`] (the kernel's `unsigned long flags`).
@@ -236,6 +237,109 @@ pub unsafe trait Platform: Sync {
     fn spin_wait(&self, backoff: &Backoff) {
         backoff.snooze();
     }
+
+    /// Whether the `this_cpu_*` sheaf operations below are restartable
+    /// sequences that callers use without the slot lock (rseq on std,
+    /// [`RseqCpu`](crate::std_platform::RseqCpu)). The defaults are the
+    /// kernel's generic per-CPU operations (interrupts saved and pinned:
+    /// valid on [`Strategy::Pinned`] platforms only); the default is
+    /// `false`, so users keep their locked paths.
+    #[inline(always)]
+    fn restartable(&self) -> bool {
+        false
+    }
+
+    /// `this_cpu` pop: the last entry of the running CPU's main sheaf, 0
+    /// when it has none (no record, no main sheaf, empty).
+    #[inline(always)]
+    fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+        this_cpu_generic(self, s, |r| this_cpu::pop_in(r, s.cap())).unwrap_or(0)
+    }
+
+    /// `this_cpu` push of `v` onto the running CPU's main sheaf; false when
+    /// it has none or it is full.
+    #[inline(always)]
+    fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+        this_cpu_generic(self, s, |r| this_cpu::push_in(r, s.cap(), v)).unwrap_or(false)
+    }
+
+    /// The running CPU's validated range `(vbase, vspan, vgen)`, read as
+    /// one snapshot; `None` when the CPU has no record.
+    #[inline(always)]
+    fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
+        this_cpu_generic(self, s, this_cpu::range_in)
+    }
+
+    /// Records a validated range on the running CPU; false when it has no
+    /// record.
+    #[inline(always)]
+    fn this_cpu_set_range(&self, s: SheafSlots<'_>, base: usize, span: usize, gen: usize) -> bool {
+        this_cpu_generic(self, s, |r| this_cpu::set_range_in(r, base, span, gen)).is_some()
+    }
+
+    /// `this_cpu_xchg` of a sheaf word: stores `new`, returns the old
+    /// value; `None` when the CPU has no record.
+    #[inline(always)]
+    fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+        this_cpu_generic(self, s, |r| {
+            this_cpu::word_of(r, w).swap(new, core::sync::atomic::Ordering::AcqRel)
+        })
+    }
+
+    /// `this_cpu_cmpxchg` of a sheaf word from `old` to `new`; false when
+    /// it held something else or the CPU has no record.
+    #[inline(always)]
+    fn this_cpu_cmpxchg(&self, s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+        this_cpu_generic(self, s, |r| {
+            this_cpu::word_of(r, w)
+                .compare_exchange(
+                    old,
+                    new,
+                    core::sync::atomic::Ordering::AcqRel,
+                    core::sync::atomic::Ordering::Relaxed,
+                )
+                .is_ok()
+        })
+        .unwrap_or(false)
+    }
+
+    /// Exchanges sheaf word `w` of another CPU's record (a remote drain)
+    /// and waits until no operation that may still use the old value runs
+    /// on that CPU. `None` where the platform cannot (the default: pinned
+    /// CPUs are drained by their owners).
+    fn remote_sheaf_xchg(
+        &self,
+        s: SheafSlots<'_>,
+        cpu: usize,
+        w: SheafWord,
+        new: usize,
+    ) -> Option<usize> {
+        let _ = (s, cpu, w, new);
+        None
+    }
+}
+
+/// The kernel's generic `this_cpu` operation: interrupts saved, pinned,
+/// `f` on the pinned CPU's record (`None`: no record, or a platform whose
+/// pins are not exclusive).
+#[inline(always)]
+fn this_cpu_generic<P: Platform + ?Sized, R>(
+    p: &P,
+    s: SheafSlots<'_>,
+    f: impl FnOnce(&this_cpu::CpuSheaves) -> R,
+) -> Option<R> {
+    let flags = p.irq_save();
+    let pin = p.pin();
+    let r = match s.record(pin.cpu) {
+        Some(rec) if pin.strategy == Strategy::Pinned => Some(f(rec)),
+        _ => None,
+    };
+    // SAFETY: matches the pin and the save above, in reverse order.
+    unsafe {
+        p.unpin(pin);
+        p.irq_restore(flags);
+    }
+    r
 }
 
 /// `this_cpu_cmpxchg_double` as the generic per-CPU operations implement it

@@ -186,6 +186,175 @@ unsafe impl Platform for StdCpu {
 }
 
 // ---------------------------------------------------------------------------
+// RseqCpu
+// ---------------------------------------------------------------------------
+
+/// Real CPUs whose per-CPU sheaves are reached by restartable sequences
+/// (Linux `rseq`, registered by glibc 2.35+; [`rseq`](crate::rseq)): the
+/// kernel's `this_cpu` operations in user space, so cached memory is per
+/// CPU, not per thread, and any number of threads share the CPUs without
+/// a lock on the fast path.
+///
+/// Slots of a [`LocalLock`](crate::LocalLock) (the slab paths behind the
+/// sheaves) use the locked strategy, as [`StdCpu`] does. Where rseq is
+/// unavailable (other OSes and architectures, kernels before 4.18, glibc
+/// before 2.35, `glibc.pthread.rseq=0`, or `MM_NO_RSEQ` set in the
+/// environment), [`restartable`](Platform::restartable) is false and
+/// users take their locked paths: still per CPU, with no thread limit.
+///
+/// ```
+/// use local_lock::std_platform::RseqCpu;
+/// use local_lock::{Platform, Strategy};
+///
+/// let p = RseqCpu::new();
+/// assert_eq!(p.default_strategy(), Strategy::Locked);
+/// assert!(p.current_cpu() < p.nr_cpus());
+/// // On this project's machines (glibc 2.36, Linux 6.x) rseq is there.
+/// println!("restartable: {}", p.restartable());
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RseqCpu;
+
+impl RseqCpu {
+    /// The platform (zero-sized).
+    pub const fn new() -> Self {
+        RseqCpu
+    }
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+use crate::rseq;
+
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+mod rseq {
+    //! No restartable sequences here: every operation fails.
+    pub fn available() -> bool {
+        false
+    }
+}
+
+use crate::this_cpu::{SheafSlots, SheafWord};
+
+// SAFETY: LocalLock slots use the locked strategy (requirement 3); std has
+// no interrupts (4). The `this_cpu` operations are restartable sequences
+// (each one indivisible with respect to every other on the same CPU, see
+// `rseq`), used only while `restartable()` holds.
+unsafe impl Platform for RseqCpu {
+    const HAS_IRQS: bool = false;
+
+    fn nr_cpus(&self) -> usize {
+        configured_cpus()
+    }
+    #[inline(always)]
+    fn current_cpu(&self) -> usize {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        if rseq::available() {
+            let c = rseq::cpu_id() as usize;
+            if c < 1 << 20 {
+                return c;
+            }
+        }
+        sched_getcpu()
+    }
+    #[inline(always)]
+    fn in_interrupt(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irqs_disabled(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn irq_save(&self) -> IrqFlags {
+        IrqFlags(0)
+    }
+    #[inline(always)]
+    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
+    #[inline(always)]
+    fn irq_disable(&self) {}
+    #[inline(always)]
+    unsafe fn irq_enable(&self) {}
+    #[inline(always)]
+    fn preempt_disable(&self) {}
+    #[inline(always)]
+    unsafe fn preempt_enable(&self) {}
+    #[inline(always)]
+    fn random_seed(&self) -> u64 {
+        os_random_seed()
+    }
+    #[inline(always)]
+    fn default_strategy(&self) -> Strategy {
+        Strategy::Locked
+    }
+    fn spin_wait(&self, backoff: &Backoff) {
+        if backoff.is_completed() {
+            std::thread::yield_now();
+        } else {
+            backoff.snooze();
+        }
+    }
+    #[inline(always)]
+    fn restartable(&self) -> bool {
+        rseq::available()
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+        if !rseq::available() {
+            return 0;
+        }
+        // SAFETY: rseq is registered; SheafSlots' contract.
+        unsafe { rseq::pop(s) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+        // SAFETY: as above.
+        rseq::available() && unsafe { rseq::push(s, v) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
+        // SAFETY: as above.
+        rseq::available().then(|| unsafe { rseq::range(s) })
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_set_range(&self, s: SheafSlots<'_>, base: usize, span: usize, gen: usize) -> bool {
+        // SAFETY: as above.
+        rseq::available() && unsafe { rseq::set_range(s, base, span, gen) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+        if !rseq::available() {
+            return None;
+        }
+        // SAFETY: as above.
+        unsafe { rseq::xchg(s, w, new) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    fn this_cpu_cmpxchg(&self, s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+        // SAFETY: as above.
+        rseq::available() && unsafe { rseq::cmpxchg(s, w, old, new) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn remote_sheaf_xchg(
+        &self,
+        s: SheafSlots<'_>,
+        cpu: usize,
+        w: SheafWord,
+        new: usize,
+    ) -> Option<usize> {
+        if !rseq::available() {
+            return None;
+        }
+        rseq::remote_xchg(s, cpu, w, new)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // PerThread
 // ---------------------------------------------------------------------------
 

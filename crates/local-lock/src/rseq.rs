@@ -1,0 +1,505 @@
+//! Restartable sequences (Linux `rseq`): the `this_cpu` sheaf operations
+//! of [`this_cpu`](crate::this_cpu) in user space, x86_64.
+//!
+//! glibc 2.35+ registers a `struct rseq` area for every thread it creates
+//! (at `thread pointer + __rseq_offset`); the kernel keeps its `cpu_id`
+//! current. A critical section is described by a `struct rseq_cs`
+//! (start, length, abort address) stored into the area's `rseq_cs` field
+//! before the section runs; if the thread is preempted, migrated or takes
+//! a signal while its instruction pointer is inside the section, the
+//! kernel moves it to the abort address, which restarts the section from
+//! the beginning. The section's last instruction is its commit (one
+//! store, or one `lock cmpxchg` for the exchanges a remote drain may race
+//! with). Everything before it only reads, or writes words nobody else
+//! reads until the commit (a sheaf entry beyond its size).
+//!
+//! The abort handler is preceded by the signature glibc registered
+//! (`RSEQ_SIG`, 0x53053053 on x86, encoded as the displacement of a `ud1`
+//! so it disassembles cleanly), in section `__rseq_failure`; descriptors
+//! live in `__rseq_cs`, as in librseq and tcmalloc.
+//!
+//! [`available`] says whether the running process has rseq: glibc's
+//! `__rseq_offset`/`__rseq_size` (looked up with `dlsym`, so older glibc
+//! versions link and simply lack rseq) and a registered area on the
+//! calling thread. A thread whose area is not registered reads a CPU id
+//! of `u32::MAX - 1` or `u32::MAX`: every operation then fails (no record)
+//! and callers take their locked slow paths.
+//!
+//! Remote drains ([`remote_xchg`]) exchange the word atomically and then
+//! fence the target CPU with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`,
+//! which restarts any section running there: afterwards no section can
+//! still use the old value. The local exchanges commit with `lock
+//! cmpxchg`, so a remote exchange between their load and their commit
+//! makes them fail instead of both sides owning the old sheaf.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
+
+use crate::this_cpu::{CpuSheaves, SheafSlots, SheafWord};
+
+/// `struct rseq` offsets: `cpu_id` and `rseq_cs`.
+const CPU_ID: usize = 4;
+const RSEQ_CS: usize = 8;
+
+const UNKNOWN: u8 = 0;
+const INITIALIZING: u8 = 1;
+const YES: u8 = 2;
+const NO: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static OFFSET: AtomicIsize = AtomicIsize::new(0);
+static FENCE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether this process runs with glibc-registered restartable sequences
+/// (decided once; a call made while the first call is deciding, e.g. from
+/// an allocation inside `dlsym`, answers `false`).
+///
+/// ```
+/// // On this project's machines (glibc 2.36, Linux 6.x) rseq is there.
+/// if local_lock::rseq::available() {
+///     assert!(local_lock::rseq::cpu_id() < 4096);
+/// }
+/// ```
+#[inline(always)]
+pub fn available() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        YES => true,
+        NO | INITIALIZING => false,
+        _ => init(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn init() -> bool {
+    if STATE
+        .compare_exchange(UNKNOWN, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        return STATE.load(Ordering::Acquire) == YES;
+    }
+    let ok = lookup();
+    STATE.store(if ok { YES } else { NO }, Ordering::Release);
+    ok
+}
+
+#[cfg(miri)]
+fn lookup() -> bool {
+    false
+}
+
+#[cfg(not(miri))]
+fn lookup() -> bool {
+    if std::env::var_os("MM_NO_RSEQ").is_some() {
+        return false;
+    }
+    // SAFETY: dlsym with a NUL-terminated name; the results are checked.
+    let (off, size) = unsafe {
+        let o = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+        let s = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr());
+        if o.is_null() || s.is_null() {
+            return false;
+        }
+        (*(o as *const isize), *(s as *const u32))
+    };
+    // The original ABI's 32 bytes (glibc reports 20: the fields in use).
+    if size < 20 || off == 0 {
+        return false;
+    }
+    OFFSET.store(off, Ordering::Relaxed);
+    // The calling thread must be registered: its cpu_id is a real CPU.
+    let c = raw_cpu_id(off);
+    c < 1 << 20
+}
+
+#[inline(always)]
+fn raw_cpu_id(off: isize) -> u32 {
+    let c: u32;
+    // SAFETY: reads the thread's rseq area (thread pointer + __rseq_offset,
+    // glibc's ABI), which lives as long as the thread.
+    unsafe {
+        asm!(
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            off = in(reg) off,
+            cpu = const CPU_ID,
+            c = out(reg) c,
+            options(nostack, readonly, preserves_flags)
+        )
+    };
+    c
+}
+
+/// The CPU the calling thread runs on, from its rseq area (one load): a
+/// hint, as `sched_getcpu()` is. Only meaningful when [`available`].
+#[inline(always)]
+pub fn cpu_id() -> u32 {
+    raw_cpu_id(OFFSET.load(Ordering::Relaxed))
+}
+
+/// The section prologue/epilogue: descriptor in `__rseq_cs` (start 4,
+/// post-commit 5, abort 6), the signature and the abort handler (back to
+/// 2, the restart) in `__rseq_failure`.
+macro_rules! rseq_tail {
+    () => {
+        concat!(
+            ".pushsection __rseq_cs, \"aw\"\n",
+            ".balign 32\n",
+            "3:\n",
+            ".long 0, 0\n",
+            ".quad 4b, 5b - 4b, 6f\n",
+            ".popsection\n",
+            ".pushsection __rseq_failure, \"ax\"\n",
+            ".byte 0x0f, 0xb9, 0x3d\n",
+            ".long 0x53053053\n",
+            "6:\n",
+            "jmp 2b\n",
+            ".popsection\n",
+        )
+    };
+}
+
+/// `this_cpu` pop (see [`Platform::this_cpu_sheaf_pop`](crate::Platform::this_cpu_sheaf_pop)).
+///
+/// # Safety
+///
+/// [`available`] returned true; `s` as [`SheafSlots::new`] requires, with a
+/// stride of 128 bytes.
+#[inline(always)]
+pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
+    debug_assert_eq!(s.stride(), 128);
+    let v: usize;
+    // SAFETY: caller's contract; the section's stores are its commit.
+    unsafe {
+        asm!(
+            "2:",
+            "xor {v:e}, {v:e}",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 7",
+            "mov {sh}, qword ptr [{base} + {c}]",
+            "test {sh}, {sh}",
+            "jz 5f",
+            "mov {t}, qword ptr [{sh}]",
+            "sub {t}, 1",
+            "cmp {t}, {cap}",
+            "jae 5f",
+            "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
+            "mov qword ptr [{sh}], {t}",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            cap = in(reg) s.cap(),
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            v = out(reg) v,
+            t = out(reg) _,
+            c = out(reg) _,
+            sh = out(reg) _,
+            options(nostack)
+        )
+    };
+    v
+}
+
+/// `this_cpu` push (see [`Platform::this_cpu_sheaf_push`](crate::Platform::this_cpu_sheaf_push)).
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
+    let ok: usize;
+    // SAFETY: caller's contract; the entry beyond the size is invisible
+    // until the commit (the size store).
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 7",
+            "mov {sh}, qword ptr [{base} + {c}]",
+            "test {sh}, {sh}",
+            "jz 5f",
+            "mov {t}, qword ptr [{sh}]",
+            "cmp {t}, {cap}",
+            "jae 5f",
+            "mov qword ptr [{sh} + 8*{t} + 16], {val}",
+            "add {t}, 1",
+            "mov {ok:e}, 1",
+            "mov qword ptr [{sh}], {t}",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            cap = in(reg) s.cap(),
+            val = in(reg) val,
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            ok = out(reg) ok,
+            t = out(reg) _,
+            c = out(reg) _,
+            sh = out(reg) _,
+            options(nostack)
+        )
+    };
+    ok != 0
+}
+
+/// The running CPU's validated range, one snapshot (see
+/// [`Platform::this_cpu_range`](crate::Platform::this_cpu_range)); a CPU
+/// without a record reads an empty range.
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn range(s: SheafSlots<'_>) -> (usize, usize, usize) {
+    let (b, sp, g): (usize, usize, usize);
+    // SAFETY: caller's contract; reads only.
+    unsafe {
+        asm!(
+            "2:",
+            "xor {sp:e}, {sp:e}",
+            "lea {c}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {c}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 7",
+            "add {c}, {base}",
+            "mov {b}, qword ptr [{c} + 16]",
+            "mov {g}, qword ptr [{c} + 32]",
+            "mov {sp}, qword ptr [{c} + 24]",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            b = out(reg) b,
+            sp = out(reg) sp,
+            g = out(reg) g,
+            c = out(reg) _,
+            options(nostack)
+        )
+    };
+    (b, sp, g)
+}
+
+/// Records a validated range on the running CPU (see
+/// [`Platform::this_cpu_set_range`](crate::Platform::this_cpu_set_range)).
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn set_range(s: SheafSlots<'_>, vbase: usize, vspan: usize, vgen: usize) -> bool {
+    let ok: usize;
+    // SAFETY: caller's contract; the span is zeroed first and stored last
+    // (the commit), so an aborted section leaves an empty range.
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            "lea {c}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {c}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 7",
+            "add {c}, {base}",
+            "mov qword ptr [{c} + 24], 0",
+            "mov qword ptr [{c} + 16], {b}",
+            "mov qword ptr [{c} + 32], {g}",
+            "mov {ok:e}, 1",
+            "mov qword ptr [{c} + 24], {sp}",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            b = in(reg) vbase,
+            sp = in(reg) vspan,
+            g = in(reg) vgen,
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            ok = out(reg) ok,
+            c = out(reg) _,
+            options(nostack)
+        )
+    };
+    ok != 0
+}
+
+/// `this_cpu_cmpxchg` of a sheaf word (see
+/// [`Platform::this_cpu_cmpxchg`](crate::Platform::this_cpu_cmpxchg)).
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+    let ok: usize;
+    // SAFETY: caller's contract; the commit is one `lock cmpxchg`.
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            "lea {c}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {c}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 7f",
+            "shl {c}, 7",
+            "add {c}, {base}",
+            "mov rax, {old}",
+            "lock cmpxchg qword ptr [{c} + {w}], {new}",
+            "5:",
+            "jne 7f",
+            "mov {ok:e}, 1",
+            "7:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            w = in(reg) w as usize,
+            old = in(reg) old,
+            new = in(reg) new,
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            ok = out(reg) ok,
+            c = out(reg) _,
+            out("rax") _,
+            options(nostack)
+        )
+    };
+    ok != 0
+}
+
+/// `this_cpu_xchg` of a sheaf word (see
+/// [`Platform::this_cpu_xchg`](crate::Platform::this_cpu_xchg)): `None`
+/// when the CPU has no record.
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+    let ok: usize;
+    let old: usize;
+    // SAFETY: caller's contract; the commit is one `lock cmpxchg` of the
+    // value just loaded (a remote exchange in between makes it fail, and
+    // the section restarts through the jump back).
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            "lea {c}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {c}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 7f",
+            "shl {c}, 7",
+            "add {c}, {base}",
+            "mov rax, qword ptr [{c} + {w}]",
+            "lock cmpxchg qword ptr [{c} + {w}], {new}",
+            "5:",
+            "jne 2b",
+            "mov {ok:e}, 1",
+            "7:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            nr = in(reg) s.nr(),
+            w = in(reg) w as usize,
+            new = in(reg) new,
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            ok = out(reg) ok,
+            c = out(reg) _,
+            out("rax") old,
+            options(nostack)
+        )
+    };
+    (ok != 0).then_some(old)
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_long = 1;
+
+/// Whether this process may fence other CPUs' sections
+/// (`membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)`, Linux
+/// 5.10+), registering on first use.
+pub fn fence_available() -> bool {
+    match FENCE.load(Ordering::Acquire) {
+        YES => return true,
+        NO => return false,
+        _ => {}
+    }
+    // SAFETY: membarrier takes integers only.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    };
+    let ok = r == 0;
+    FENCE.store(if ok { YES } else { NO }, Ordering::Release);
+    ok
+}
+
+/// Restarts every section running on `cpu` and waits for that: afterwards
+/// no section that started before the call is still running there.
+pub fn fence(cpu: usize) -> bool {
+    if !fence_available() {
+        return false;
+    }
+    // SAFETY: membarrier takes integers only.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+            MEMBARRIER_CMD_FLAG_CPU,
+            cpu as libc::c_long,
+        )
+    };
+    r == 0
+}
+
+/// Exchanges sheaf word `w` of CPU `cpu`'s record for `new` and fences that
+/// CPU (see [`Platform::remote_sheaf_xchg`](crate::Platform::remote_sheaf_xchg)).
+/// `None` when `cpu` has no record or fencing is unavailable (then nothing
+/// was changed).
+pub fn remote_xchg(s: SheafSlots<'_>, cpu: usize, w: SheafWord, new: usize) -> Option<usize> {
+    let r = s.record(cpu)?;
+    if !fence_available() {
+        return None;
+    }
+    let old = crate::this_cpu::word_of(r, w).swap(new, Ordering::AcqRel);
+    if !fence(cpu) {
+        // Registered but the fence failed (the CPU went offline: nothing
+        // runs there).
+        return Some(old);
+    }
+    Some(old)
+}

@@ -1,0 +1,227 @@
+//! The `this_cpu` operations on per-CPU sheaf words: what SLUB's sheaf
+//! fast paths need from a platform when no slot lock is taken.
+//!
+//! The kernel's per-CPU operations (`this_cpu_read`, `this_cpu_xchg`,
+//! `this_cpu_cmpxchg`, ...) act on the running CPU's copy of a variable as
+//! one indivisible step: one `%gs`-relative instruction on x86, elsewhere
+//! a few instructions with interrupts (or preemption) disabled. In a std
+//! process the same steps are restartable sequences (Linux `rseq`, see
+//! [`rseq`](crate::rseq)): a thread preempted, migrated or signalled inside
+//! one restarts it from the beginning on whatever CPU it then runs on, and
+//! the operation's last store is its commit.
+//!
+//! The words of one CPU form a [`CpuSheaves`] record: the main and spare
+//! sheaf (each 0 or the address of a sheaf: word 0 its size, word 1 a link,
+//! then the entries, [`SHEAF_HDR_WORDS`]) and the slab range the CPU's last
+//! validated free belonged to. [`SheafSlots`] names the records of all
+//! CPUs (CPU `c`'s record is `base + c * stride`).
+//!
+//! The [`Platform`](crate::Platform) methods `this_cpu_*` implement the
+//! operations. Their defaults are the kernel's generic per-CPU operations
+//! (interrupts saved, pinned, plain accesses to the pinned CPU's record),
+//! valid on platforms whose slots are [`Pinned`](crate::Strategy::Pinned);
+//! `restartable()` says whether callers may use them without the slot lock.
+//! Every operation may fail (the CPU has no record, the sheaf is empty or
+//! full, the word changed): callers then take their slow path.
+
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Header words of a sheaf before its entries: the size, then a link.
+pub const SHEAF_HDR_WORDS: usize = 2;
+
+/// One CPU's sheaf words (`struct slub_percpu_sheaves`, plus the slab range
+/// of the CPU's last validated free). Field offsets are part of the
+/// restartable sequences' ABI: `main` 0, `spare` 8, `vbase` 16, `vspan` 24,
+/// `vgen` 32.
+///
+/// ```
+/// use local_lock::this_cpu::CpuSheaves;
+/// let r = CpuSheaves::new();
+/// assert_eq!(r.main.load(core::sync::atomic::Ordering::Relaxed), 0);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, vgen), 32);
+/// ```
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct CpuSheaves {
+    /// The main sheaf (0: none).
+    pub main: AtomicUsize,
+    /// The spare sheaf (0: none).
+    pub spare: AtomicUsize,
+    /// First byte of the slab of the last validated free.
+    pub vbase: AtomicUsize,
+    /// Bytes that slab's objects span (0: no range).
+    pub vspan: AtomicUsize,
+    /// The cache's discard count when the range was recorded.
+    pub vgen: AtomicUsize,
+}
+
+impl CpuSheaves {
+    /// An empty record.
+    pub const fn new() -> Self {
+        CpuSheaves {
+            main: AtomicUsize::new(0),
+            spare: AtomicUsize::new(0),
+            vbase: AtomicUsize::new(0),
+            vspan: AtomicUsize::new(0),
+            vgen: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Which sheaf word an exchange acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum SheafWord {
+    /// [`CpuSheaves::main`].
+    Main = 0,
+    /// [`CpuSheaves::spare`].
+    Spare = 8,
+}
+
+/// The [`CpuSheaves`] records of `nr` CPUs, `stride` bytes apart, and the
+/// capacity of the sheaves they hold.
+///
+/// ```
+/// use local_lock::this_cpu::{CpuSheaves, SheafSlots};
+/// use local_lock::sync::CachePadded;
+/// let recs = [const { CachePadded::new(CpuSheaves::new()) }; 4];
+/// // SAFETY: 4 records, `size_of::<CachePadded<_>>()` apart, outliving `s`.
+/// let s = unsafe { SheafSlots::new(&*recs[0], size_of_val(&recs[0]), 4, 16) };
+/// assert_eq!(s.nr(), 4);
+/// assert!(core::ptr::eq(s.record(3).unwrap(), &*recs[3]));
+/// assert!(s.record(4).is_none());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SheafSlots<'a> {
+    base: &'a CpuSheaves,
+    stride: usize,
+    nr: usize,
+    cap: usize,
+}
+
+impl<'a> SheafSlots<'a> {
+    /// The records of CPUs `0..nr`, CPU `c`'s at `base + c * stride` bytes,
+    /// holding sheaves of `cap` entries.
+    ///
+    /// # Safety
+    ///
+    /// `nr` records live at those addresses for `'a`, `stride` is a
+    /// multiple of the record's alignment, and every non-zero sheaf word
+    /// in them is the address of a sheaf of `cap` entries that only these
+    /// operations (or the holder of a detached sheaf) touch.
+    pub const unsafe fn new(base: &'a CpuSheaves, stride: usize, nr: usize, cap: usize) -> Self {
+        SheafSlots {
+            base,
+            stride,
+            nr,
+            cap,
+        }
+    }
+
+    /// Number of records.
+    pub fn nr(&self) -> usize {
+        self.nr
+    }
+
+    /// Entries per sheaf.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// The record of CPU 0.
+    pub fn base(&self) -> &'a CpuSheaves {
+        self.base
+    }
+
+    /// Bytes between consecutive records.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// CPU `cpu`'s record, if it has one.
+    pub fn record(&self, cpu: usize) -> Option<&'a CpuSheaves> {
+        if cpu >= self.nr {
+            return None;
+        }
+        let p = (self.base as *const CpuSheaves)
+            .cast::<u8>()
+            .wrapping_add(cpu * self.stride)
+            .cast::<CpuSheaves>();
+        // SAFETY: `new`'s contract: a record lives there for 'a.
+        Some(unsafe { &*p })
+    }
+}
+
+/// A sheaf's word `i` (0: size, 1: link, then entries).
+#[inline(always)]
+fn sheaf_word(sh: usize, i: usize) -> &'static AtomicUsize {
+    // SAFETY: `SheafSlots::new`'s contract: a non-zero sheaf word is a
+    // sheaf of `cap` entries, word aligned.
+    unsafe {
+        AtomicUsize::from_ptr(core::ptr::with_exposed_provenance_mut::<usize>(
+            sh + i * core::mem::size_of::<usize>(),
+        ))
+    }
+}
+
+/// Pops the last entry of `r`'s main sheaf (0 if none); the record is
+/// the caller's for the duration (pinned with interrupts off, or locked).
+#[inline(always)]
+pub fn pop_in(r: &CpuSheaves, cap: usize) -> usize {
+    let sh = r.main.load(Ordering::Relaxed);
+    if sh == 0 {
+        return 0;
+    }
+    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
+    let i = n.wrapping_sub(1);
+    if i >= cap {
+        return 0;
+    }
+    let v = sheaf_word(sh, SHEAF_HDR_WORDS + i).load(Ordering::Relaxed);
+    sheaf_word(sh, 0).store(i, Ordering::Relaxed);
+    v
+}
+
+/// Pushes `v` onto `r`'s main sheaf; false if there is none or it is full.
+#[inline(always)]
+pub fn push_in(r: &CpuSheaves, cap: usize, v: usize) -> bool {
+    let sh = r.main.load(Ordering::Relaxed);
+    if sh == 0 {
+        return false;
+    }
+    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
+    if n >= cap {
+        return false;
+    }
+    sheaf_word(sh, SHEAF_HDR_WORDS + n).store(v, Ordering::Relaxed);
+    sheaf_word(sh, 0).store(n + 1, Ordering::Relaxed);
+    true
+}
+
+/// The word `w` of `r`.
+#[inline(always)]
+pub fn word_of(r: &CpuSheaves, w: SheafWord) -> &AtomicUsize {
+    match w {
+        SheafWord::Main => &r.main,
+        SheafWord::Spare => &r.spare,
+    }
+}
+
+/// The validated range of `r`: `(vbase, vspan, vgen)`.
+#[inline(always)]
+pub fn range_in(r: &CpuSheaves) -> (usize, usize, usize) {
+    (
+        r.vbase.load(Ordering::Relaxed),
+        r.vspan.load(Ordering::Relaxed),
+        r.vgen.load(Ordering::Relaxed),
+    )
+}
+
+/// Records a validated range in `r`.
+#[inline(always)]
+pub fn set_range_in(r: &CpuSheaves, base: usize, span: usize, gen: usize) {
+    r.vspan.store(0, Ordering::Relaxed);
+    r.vbase.store(base, Ordering::Relaxed);
+    r.vgen.store(gen, Ordering::Relaxed);
+    r.vspan.store(span, Ordering::Relaxed);
+}

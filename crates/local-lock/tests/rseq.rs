@@ -1,0 +1,188 @@
+//! The restartable `this_cpu` sheaf operations under contention and
+//! migration: tokens moved between per-CPU sheaves, thread-owned sheaves
+//! (detached with `this_cpu_xchg`, installed with `this_cpu_cmpxchg`) and
+//! a remote drainer must all be found exactly once at the end.
+#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use local_lock::std_platform::RseqCpu;
+use local_lock::sync::CachePadded;
+use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
+use local_lock::Platform;
+
+const CAP: usize = 16;
+const NR: usize = 64;
+/// Operations per thread: enough that threads are preempted inside sections.
+const STEPS: usize = 1_000_000;
+
+static RECS: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
+
+fn slots() -> SheafSlots<'static> {
+    // SAFETY: NR records, one CachePadded apart; every sheaf word holds 0
+    // or a leaked sheaf of CAP entries.
+    unsafe {
+        SheafSlots::new(
+            &RECS[0],
+            core::mem::size_of::<CachePadded<CpuSheaves>>(),
+            NR,
+            CAP,
+        )
+    }
+}
+
+fn new_sheaf() -> usize {
+    Box::leak(vec![0usize; SHEAF_HDR_WORDS + CAP].into_boxed_slice()).as_mut_ptr() as usize
+}
+
+fn words(sh: usize) -> &'static mut [usize] {
+    // SAFETY: a leaked sheaf the caller owns (detached).
+    unsafe { std::slice::from_raw_parts_mut(sh as *mut usize, SHEAF_HDR_WORDS + CAP) }
+}
+
+fn migrate(cpu: usize) {
+    // SAFETY: a plain cpu_set_t for this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % 2, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+    }
+}
+
+#[test]
+fn tokens_survive_contention_migration_and_remote_drains() {
+    let p = RseqCpu::new();
+    if !p.restartable() {
+        eprintln!("no rseq here: nothing to test");
+        return;
+    }
+    let s = slots();
+    let threads = 8;
+    let per_thread = 200usize;
+    let stop = AtomicBool::new(false);
+    let drained = Mutex::new(Vec::<usize>::new());
+    let results = Mutex::new(Vec::<usize>::new());
+    std::thread::scope(|sc| {
+        let (stop, drained) = (&stop, &drained);
+        sc.spawn(move || {
+            let mut cpu = 0;
+            while !stop.load(Ordering::Relaxed) {
+                cpu = (cpu + 1) % 2;
+                if let Some(sh) = p.remote_sheaf_xchg(s, cpu, SheafWord::Main, 0) {
+                    if sh != 0 {
+                        let w = words(sh);
+                        let mut d = drained.lock().unwrap();
+                        while w[0] > 0 {
+                            w[0] -= 1;
+                            d.push(w[SHEAF_HDR_WORDS + w[0]]);
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        });
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let results = &results;
+                sc.spawn(move || {
+                    let mut mine: Vec<usize> = (0..per_thread)
+                        .map(|i| (t * per_thread + i + 1) * 8)
+                        .collect();
+                    let mut rng = 0x9e37_79b9u64 ^ t as u64;
+                    for step in 0..STEPS {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        if step % 997 == 0 {
+                            migrate(rng as usize);
+                        }
+                        match rng % 16 {
+                            0..=6 => {
+                                let v = p.this_cpu_sheaf_pop(s);
+                                if v != 0 {
+                                    mine.push(v);
+                                }
+                            }
+                            7..=13 => {
+                                if let Some(v) = mine.pop() {
+                                    if !p.this_cpu_sheaf_push(s, v) {
+                                        mine.push(v);
+                                    }
+                                }
+                            }
+                            14 => {
+                                // The slow path: detach main, work on it as
+                                // its owner, install it (or a new one) again.
+                                let Some(old) = p.this_cpu_xchg(s, SheafWord::Main, 0) else {
+                                    continue;
+                                };
+                                let sh = if old == 0 { new_sheaf() } else { old };
+                                let w = words(sh);
+                                while w[0] > CAP / 2 {
+                                    w[0] -= 1;
+                                    mine.push(w[SHEAF_HDR_WORDS + w[0]]);
+                                }
+                                if !p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh) {
+                                    // Someone installed one meanwhile (or we
+                                    // moved): keep its tokens, drop the sheaf.
+                                    while w[0] > 0 {
+                                        w[0] -= 1;
+                                        mine.push(w[SHEAF_HDR_WORDS + w[0]]);
+                                    }
+                                }
+                            }
+                            _ => {
+                                // Spare: park the main sheaf there and back.
+                                if let Some(m) = p.this_cpu_xchg(s, SheafWord::Main, 0) {
+                                    if m != 0 && !p.this_cpu_cmpxchg(s, SheafWord::Spare, 0, m) {
+                                        let w = words(m);
+                                        while w[0] > 0 {
+                                            w[0] -= 1;
+                                            mine.push(w[SHEAF_HDR_WORDS + w[0]]);
+                                        }
+                                    }
+                                    if let Some(sp) = p.this_cpu_xchg(s, SheafWord::Spare, 0) {
+                                        if sp != 0 && !p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sp)
+                                        {
+                                            let w = words(sp);
+                                            while w[0] > 0 {
+                                                w[0] -= 1;
+                                                mine.push(w[SHEAF_HDR_WORDS + w[0]]);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    results.lock().unwrap().extend(mine);
+                });
+            }
+        });
+        stop.store(true, Ordering::Relaxed);
+    });
+    let mut all = results.into_inner().unwrap();
+    eprintln!(
+        "tokens: {} with threads, {} drained remotely",
+        all.len(),
+        drained.lock().unwrap().len()
+    );
+    all.extend(drained.into_inner().unwrap());
+    for c in 0..NR {
+        let r = s.record(c).unwrap();
+        for sh in [
+            r.main.load(Ordering::Relaxed),
+            r.spare.load(Ordering::Relaxed),
+        ] {
+            if sh != 0 {
+                let w = words(sh);
+                all.extend_from_slice(&w[SHEAF_HDR_WORDS..SHEAF_HDR_WORDS + w[0]]);
+            }
+        }
+    }
+    all.sort_unstable();
+    let expect: Vec<usize> = (1..=threads * per_thread).map(|i| i * 8).collect();
+    assert_eq!(all.len(), expect.len(), "tokens lost or duplicated");
+    assert_eq!(all, expect);
+}
