@@ -64,6 +64,15 @@ fn main() {
         "nosheaves-hardened" => &NOSHEAVES_HARDENED,
         _ => panic!("unknown config {cfg:?}"),
     };
+    // valgrind does not implement rseq, so glibc could not register it:
+    // count the restartable paths as if on CPU 0 (this process has one
+    // thread).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if std::env::var_os("PAIR_COUNT_NO_RSEQ").is_none() && !local_lock::rseq::available() {
+        // SAFETY: single-threaded, before any of the counted caches is used.
+        let ok = unsafe { local_lock::rseq::assume_cpu0_for_counting() };
+        eprintln!("pair_count: rseq unavailable (valgrind?): counted as CPU 0: {ok}");
+    }
     let l = Layout::from_size_align(size, 8).expect("layout");
     // Warm up: first use, slabs, sheaves.
     run(h, l, shape, 4096);

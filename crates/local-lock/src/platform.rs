@@ -251,36 +251,72 @@ pub unsafe trait Platform: Sync {
 
     /// `this_cpu` pop: the last entry of the running CPU's main sheaf, 0
     /// when it has none (no record, no main sheaf, empty).
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+    unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
         this_cpu_generic(self, s, |r| this_cpu::pop_in(r, s.cap())).unwrap_or(0)
     }
 
     /// `this_cpu` push of `v` onto the running CPU's main sheaf; false when
     /// it has none or it is full.
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+    unsafe fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
         this_cpu_generic(self, s, |r| this_cpu::push_in(r, s.cap(), v)).unwrap_or(false)
     }
 
     /// The running CPU's validated range `(vbase, vspan, vgen)`, read as
     /// one snapshot; `None` when the CPU has no record.
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
+    unsafe fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
         this_cpu_generic(self, s, this_cpu::range_in)
     }
 
     /// Records a validated range on the running CPU; false when it has no
     /// record.
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_set_range(&self, s: SheafSlots<'_>, base: usize, span: usize, gen: usize) -> bool {
+    unsafe fn this_cpu_set_range(
+        &self,
+        s: SheafSlots<'_>,
+        base: usize,
+        span: usize,
+        gen: usize,
+    ) -> bool {
         this_cpu_generic(self, s, |r| this_cpu::set_range_in(r, base, span, gen)).is_some()
     }
 
     /// `this_cpu_xchg` of a sheaf word: stores `new`, returns the old
     /// value; `None` when the CPU has no record.
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+    unsafe fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
         this_cpu_generic(self, s, |r| {
             this_cpu::word_of(r, w).swap(new, core::sync::atomic::Ordering::AcqRel)
         })
@@ -288,8 +324,20 @@ pub unsafe trait Platform: Sync {
 
     /// `this_cpu_cmpxchg` of a sheaf word from `old` to `new`; false when
     /// it held something else or the CPU has no record.
+    ///
+    /// # Safety
+    ///
+    /// [`restartable`](Self::restartable) returned true on this platform
+    /// (the operations then stay valid for the life of the process), or
+    /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    fn this_cpu_cmpxchg(&self, s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+    unsafe fn this_cpu_cmpxchg(
+        &self,
+        s: SheafSlots<'_>,
+        w: SheafWord,
+        old: usize,
+        new: usize,
+    ) -> bool {
         this_cpu_generic(self, s, |r| {
             this_cpu::word_of(r, w)
                 .compare_exchange(

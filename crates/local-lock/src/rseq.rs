@@ -112,6 +112,44 @@ fn lookup() -> bool {
     c < 1 << 20
 }
 
+/// Makes [`available`] true for a **single-threaded** process whose glibc
+/// could not register rseq, by writing CPU 0 into the calling thread's
+/// area: for counting the restartable paths' instructions under valgrind,
+/// which does not implement the `rseq` system call (`ci/icount.sh`).
+/// Returns whether it could (glibc 2.35+ with an area). Caches decide
+/// their path at first use: call this before any cache is used.
+///
+/// # Safety
+///
+/// No other thread runs, now or later, in this process: without the
+/// kernel no section is ever restarted, and every thread would use CPU
+/// 0's records.
+pub unsafe fn assume_cpu0_for_counting() -> bool {
+    // SAFETY: dlsym with a NUL-terminated name; the result is checked.
+    let o = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) };
+    if o.is_null() {
+        return false;
+    }
+    // SAFETY: glibc's `__rseq_offset` variable.
+    let off = unsafe { *(o as *const isize) };
+    if off == 0 {
+        return false;
+    }
+    // SAFETY: the thread's rseq area (glibc keeps it even when the
+    // registration failed); nothing else writes it without the kernel.
+    unsafe {
+        asm!(
+            "mov dword ptr fs:[{off} + {cpu}], 0",
+            off = in(reg) off,
+            cpu = const CPU_ID,
+            options(nostack, preserves_flags)
+        )
+    };
+    OFFSET.store(off, Ordering::Relaxed);
+    STATE.store(YES, Ordering::Release);
+    true
+}
+
 #[inline(always)]
 fn raw_cpu_id(off: isize) -> u32 {
     let c: u32;

@@ -299,45 +299,52 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
-        if !rseq::available() {
-            return 0;
-        }
-        // SAFETY: rseq is registered; SheafSlots' contract.
+    unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+        // SAFETY: restartable() was true (caller's contract): rseq is
+        // registered; SheafSlots' contract.
         unsafe { rseq::pop(s) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+    unsafe fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
         // SAFETY: as above.
-        rseq::available() && unsafe { rseq::push(s, v) }
+        unsafe { rseq::push(s, v) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
+    unsafe fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
         // SAFETY: as above.
-        rseq::available().then(|| unsafe { rseq::range(s) })
+        Some(unsafe { rseq::range(s) })
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_set_range(&self, s: SheafSlots<'_>, base: usize, span: usize, gen: usize) -> bool {
+    unsafe fn this_cpu_set_range(
+        &self,
+        s: SheafSlots<'_>,
+        base: usize,
+        span: usize,
+        gen: usize,
+    ) -> bool {
         // SAFETY: as above.
-        rseq::available() && unsafe { rseq::set_range(s, base, span, gen) }
+        unsafe { rseq::set_range(s, base, span, gen) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
-        if !rseq::available() {
-            return None;
-        }
+    unsafe fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
         // SAFETY: as above.
         unsafe { rseq::xchg(s, w, new) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    fn this_cpu_cmpxchg(&self, s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+    unsafe fn this_cpu_cmpxchg(
+        &self,
+        s: SheafSlots<'_>,
+        w: SheafWord,
+        old: usize,
+        new: usize,
+    ) -> bool {
         // SAFETY: as above.
-        rseq::available() && unsafe { rseq::cmpxchg(s, w, old, new) }
+        unsafe { rseq::cmpxchg(s, w, old, new) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn remote_sheaf_xchg(

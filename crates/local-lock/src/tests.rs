@@ -481,6 +481,14 @@ fn this_cpu_cmpxchg_double_loses_to_an_interrupt() {
     assert_eq!(w.load(Ordering::Relaxed), DWord::new(12, 2));
 }
 
+/// A `this_cpu` operation (unsafe: see each platform's contract).
+macro_rules! this_cpu {
+    ($e:expr) => {{
+        // SAFETY: TestPlatform::pinned slots are Pinned; the locked platform is only asked, and refuses.
+        unsafe { $e }
+    }};
+}
+
 /// The generic (kernel) `this_cpu` sheaf operations act on the pinned
 /// CPU's record with interrupts saved, and refuse on locked platforms.
 #[test]
@@ -495,35 +503,35 @@ fn generic_this_cpu_sheaf_ops_use_the_pinned_cpus_record() {
     let p = TestPlatform::pinned(2);
     p.set_cpu(1);
     assert!(!p.restartable());
-    assert_eq!(p.this_cpu_sheaf_pop(s), 0, "no main sheaf");
-    assert!(!p.this_cpu_sheaf_push(s, 8));
-    assert!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh));
+    assert_eq!(this_cpu!(p.this_cpu_sheaf_pop(s)), 0, "no main sheaf");
+    assert!(!this_cpu!(p.this_cpu_sheaf_push(s, 8)));
+    assert!(this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)));
     assert!(
-        !p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh),
+        !this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)),
         "already installed"
     );
     for v in [8, 16, 24, 32] {
-        assert!(p.this_cpu_sheaf_push(s, v));
+        assert!(this_cpu!(p.this_cpu_sheaf_push(s, v)));
     }
-    assert!(!p.this_cpu_sheaf_push(s, 40), "full");
-    assert_eq!(p.this_cpu_sheaf_pop(s), 32);
+    assert!(!this_cpu!(p.this_cpu_sheaf_push(s, 40)), "full");
+    assert_eq!(this_cpu!(p.this_cpu_sheaf_pop(s)), 32);
     p.set_cpu(0);
     assert_eq!(
-        p.this_cpu_sheaf_pop(s),
+        this_cpu!(p.this_cpu_sheaf_pop(s)),
         0,
         "CPU 0 has its own (empty) record"
     );
-    assert!(p.this_cpu_set_range(s, 0x1000, 0x100, 7));
-    assert_eq!(p.this_cpu_range(s), Some((0x1000, 0x100, 7)));
+    assert!(this_cpu!(p.this_cpu_set_range(s, 0x1000, 0x100, 7)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s)), Some((0x1000, 0x100, 7)));
     p.set_cpu(1);
-    assert_eq!(p.this_cpu_range(s), Some((0, 0, 0)));
-    assert_eq!(p.this_cpu_xchg(s, SheafWord::Main, 0), Some(sh));
+    assert_eq!(this_cpu!(p.this_cpu_range(s)), Some((0, 0, 0)));
+    assert_eq!(this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0)), Some(sh));
     assert_eq!(p.remote_sheaf_xchg(s, 1, SheafWord::Main, 0), None);
     let _ = &mut sheaf;
     assert_eq!(sheaf[0], 3);
     assert!(!p.irqs_disabled(), "interrupts restored");
     // Locked slots are not exclusive: the generic operations refuse.
     let l = TestPlatform::locked(2);
-    assert!(!l.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh));
-    assert_eq!(l.this_cpu_xchg(s, SheafWord::Spare, 0), None);
+    assert!(!this_cpu!(l.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)));
+    assert_eq!(this_cpu!(l.this_cpu_xchg(s, SheafWord::Spare, 0)), None);
 }

@@ -12,6 +12,14 @@ use local_lock::sync::CachePadded;
 use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
 use local_lock::Platform;
 
+/// A `this_cpu` operation (unsafe: see each platform's contract).
+macro_rules! this_cpu {
+    ($e:expr) => {{
+        // SAFETY: restartable() was checked at the start of the test.
+        unsafe { $e }
+    }};
+}
+
 const CAP: usize = 16;
 const NR: usize = 64;
 /// Operations per thread: enough that threads are preempted inside sections.
@@ -99,14 +107,14 @@ fn tokens_survive_contention_migration_and_remote_drains() {
                         }
                         match rng % 16 {
                             0..=6 => {
-                                let v = p.this_cpu_sheaf_pop(s);
+                                let v = this_cpu!(p.this_cpu_sheaf_pop(s));
                                 if v != 0 {
                                     mine.push(v);
                                 }
                             }
                             7..=13 => {
                                 if let Some(v) = mine.pop() {
-                                    if !p.this_cpu_sheaf_push(s, v) {
+                                    if !this_cpu!(p.this_cpu_sheaf_push(s, v)) {
                                         mine.push(v);
                                     }
                                 }
@@ -114,7 +122,8 @@ fn tokens_survive_contention_migration_and_remote_drains() {
                             14 => {
                                 // The slow path: detach main, work on it as
                                 // its owner, install it (or a new one) again.
-                                let Some(old) = p.this_cpu_xchg(s, SheafWord::Main, 0) else {
+                                let Some(old) = this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0))
+                                else {
                                     continue;
                                 };
                                 let sh = if old == 0 { new_sheaf() } else { old };
@@ -123,7 +132,7 @@ fn tokens_survive_contention_migration_and_remote_drains() {
                                     w[0] -= 1;
                                     mine.push(w[SHEAF_HDR_WORDS + w[0]]);
                                 }
-                                if !p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh) {
+                                if !this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)) {
                                     // Someone installed one meanwhile (or we
                                     // moved): keep its tokens, drop the sheaf.
                                     while w[0] > 0 {
@@ -134,16 +143,26 @@ fn tokens_survive_contention_migration_and_remote_drains() {
                             }
                             _ => {
                                 // Spare: park the main sheaf there and back.
-                                if let Some(m) = p.this_cpu_xchg(s, SheafWord::Main, 0) {
-                                    if m != 0 && !p.this_cpu_cmpxchg(s, SheafWord::Spare, 0, m) {
+                                if let Some(m) = this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0)) {
+                                    if m != 0
+                                        && !this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Spare, 0, m))
+                                    {
                                         let w = words(m);
                                         while w[0] > 0 {
                                             w[0] -= 1;
                                             mine.push(w[SHEAF_HDR_WORDS + w[0]]);
                                         }
                                     }
-                                    if let Some(sp) = p.this_cpu_xchg(s, SheafWord::Spare, 0) {
-                                        if sp != 0 && !p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sp)
+                                    if let Some(sp) =
+                                        this_cpu!(p.this_cpu_xchg(s, SheafWord::Spare, 0))
+                                    {
+                                        if sp != 0
+                                            && !this_cpu!(p.this_cpu_cmpxchg(
+                                                s,
+                                                SheafWord::Main,
+                                                0,
+                                                sp
+                                            ))
                                         {
                                             let w = words(sp);
                                             while w[0] > 0 {

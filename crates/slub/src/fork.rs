@@ -3,8 +3,10 @@
 //!
 //! Before `fork` the forking thread takes, for each registered instance and
 //! each of its 13 kmalloc caches in turn: `list_lock`, the full list's
-//! lock, the per-CPU lock of the shared overflow slot (the other slots are
-//! owned by their threads and need none), the barn's lock
+//! lock, the per-CPU locks of every slot (the slab paths of
+//! [`RseqCpu`](local_lock::std_platform::RseqCpu) lock their CPU's slot;
+//! the sheaves need no lock: a restartable section cannot be half done in
+//! the child, which has no other thread), the barn's lock
 //! ([`level::OBJECTS`]). Then the pages underneath ([`GlobalPages`]): the
 //! pcp overflow slot ([`level::PAGES`]), then the buddy's grow, resize and
 //! zone locks ([`level::BUDDY`]). The parent and the child release them in
@@ -14,25 +16,23 @@
 //!
 //! [`GlobalPages`]: crate::GlobalPages
 
+use crate::global::{GlobalSlub, SLOTS};
 use local_lock::fork::{level, ForkLocks};
-use local_lock::std_platform::PerThread;
 
-use crate::global::GlobalSlub;
-
-const OVERFLOW: Option<usize> = Some(PerThread::OVERFLOW_SLOT);
+const ALL: core::ops::Range<usize> = 0..SLOTS;
 
 impl ForkLocks for GlobalSlub {
     fn fork_prepare(&self) {
         for c in self.kmalloc_caches() {
-            // SAFETY: the overflow slot is always locked (PerThread).
-            unsafe { c.fork_lock(OVERFLOW) };
+            // SAFETY: RseqCpu locks every slot.
+            unsafe { c.fork_lock(ALL) };
         }
     }
 
     unsafe fn fork_parent(&self) {
         for c in self.kmalloc_caches().iter().rev() {
             // SAFETY: taken by `fork_prepare` on this thread.
-            unsafe { c.fork_unlock(OVERFLOW) };
+            unsafe { c.fork_unlock(ALL) };
         }
     }
 
@@ -40,7 +40,7 @@ impl ForkLocks for GlobalSlub {
         for c in self.kmalloc_caches().iter().rev() {
             // SAFETY: taken by `fork_prepare` on the thread this child
             // copies; the data they protect is consistent.
-            unsafe { c.fork_unlock(OVERFLOW) };
+            unsafe { c.fork_unlock(ALL) };
         }
     }
 }

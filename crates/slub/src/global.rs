@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use buddy::{AllocFlags, Block, BlockRef, Order};
 use local_lock::fork::in_main_image;
-use local_lock::std_platform::{die, PerThread};
+use local_lock::std_platform::{die, PerThread, RseqCpu};
 use pcp::GlobalPcp;
 
 use crate::kmalloc::{kmalloc_class, Kmalloc};
@@ -78,7 +78,11 @@ unsafe impl SlabSource for GlobalPages {
     }
 }
 
-type Inner = Kmalloc<GlobalPages, PerThread>;
+/// Per-CPU slots of [`GlobalSlub`]'s caches: CPUs beyond share slots
+/// (the slab paths' locks) and have no sheaves (they take the slab path).
+pub(crate) const SLOTS: usize = 64;
+
+type Inner = Kmalloc<GlobalPages, RseqCpu, SLOTS>;
 
 /// Instances whose slots are flushed when a thread exits. Only `'static`
 /// instances are ever stored here (see [`GlobalSlub::flush_at_thread_exit`]),
@@ -175,8 +179,8 @@ impl GlobalSlub {
         GlobalSlub {
             k: Kmalloc::with_config(
                 GlobalPages,
-                PerThread::new(),
-                Geometry::new(PerThread::OWNED_SLOTS + 1),
+                RseqCpu::new(),
+                Geometry::new(SLOTS),
                 flags,
                 sheaf_capacity,
             ),
@@ -288,7 +292,9 @@ impl GlobalSlub {
     }
 
     /// The kmalloc caches without registering anything (fork handlers).
-    pub(crate) fn kmalloc_caches(&self) -> &[crate::cache::KmemCache<GlobalPages, PerThread>; 13] {
+    pub(crate) fn kmalloc_caches(
+        &self,
+    ) -> &[crate::cache::KmemCache<GlobalPages, RseqCpu, SLOTS>; 13] {
         self.k.caches()
     }
 
@@ -298,6 +304,40 @@ impl GlobalSlub {
             self.k.class(layout.size(), layout.align())
         } else {
             kmalloc_class(layout.size(), layout.align())
+        }
+    }
+    /// `alloc` beyond the fast path: registration, the full dispatch, page
+    /// allocations.
+    #[inline(never)]
+    unsafe fn alloc_slow(&self, layout: Layout) -> *mut u8 {
+        match self.class(layout) {
+            Some(i) => {
+                self.register();
+                match self.k.caches()[i].alloc() {
+                    Some(p) => p.as_ptr(),
+                    None => core::ptr::null_mut(),
+                }
+            }
+            // SAFETY: GlobalAlloc's contract, forwarded.
+            None => unsafe { PAGES.alloc(layout) },
+        }
+    }
+
+    /// `dealloc` beyond the fast path: the full `try_free` (which reports
+    /// bad input precisely), page frees.
+    #[inline(never)]
+    unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout) {
+        match self.class(layout) {
+            Some(i) => {
+                let Some(p) = NonNull::new(ptr) else { return };
+                // SAFETY: GlobalAlloc's contract; bad input is refused
+                // before any change.
+                if let Err(e) = unsafe { self.k.caches()[i].try_free(p) } {
+                    abort_bad_free(ptr, e)
+                }
+            }
+            // SAFETY: forwarded.
+            None => unsafe { PAGES.dealloc(ptr, layout) },
         }
     }
 }
@@ -334,19 +374,19 @@ fn abort_bad_free(ptr: *mut u8, e: crate::error::FreeError) -> ! {
 // as the class guarantees (kmalloc_class); page blocks come from GlobalPcp,
 // which honours every layout.
 unsafe impl GlobalAlloc for GlobalSlub {
-    #[inline]
+    #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match self.class(layout) {
-            Some(i) => {
-                self.register();
-                match self.k.caches()[i].alloc() {
-                    Some(p) => p.as_ptr(),
-                    None => core::ptr::null_mut(),
+        // The fast path: a sheaf pop on the running CPU, nothing else
+        // (the instance registered itself when its cache was first used).
+        if !self.debug {
+            if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
+                if let Some(p) = self.k.caches()[i].alloc_fast() {
+                    return p.as_ptr();
                 }
             }
-            // SAFETY: GlobalAlloc's contract, forwarded.
-            None => unsafe { PAGES.alloc(layout) },
         }
+        // SAFETY: forwarded.
+        unsafe { self.alloc_slow(layout) }
     }
 
     #[inline]
@@ -366,20 +406,26 @@ unsafe impl GlobalAlloc for GlobalSlub {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        match self.class(layout) {
-            Some(i) => {
-                let Some(p) = NonNull::new(ptr) else { return };
+        // The fast path: validated by the CPU's last slab range, marked
+        // free, pushed onto the running CPU's sheaf.
+        if !self.debug {
+            if let (Some(i), Some(p)) = (
+                kmalloc_class(layout.size(), layout.align()),
+                NonNull::new(ptr),
+            ) {
                 // SAFETY: GlobalAlloc's contract; bad input is refused
-                // before any change.
-                if let Err(e) = unsafe { self.k.caches()[i].try_free(p) } {
-                    abort_bad_free(ptr, e)
+                // before any change (or sent to the full path).
+                match unsafe { self.k.caches()[i].try_free_fast(p) } {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => abort_bad_free(ptr, e),
                 }
             }
-            // SAFETY: forwarded.
-            None => unsafe { PAGES.dealloc(ptr, layout) },
         }
+        // SAFETY: forwarded.
+        unsafe { self.dealloc_slow(ptr, layout) }
     }
 
     #[inline]

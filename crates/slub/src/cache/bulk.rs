@@ -60,7 +60,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return out.len();
         }
         // Sheaves first (`alloc_from_pcs_bulk`), then slabs for the rest.
-        let from_pcs = if self.sheaf_capacity != 0 {
+        let from_pcs = if self.sheaf_capacity != 0 && !self.rcs() {
             self.alloc_from_pcs_bulk(out)
         } else {
             0
@@ -389,7 +389,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         // SAFETY: forwarded; checked as a whole.
         unsafe {
-            if self.sheaf_capacity != 0 {
+            if self.sheaf_capacity != 0 && !self.rcs() {
                 self.free_bulk_pcs(objs)
             } else {
                 self.free_bulk_windows(objs)

@@ -55,7 +55,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn alloc(&self) -> Option<NonNull<u8>> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
         // The default (`GlobalSlub::new()`) first.
-        if f == Fast::SheavesHardened as u8 {
+        if f == Fast::RseqHardened as u8 {
+            self.alloc_rcs::<true>()
+        } else if f == Fast::Rseq as u8 {
+            self.alloc_rcs::<false>()
+        } else if f == Fast::SheavesHardened as u8 {
             match self.alloc_from_pcs::<true>() {
                 Some(o) => Some(o),
                 None => self.alloc_pcs_fallback(),
@@ -99,6 +103,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.flags.is_debug() {
             return self.alloc_debug(loc);
         }
+        if self.rcs() {
+            return if self.hardened() {
+                self.alloc_rcs::<true>()
+            } else {
+                self.alloc_rcs::<false>()
+            };
+        }
         if self.sheaf_capacity != 0 {
             let o = if self.hardened() {
                 self.alloc_from_pcs::<true>()
@@ -125,7 +136,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// here "pin (preemption off), same CPU?, compare-exchange, unpin", as
     /// the generic per-CPU ops do: nothing else is disabled).
     #[inline]
-    fn alloc_lockless(&self) -> Option<NonNull<u8>> {
+    pub(super) fn alloc_lockless(&self) -> Option<NonNull<u8>> {
         let p = self.cpu.platform();
         loop {
             let cpu = p.current_cpu();
@@ -265,7 +276,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let f = self.dispatch.load(CoreOrdering::Relaxed);
         // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`; the
         // default (`GlobalSlub::new()`) first.
-        if f == Fast::SheavesHardened as u8 {
+        if f == Fast::RseqHardened as u8 {
+            return self.free_rcs::<true>(ptr);
+        } else if f == Fast::Rseq as u8 {
+            return self.free_rcs::<false>(ptr);
+        } else if f == Fast::SheavesHardened as u8 {
             if self.free_to_pcs_ptr::<true>(ptr)? {
                 return Ok(());
             }
@@ -371,6 +386,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.mode();
         if self.flags.is_debug() {
             return self.free_debug(ptr, loc);
+        }
+        if self.rcs() {
+            return if self.hardened() {
+                self.free_rcs::<true>(ptr)
+            } else {
+                self.free_rcs::<false>(ptr)
+            };
         }
         if self.sheaf_capacity != 0 {
             let done = if self.hardened() {

@@ -60,12 +60,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Flushes the calling CPU's slab and partial slabs (`flush_cpu_slab`).
     pub fn flush_local(&self) {
+        if self.rcs() {
+            self.drop_sheaves(self.take_rcs_local());
+        }
         self.flush_guard(self.lock_cpu(), || Some(self.lock_cpu()));
     }
 
     /// Flushes one CPU, where the platform lets us reach it (see
     /// [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote)); `false` if it could not.
     pub fn flush_cpu(&self, cpu: usize) -> bool {
+        if self.rcs() {
+            // Restartable sheaves: exchanged out and the CPU fenced.
+            if let Some(sh) = self.take_rcs_remote(cpu) {
+                self.drop_sheaves(sh);
+            }
+        }
         match self.cpu.lock_remote(cpu) {
             Some(g) => {
                 self.flush_guard(g, || self.cpu.lock_remote(cpu));
@@ -100,6 +109,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             sheaves[i] = [core::mem::take(&mut l.main), core::mem::take(&mut l.spare)];
         }
         for sh in sheaves {
+            self.drop_sheaves(sh);
+        }
+        for i in 0..N {
+            let r = &self.pcs[i];
+            let sh = [
+                r.main.swap(0, CoreOrdering::Relaxed),
+                r.spare.swap(0, CoreOrdering::Relaxed),
+            ];
             self.drop_sheaves(sh);
         }
         self.flush_barn();
@@ -248,18 +265,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Takes every lock of the cache in the lock order and keeps them, for
     /// `fork`: `list_lock`, the debug caches' full list, the per-CPU lock
-    /// word of `locked_cpu` (a slot the platform always locks, e.g. the
-    /// per-thread platform's overflow slot), then the barn (a leaf: nothing
-    /// is taken while it is held).
+    /// words of `locked_cpus` (slots the platform always locks: every slot
+    /// of [`RseqCpu`](local_lock::std_platform::RseqCpu), the per-thread
+    /// platform's overflow slot), then the barn (a leaf: nothing is taken
+    /// while it is held).
     ///
     /// # Safety
     ///
-    /// `locked_cpu`, if given, is protected by the locked strategy for
-    /// every context that uses it.
-    pub unsafe fn fork_lock(&self, locked_cpu: Option<usize>) {
+    /// The slots of `locked_cpus` are protected by the locked strategy for
+    /// every context that uses them.
+    pub unsafe fn fork_lock(&self, locked_cpus: core::ops::Range<usize>) {
         self.node.lock_for_fork();
         self.full.lock_for_fork();
-        if let Some(cpu) = locked_cpu {
+        for cpu in locked_cpus {
             // SAFETY: caller's contract.
             unsafe { self.cpu.fork_lock_slot(cpu) };
         }
@@ -267,17 +285,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Releases what [`fork_lock`](Self::fork_lock) took (same
-    /// `locked_cpu`), in the parent or in the forked child.
+    /// `locked_cpus`), in the parent or in the forked child.
     ///
     /// # Safety
     ///
     /// Taken by `fork_lock` on this thread (in a child: on the thread that
     /// forked).
-    pub unsafe fn fork_unlock(&self, locked_cpu: Option<usize>) {
+    pub unsafe fn fork_unlock(&self, locked_cpus: core::ops::Range<usize>) {
         // SAFETY: caller's contract: each is held, its guard forgotten.
         unsafe {
             self.barn.force_unlock();
-            if let Some(cpu) = locked_cpu {
+            for cpu in locked_cpus.rev() {
                 self.cpu.fork_unlock_slot(cpu);
             }
             self.full.force_unlock();

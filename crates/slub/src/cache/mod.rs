@@ -6,6 +6,8 @@
 //! * [`fast`]: the dispatchers (`alloc`, `free`, `try_free`) and the fast
 //!   paths;
 //! * [`sheaf`]: sheaves and the barn;
+//! * [`this_cpu`]: the sheaf paths over the platform's restartable
+//!   `this_cpu` operations (rseq on std: no slot lock);
 //! * [`bulk`]: `alloc_bulk`, `free_bulk`;
 //! * [`slab_path`]: the slab layer (`___slab_alloc`, `__slab_free`,
 //!   partial lists, new slabs, deactivation, `do_slab_free`);
@@ -23,6 +25,7 @@ use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as C
 use buddy::Order;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
+use local_lock::this_cpu::CpuSheaves;
 use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
 
 use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
@@ -37,6 +40,7 @@ mod flush;
 pub(crate) mod report;
 mod sheaf;
 mod slab_path;
+mod this_cpu;
 
 /// The lock-free part of a CPU's state: `(freelist, tid)` for the lockless
 /// fast path, the CPU slab, statistics. (The rest of `kmem_cache_cpu` is
@@ -325,6 +329,11 @@ enum Fast {
     LockedHardened = 1 | Fast::HARDENED,
     /// `Sheaves`, hardened.
     SheavesHardened = 4 | Fast::HARDENED,
+    /// Sheaves reached through the platform's restartable `this_cpu`
+    /// operations (rseq), no slot lock.
+    Rseq = 16,
+    /// `Rseq`, hardened.
+    RseqHardened = 16 | Fast::HARDENED,
 }
 
 impl Fast {
@@ -387,6 +396,10 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     dispatch: AtomicU8,
     cpu: LocalLock<CpuLocked, P, N>,
     fast: [CachePadded<CpuFast>; N],
+    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
+    /// the platform's `this_cpu` operations only (the locked and pinned
+    /// platforms keep theirs in [`CpuLocked`]).
+    pcs: [CachePadded<CpuSheaves>; N],
     pub(crate) node: SpinLock<PartialList>,
     /// Debug caches: the full slabs (`n->full`), under `node` then this.
     full: SpinLock<PartialList>,
@@ -436,6 +449,7 @@ macro_rules! build_cache {
             dispatch: AtomicU8::new(Fast::Special as u8),
             cpu: $cpu,
             fast: $fast,
+            pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
             node: SpinLock::new(PartialList::new()),
             full: SpinLock::new(PartialList::new_full()),
             nr_partial: CoreAtomicUsize::new(0),
@@ -631,6 +645,32 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.cpu.platform()
     }
 
+    /// Whether this cache's sheaves are reached through the platform's
+    /// restartable `this_cpu` operations (rseq on std: no slot lock on
+    /// the fast paths), decided at first use from
+    /// [`Platform::restartable`].
+    ///
+    /// ```
+    /// use local_lock::std_platform::{PerThread, RseqCpu};
+    /// use local_lock::Platform;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<_, _>::create("r", 64, 8, SlabFlags::HARDENED, GlobalPages, RseqCpu)
+    ///     .unwrap()
+    ///     .with_sheaves(32);
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(c.alloc().unwrap()) };
+    /// assert_eq!(c.restartable(), RseqCpu.restartable());
+    /// let t = KmemCache::<_, _>::create("t", 64, 8, SlabFlags::HARDENED, GlobalPages, PerThread)
+    ///     .unwrap()
+    ///     .with_sheaves(32);
+    /// // SAFETY: as above.
+    /// unsafe { t.free(t.alloc().unwrap()) };
+    /// assert!(!t.restartable(), "per-thread slots keep the locked sheaves");
+    /// ```
+    pub fn restartable(&self) -> bool {
+        self.rcs()
+    }
+
     /// Whether the fast paths are the lockless (freelist, tid)
     /// compare-exchange (`true`) or run under the local lock.
     pub fn lockless(&self) -> bool {
@@ -710,10 +750,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.mode.store(m as u8, CoreOrdering::Relaxed);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
+        // Restartable sheaves need the sheaf layout the sequences assume.
+        let rseq = p.restartable()
+            && core::mem::size_of::<CachePadded<CpuSheaves>>() == 128
+            && Sheaf::HDR == local_lock::this_cpu::SHEAF_HDR_WORDS;
         let f = match m {
             Mode::Locked if plain && h => Fast::LockedHardened,
             Mode::Locked if plain => Fast::Locked,
             Mode::Lockless if plain => Fast::Lockless,
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 && rseq && h => {
+                Fast::RseqHardened
+            }
+            Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 && rseq => Fast::Rseq,
             Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 && h => Fast::SheavesHardened,
             Mode::Locked | Mode::Lockless if self.sheaf_capacity != 0 => Fast::Sheaves,
             _ => Fast::Special,

@@ -140,7 +140,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Frees an empty sheaf's block.
-    fn free_sheaf(&self, sh: Sheaf) {
+    pub(super) fn free_sheaf(&self, sh: Sheaf) {
         debug_assert_eq!(sh.size(), 0);
         let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
         if let Some(b) = self.source.block_of(p) {
@@ -152,7 +152,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// `sheaf_flush`: returns a sheaf's objects to their slabs (bulk free).
-    fn flush_sheaf(&self, sh: Sheaf) {
+    pub(super) fn flush_sheaf(&self, sh: Sheaf) {
         let n = sh.size();
         if n == 0 {
             return;
@@ -182,7 +182,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// `refill_sheaf`: fills an empty sheaf by bulk allocation; false if the
     /// page allocator ran out.
-    fn refill_sheaf(&self, sh: Sheaf) -> bool {
+    pub(super) fn refill_sheaf(&self, sh: Sheaf) -> bool {
         let cap = self.sheaf_capacity;
         // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };

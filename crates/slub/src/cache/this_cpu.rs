@@ -1,0 +1,395 @@
+//! The sheaf paths of restartable platforms ([`Fast::Rseq`](super::Fast)):
+//! the CPU's main and spare sheaves live in [`CpuSheaves`] records that
+//! only the platform's `this_cpu` operations touch (rseq sections on std),
+//! so the fast paths take no slot lock and any number of threads share
+//! the CPUs' sheaves.
+//!
+//! * alloc: `this_cpu_sheaf_pop` (one section), then, hardened, the entry
+//!   decoded and checked and the object's free marker cleared;
+//! * free: the CPU's validated range read as one snapshot
+//!   (`this_cpu_range`; a miss looks the slab up and records its range),
+//!   then, hardened, the free marker checked and set (the object is the
+//!   caller's: nobody else writes it), then `this_cpu_sheaf_push`;
+//! * the slow paths work as the kernel's do, on detached sheaves: the
+//!   main (and spare) are taken out with `this_cpu_xchg`, so the caller
+//!   owns them, and a sheaf is installed with `this_cpu_cmpxchg` from 0
+//!   (a failure, because another thread installed one meanwhile or we
+//!   now run on another CPU, retires ours to the barn or the slabs).
+//!
+//! A thread whose CPU has no record (beyond `N`, or an unregistered rseq
+//! area) takes the slab path under the slot lock.
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering as CoreOrdering;
+
+use local_lock::sync::CachePadded;
+use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord};
+use local_lock::Platform;
+
+use crate::error::{FreeError, FreeErrorKind};
+use crate::source::SlabSource;
+use crate::stats::SlubStat;
+
+use super::{KmemCache, Mode, Sheaf};
+
+/// A `this_cpu` operation of the platform on this cache's records.
+macro_rules! rcs_op {
+    ($e:expr) => {{
+        // SAFETY: only reached on `Fast::Rseq*` caches (or, for the flush
+        // paths, when `rcs()` says so): the platform's `restartable()` was
+        // true at first use, and stays true.
+        unsafe { $e }
+    }};
+}
+
+impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// The CPUs' sheaf records, for the platform's `this_cpu` operations.
+    #[inline(always)]
+    pub(super) fn slots(&self) -> SheafSlots<'_> {
+        // SAFETY: N records one `CachePadded` apart, living as long as the
+        // cache; their sheaf words hold 0 or sheaves of `sheaf_capacity`
+        // entries, touched only through these operations or by the
+        // context that detached them.
+        unsafe {
+            SheafSlots::new(
+                &self.pcs[0],
+                core::mem::size_of::<CachePadded<CpuSheaves>>(),
+                N,
+                self.sheaf_capacity,
+            )
+        }
+    }
+
+    /// `alloc_from_pcs` on a restartable platform.
+    #[inline(always)]
+    pub(super) fn alloc_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
+        match self.pop_rcs::<H>() {
+            Some(o) => Some(o),
+            None => self.alloc_rcs_slow(),
+        }
+    }
+
+    /// The pop of [`alloc_rcs`](Self::alloc_rcs): `None` when the main
+    /// sheaf is empty (or the CPU has none).
+    #[inline(always)]
+    fn pop_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
+        let o = rcs_op!(self.cpu.platform().this_cpu_sheaf_pop(self.slots()));
+        if o == 0 {
+            return None;
+        }
+        let o = if H {
+            let d = o ^ self.entry_key();
+            if !self.in_slabs(d) {
+                self.bad_entry(d)
+            }
+            self.fp_word_fast::<H>(d).store(0, CoreOrdering::Relaxed);
+            d
+        } else {
+            o
+        };
+        Some(Self::obj_ptr(o))
+    }
+
+    /// The inline part of `alloc` for a front end that knows its caches
+    /// are hardened and restartable (`GlobalSlub`): the pop, or `None`
+    /// (another kind of cache, first use, an empty sheaf) for the full
+    /// [`alloc`](Self::alloc).
+    #[inline(always)]
+    pub fn alloc_fast(&self) -> Option<NonNull<u8>> {
+        if self.dispatch.load(CoreOrdering::Relaxed) != super::Fast::RseqHardened as u8 {
+            return None;
+        }
+        self.pop_rcs::<true>()
+    }
+
+    /// The inline part of `try_free` for a front end that knows its caches
+    /// are hardened and restartable (`GlobalSlub`): `Ok(true)` when freed;
+    /// `Ok(false)` sends the caller to the full [`try_free`](Self::try_free)
+    /// (another kind of cache, first use, a pointer outside the CPU's
+    /// validated range, a pointer that reads as free: the full path
+    /// decides and reports).
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free`](Self::try_free).
+    #[inline(always)]
+    pub unsafe fn try_free_fast(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
+        if self.dispatch.load(CoreOrdering::Relaxed) != super::Fast::RseqHardened as u8 {
+            return Ok(false);
+        }
+        let p = self.cpu.platform();
+        let s = self.slots();
+        let obj = ptr.as_ptr().expose_provenance();
+        let gen = self.discards.load(CoreOrdering::Relaxed);
+        let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s)).unwrap_or((0, 0, 0));
+        let off = obj.wrapping_sub(vbase);
+        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
+            return Ok(false);
+        }
+        let w = self.fp_word_fast::<true>(obj);
+        let r = self.random.load(CoreOrdering::Relaxed);
+        if Self::marked_free(w, r) {
+            return Ok(false);
+        }
+        w.store(r, CoreOrdering::Relaxed);
+        if rcs_op!(p.this_cpu_sheaf_push(s, obj ^ r)) {
+            return Ok(true);
+        }
+        self.free_rcs_slow(obj, obj ^ r).map(|()| true)
+    }
+
+    /// Reports a popped sheaf entry that decodes outside the cache's slabs.
+    #[cold]
+    #[inline(never)]
+    fn bad_entry(&self, o: usize) -> ! {
+        panic!(
+            "slub {}: corrupted sheaf entry: decodes to {o:#x}, which is not an object of \
+             the cache (slabs within {:#x}..{:#x}; a write after free)",
+            self.name,
+            self.slab_lo.load(CoreOrdering::Relaxed),
+            self.slab_hi.load(CoreOrdering::Relaxed)
+        )
+    }
+
+    /// Takes the last object of a detached, non-empty sheaf.
+    fn take_from(&self, sh: Sheaf) -> usize {
+        let n = sh.size();
+        if n == 0 || n > self.sheaf_capacity {
+            self.bad_sheaf_size(sh, n);
+        }
+        let o = match self.sheaf_get(sh, n - 1) {
+            Ok(o) => o,
+            Err(o) => self.bad_sheaf(sh, n - 1, o),
+        };
+        sh.set_size(n - 1);
+        self.clear_fp(o);
+        o
+    }
+
+    /// Installs a detached sheaf as the running CPU's word `w` (which must
+    /// be empty), else retires it.
+    fn install(&self, w: SheafWord, sh: Sheaf) {
+        let p = self.cpu.platform();
+        if !rcs_op!(p.this_cpu_cmpxchg(self.slots(), w, 0, sh.0)) {
+            if sh.size() == 0 {
+                self.free_sheaf(sh);
+            } else {
+                self.retire_sheaf(sh);
+            }
+        }
+    }
+
+    /// The slab path under the slot lock (no record for this CPU, or no
+    /// memory for a sheaf).
+    fn alloc_rcs_fallback(&self) -> Option<NonNull<u8>> {
+        if self.mode() == Mode::Lockless {
+            self.alloc_lockless()
+        } else {
+            self.slab_alloc_slow(self.lock_cpu())
+        }
+    }
+
+    /// The main sheaf was empty (or missing): detach main and spare; take
+    /// from whichever holds objects, else trade an empty sheaf at the barn
+    /// for a full one, else refill one from slabs; install the sheaves
+    /// again.
+    #[inline(never)]
+    fn alloc_rcs_slow(&self) -> Option<NonNull<u8>> {
+        let p = self.cpu.platform();
+        let s = self.slots();
+        let Some(main) = rcs_op!(p.this_cpu_xchg(s, SheafWord::Main, 0)) else {
+            return self.alloc_rcs_fallback();
+        };
+        if main != 0 && Sheaf(main).size() > 0 {
+            // Refilled meanwhile by a free on this CPU.
+            let o = self.take_from(Sheaf(main));
+            self.install(SheafWord::Main, Sheaf(main));
+            self.stat_here(SlubStat::ALLOC_PCS);
+            return Some(Self::obj_ptr(o));
+        }
+        let spare = rcs_op!(p.this_cpu_xchg(s, SheafWord::Spare, 0)).unwrap_or(0);
+        let (full, empty) = if spare != 0 && Sheaf(spare).size() > 0 {
+            self.stat_here(SlubStat::SHEAF_SWAP);
+            (Sheaf(spare), main)
+        } else {
+            // Up to two empty sheaves: one is traded, the other kept.
+            let (e, keep) = match (main, spare) {
+                (0, 0) => match self.new_sheaf() {
+                    Some(e) => (e, 0),
+                    None => return self.alloc_rcs_fallback(),
+                },
+                (0, x) | (x, 0) => (Sheaf(x), 0),
+                (m, x) => (Sheaf(m), x),
+            };
+            match self.barn_get_full(e) {
+                Some(f) => (f, keep),
+                None => {
+                    if !self.refill_sheaf(e) {
+                        self.free_sheaf(e);
+                        if keep != 0 {
+                            self.install(SheafWord::Spare, Sheaf(keep));
+                        }
+                        return self.alloc_rcs_fallback();
+                    }
+                    (e, keep)
+                }
+            }
+        };
+        let o = self.take_from(full);
+        self.install(SheafWord::Main, full);
+        if empty != 0 {
+            self.install(SheafWord::Spare, Sheaf(empty));
+        }
+        self.stat_here(SlubStat::ALLOC_PCS);
+        Some(Self::obj_ptr(o))
+    }
+
+    /// The free path on a restartable platform: validates `ptr` (the CPU's
+    /// validated range, else the descriptor lookup), marks it free
+    /// (hardened) and pushes it onto the main sheaf.
+    #[inline(always)]
+    pub(super) fn free_rcs<const H: bool>(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let p = self.cpu.platform();
+        let s = self.slots();
+        let obj = ptr.as_ptr().expose_provenance();
+        let gen = self.discards.load(CoreOrdering::Relaxed);
+        let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s)).unwrap_or((0, 0, 0));
+        let off = obj.wrapping_sub(vbase);
+        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
+            return self.free_rcs_miss::<H>(ptr, gen);
+        }
+        let enc = if H {
+            let w = self.fp_word_fast::<H>(obj);
+            let r = self.random.load(CoreOrdering::Relaxed);
+            if Self::marked_free(w, r) {
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
+            }
+            w.store(r, CoreOrdering::Relaxed);
+            obj ^ r
+        } else {
+            obj
+        };
+        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
+            return Ok(());
+        }
+        self.free_rcs_slow(obj, enc)
+    }
+
+    /// A free outside the CPU's validated range: the descriptor lookup,
+    /// the double-free check, the range recorded, then the push.
+    #[inline(never)]
+    fn free_rcs_miss<const H: bool>(&self, ptr: NonNull<u8>, gen: usize) -> Result<(), FreeError> {
+        let (base, objects) = self.validate_range(ptr)?;
+        let obj = ptr.as_ptr().expose_provenance();
+        let span = objects * self.lay.size;
+        if self.looks_free(obj, base, span) {
+            return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
+        }
+        let p = self.cpu.platform();
+        let s = self.slots();
+        rcs_op!(p.this_cpu_set_range(s, base, span, gen));
+        let enc = if H {
+            let r = self.random.load(CoreOrdering::Relaxed);
+            self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
+            obj ^ r
+        } else {
+            obj
+        };
+        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
+            return Ok(());
+        }
+        self.free_rcs_slow(obj, enc)
+    }
+
+    /// The main sheaf was full (or missing): detach main and spare; push
+    /// onto whichever has room, else trade the full main at the barn for
+    /// an empty sheaf (or flush it to slabs); install the sheaves again.
+    /// `obj` is validated and (hardened) marked free; `enc` is its entry.
+    #[inline(never)]
+    fn free_rcs_slow(&self, obj: usize, enc: usize) -> Result<(), FreeError> {
+        let p = self.cpu.platform();
+        let s = self.slots();
+        let cap = self.sheaf_capacity;
+        let Some(main) = rcs_op!(p.this_cpu_xchg(s, SheafWord::Main, 0)) else {
+            return self.free_rcs_to_slab(obj);
+        };
+        if main != 0 && Sheaf(main).size() < cap {
+            // Emptied meanwhile by an allocation on this CPU.
+            let sh = Sheaf(main);
+            sh.set(sh.size(), enc);
+            sh.set_size(sh.size() + 1);
+            self.install(SheafWord::Main, sh);
+            self.stat_here(SlubStat::FREE_PCS);
+            return Ok(());
+        }
+        let spare = rcs_op!(p.this_cpu_xchg(s, SheafWord::Spare, 0)).unwrap_or(0);
+        let (target, other) = if spare != 0 && Sheaf(spare).size() < cap {
+            self.stat_here(SlubStat::SHEAF_SWAP);
+            (Sheaf(spare), main)
+        } else {
+            // main and spare are full (or missing): a full one goes to
+            // the barn for an empty sheaf.
+            let e = if main != 0 {
+                match self.barn_put_full(Sheaf(main)) {
+                    Ok(e) => e,
+                    Err(f) => {
+                        self.flush_sheaf(f);
+                        f
+                    }
+                }
+            } else {
+                match self.new_sheaf() {
+                    Some(e) => e,
+                    None => return self.free_rcs_to_slab(obj),
+                }
+            };
+            (e, spare)
+        };
+        target.set(target.size(), enc);
+        target.set_size(target.size() + 1);
+        self.install(SheafWord::Main, target);
+        if other != 0 {
+            self.install(SheafWord::Spare, Sheaf(other));
+        }
+        self.stat_here(SlubStat::FREE_PCS);
+        Ok(())
+    }
+
+    /// A validated object that no sheaf takes goes to its slab (its free
+    /// marker cleared first: the slab path's double-free check reads it).
+    fn free_rcs_to_slab(&self, obj: usize) -> Result<(), FreeError> {
+        self.clear_fp(obj);
+        let (sl, o) = self.slab_of(Self::obj_ptr(obj))?;
+        // SAFETY: validated by the caller's lookup; not on any freelist.
+        unsafe { self.free_validated(sl, o) }
+    }
+
+    /// Detaches the running CPU's restartable sheaves (flush_local).
+    pub(super) fn take_rcs_local(&self) -> [usize; 2] {
+        let p = self.cpu.platform();
+        let s = self.slots();
+        [
+            rcs_op!(p.this_cpu_xchg(s, SheafWord::Main, 0)).unwrap_or(0),
+            rcs_op!(p.this_cpu_xchg(s, SheafWord::Spare, 0)).unwrap_or(0),
+        ]
+    }
+
+    /// Detaches CPU `cpu`'s restartable sheaves from anywhere (`None`
+    /// where the platform cannot fence that CPU).
+    pub(super) fn take_rcs_remote(&self, cpu: usize) -> Option<[usize; 2]> {
+        let p = self.cpu.platform();
+        let s = self.slots();
+        let m = p.remote_sheaf_xchg(s, cpu, SheafWord::Main, 0)?;
+        let sp = p
+            .remote_sheaf_xchg(s, cpu, SheafWord::Spare, 0)
+            .unwrap_or(0);
+        Some([m, sp])
+    }
+
+    /// Whether this cache's sheaves are the restartable ones.
+    #[inline(always)]
+    pub(super) fn rcs(&self) -> bool {
+        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        f & super::Fast::Rseq as u8 != 0
+    }
+}

@@ -1,0 +1,131 @@
+//! SLUB's sheaves over restartable sequences (`RseqCpu`, issue #16):
+//! memory cached per CPU rather than per thread, any number of threads,
+//! and every object handed out once.
+#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
+
+use std::ptr::NonNull;
+use std::sync::{Barrier, Mutex};
+
+use local_lock::std_platform::{PerThread, RseqCpu};
+use local_lock::Platform;
+use slub::{GlobalPages, GlobalSlub, KmemCache, SlabFlags};
+
+/// Objects cached after `threads` live threads each allocated and freed
+/// `per` objects (all threads still alive when counted): the objects the
+/// cache's slabs hold, in use or cached, minus none in use.
+fn cached_objects<P: Platform + Copy + Send + Sync>(p: P, threads: usize, per: usize) -> usize {
+    let c = KmemCache::<GlobalPages, P>::create("cached", 64, 8, SlabFlags::HARDENED, GlobalPages, p)
+        .unwrap()
+        .with_sheaves(128);
+    let done = Barrier::new(threads + 1);
+    let counted = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let v: Vec<NonNull<u8>> = (0..per).map(|_| c.alloc().unwrap()).collect();
+                for o in v {
+                    // SAFETY: ours, freed once.
+                    unsafe { c.free(o) };
+                }
+                done.wait();
+                counted.wait();
+            });
+        }
+        done.wait();
+        let n = c.slabinfo().num_objs;
+        counted.wait();
+        n
+    })
+}
+
+#[test]
+fn cached_memory_is_bounded_by_cpus_not_threads() {
+    if !RseqCpu.restartable() {
+        eprintln!("no rseq here: nothing to test");
+        return;
+    }
+    let (threads, per) = (48, 128);
+    let per_cpu = cached_objects(RseqCpu, threads, per);
+    let per_thread = cached_objects(PerThread, threads, per);
+    eprintln!("objects cached by {threads} threads: per CPU {per_cpu}, per thread {per_thread}");
+    // Per-thread sheaves keep each thread's 128 objects; per-CPU sheaves
+    // keep at most main + spare per CPU, the barn's full sheaves and the
+    // slabs' partially used remainder.
+    assert!(
+        per_cpu * 2 < per_thread,
+        "per-CPU sheaves should cache far less: {per_cpu} vs {per_thread}"
+    );
+    assert!(per_cpu < (RseqCpu.nr_cpus() * 2 + 10) * 128 + 64 * 64, "{per_cpu}");
+}
+
+static HEAP: GlobalSlub = GlobalSlub::new();
+
+#[test]
+fn hundreds_of_threads_each_object_handed_out_once() {
+    use std::alloc::{GlobalAlloc, Layout};
+    let threads = 256;
+    // A quarter of each thread's objects are freed by its neighbour.
+    let mailboxes: Vec<Mutex<Vec<usize>>> = (0..threads).map(|_| Mutex::new(Vec::new())).collect();
+    let start = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (mailboxes, start) = (&mailboxes, &start);
+            s.spawn(move || {
+                start.wait();
+                let mut rng = 0x2545_f491_4f6c_dd1du64 ^ (t as u64 + 1);
+                let mut live: Vec<(usize, usize)> = Vec::new();
+                for i in 0..2000usize {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let size = 16 + (rng as usize % 1009);
+                    let l = Layout::from_size_align(size, 8).unwrap();
+                    // SAFETY: a non-zero layout.
+                    let p = unsafe { HEAP.alloc(l) };
+                    assert!(!p.is_null());
+                    // SAFETY: `size` fresh bytes: stamp them with who owns them.
+                    unsafe { p.cast::<u64>().write((t as u64) << 32 | i as u64) };
+                    unsafe { p.add(size - 1).write(t as u8) };
+                    live.push((p as usize, size));
+                    if live.len() > 32 {
+                        let (q, sz) = live.swap_remove(rng as usize % live.len());
+                        // SAFETY: ours, live: the stamp must be intact.
+                        unsafe {
+                            assert_eq!(*(q as *const u64) >> 32, t as u64, "object handed out twice");
+                            assert_eq!(*((q + sz - 1) as *const u8), t as u8, "object handed out twice");
+                        }
+                        if i % 4 == 0 {
+                            mailboxes[(t + 1) % threads].lock().unwrap().push(q | (sz << 48));
+                        } else {
+                            // SAFETY: ours, freed once with its layout.
+                            unsafe { HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap()) };
+                        }
+                    }
+                    if i % 64 == 0 {
+                        let mine = std::mem::take(&mut *mailboxes[t].lock().unwrap());
+                        for e in mine {
+                            let (q, sz) = (e & ((1 << 48) - 1), e >> 48);
+                            // SAFETY: handed over by its owner, freed once.
+                            unsafe { HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap()) };
+                        }
+                    }
+                }
+                for (q, sz) in live {
+                    // SAFETY: ours, freed once.
+                    unsafe { HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap()) };
+                }
+            });
+        }
+    });
+    for m in &mailboxes {
+        for e in m.lock().unwrap().drain(..) {
+            let (q, sz) = (e & ((1 << 48) - 1), e >> 48);
+            // SAFETY: handed over, freed once.
+            unsafe { HEAP.dealloc(q as *mut u8, std::alloc::Layout::from_size_align(sz, 8).unwrap()) };
+        }
+    }
+    if RseqCpu.restartable() {
+        assert!(HEAP.kmalloc().caches()[3].restartable(), "GlobalSlub's caches use rseq");
+    }
+    HEAP.kmalloc().validate();
+}
