@@ -3,7 +3,7 @@
 
 use crate::sync::atomic::Ordering;
 use crate::sync::{AtomicDWord, Backoff, DWord};
-use crate::this_cpu::{self, SheafSlots, SheafWord};
+use crate::this_cpu::{self, FreeCheck, FreePush, SheafSlots, SheafWord};
 
 /// Interrupt state saved by [`Platform::irq_save`], to be handed back to
 /// [`Platform::irq_restore`] (the kernel's `unsigned long flags`).
@@ -349,6 +349,29 @@ pub unsafe trait Platform: Sync {
                 .is_ok()
         })
         .unwrap_or(false)
+    }
+
+    /// A hardened free's push as one `this_cpu` operation: `obj` must lie
+    /// on an object boundary inside the running CPU's validated range,
+    /// recorded at the current discard count (else [`FreePush::Miss`]);
+    /// its first word must not hold the free marker `chk.key` (else
+    /// [`FreePush::Marked`]); then the marker is stored into it and `obj ^
+    /// key` pushed onto the main sheaf ([`FreePush::Pushed`], or
+    /// [`FreePush::Full`] with the object marked when there is no room).
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop); `chk` describes
+    /// the records of `s`; the object words inside a recorded range may be
+    /// read, and `obj` (once validated) is the caller's to write.
+    #[inline(always)]
+    unsafe fn this_cpu_free_push(
+        &self,
+        s: SheafSlots<'_>,
+        chk: &FreeCheck,
+        obj: usize,
+    ) -> FreePush {
+        this_cpu_generic(self, s, |r| this_cpu::free_push_in(r, chk, obj)).unwrap_or(FreePush::Miss)
     }
 
     /// Exchanges sheaf word `w` of another CPU's record (a remote drain)

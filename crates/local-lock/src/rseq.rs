@@ -35,7 +35,7 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 
-use crate::this_cpu::{CpuSheaves, SheafSlots, SheafWord};
+use crate::this_cpu::{CpuSheaves, FreeCheck, FreePush, SheafSlots, SheafWord};
 
 /// `struct rseq` offsets: `cpu_id` and `rseq_cs`.
 const CPU_ID: usize = 4;
@@ -293,6 +293,106 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
         )
     };
     ok != 0
+}
+
+/// A hardened free's validation, marking and push as one section (see
+/// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)).
+///
+/// Registers survive an abort, so the section keeps two facts across its
+/// restarts: `chk` (the object passed the marker check and we marked it:
+/// a restart must not take its own marker for a double free) and `st`
+/// (the outcome if the section now fails: [`FreePush::Miss`] until the
+/// object is marked, [`FreePush::Full`] after). Success is set after the
+/// commit, outside the section.
+///
+/// # Safety
+///
+/// As [`pop`]; `chk` describes the records of `s` (its `nr` and `cap`
+/// are the ones used); object words inside a recorded range are mapped.
+#[inline(always)]
+pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+    let st: usize;
+    // SAFETY: caller's contract. Before the commit the section only
+    // writes the object (validated: the caller's) and a sheaf entry
+    // beyond the size.
+    unsafe {
+        asm!(
+            "xor {chk:e}, {chk:e}",
+            "mov {st:e}, 1",
+            "2:",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, qword ptr [{k} + 32]",
+            "jae 9f",
+            "shl {c}, 7",
+            "add {c}, {base}",
+            // off = obj - vbase < vspan, vgen == gen
+            "mov {t}, {obj}",
+            "sub {t}, qword ptr [{c} + 16]",
+            "cmp {t}, qword ptr [{c} + 24]",
+            "jae 9f",
+            "mov rax, qword ptr [{c} + 32]",
+            "cmp rax, qword ptr [{k} + 24]",
+            "jne 9f",
+            // an object boundary: ((off * recip) >> 64) * size == off
+            "mov rax, {t}",
+            "mul qword ptr [{k}]",
+            "imul rdx, qword ptr [{k} + 8]",
+            "cmp rdx, {t}",
+            "jne 9f",
+            "mov rax, qword ptr [{k} + 16]",
+            "test {chk}, {chk}",
+            "jnz 8f",
+            // the marker: first byte (store forwarding), then the word
+            "cmp byte ptr [{obj}], al",
+            "jne 7f",
+            "cmp qword ptr [{obj}], rax",
+            "jne 7f",
+            "mov {st:e}, 2",
+            "jmp 9f",
+            "7:",
+            "mov {chk:e}, 1",
+            "mov {st:e}, 3",
+            "8:",
+            "mov qword ptr [{obj}], rax",
+            "mov {sh}, qword ptr [{c}]",
+            "test {sh}, {sh}",
+            "jz 9f",
+            "mov {t}, qword ptr [{sh}]",
+            "cmp {t}, qword ptr [{k} + 40]",
+            "jae 9f",
+            "xor rax, {obj}",
+            "mov qword ptr [{sh} + 8*{t} + 16], rax",
+            "add {t}, 1",
+            "mov qword ptr [{sh}], {t}",
+            "5:",
+            "xor {st:e}, {st:e}",
+            "9:",
+            rseq_tail!(),
+            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            base = in(reg) s.base() as *const CpuSheaves,
+            k = in(reg) chk as *const FreeCheck,
+            obj = in(reg) obj,
+            rcs = const RSEQ_CS,
+            cpu = const CPU_ID,
+            st = out(reg) st,
+            chk = out(reg) _,
+            t = out(reg) _,
+            c = out(reg) _,
+            sh = out(reg) _,
+            out("rax") _,
+            out("rdx") _,
+            options(nostack)
+        )
+    };
+    match st {
+        0 => FreePush::Pushed,
+        1 => FreePush::Miss,
+        2 => FreePush::Marked,
+        _ => FreePush::Full,
+    }
 }
 
 /// The running CPU's validated range, one snapshot (see

@@ -233,7 +233,7 @@ mod rseq {
     }
 }
 
-use crate::this_cpu::{SheafSlots, SheafWord};
+use crate::this_cpu::{FreeCheck, FreePush, SheafSlots, SheafWord};
 
 // SAFETY: LocalLock slots use the locked strategy (requirement 3); std has
 // no interrupts (4). The `this_cpu` operations are restartable sequences
@@ -345,6 +345,17 @@ unsafe impl Platform for RseqCpu {
     ) -> bool {
         // SAFETY: as above.
         unsafe { rseq::cmpxchg(s, w, old, new) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    unsafe fn this_cpu_free_push(
+        &self,
+        s: SheafSlots<'_>,
+        chk: &FreeCheck,
+        obj: usize,
+    ) -> FreePush {
+        // SAFETY: as above; the caller's contract on `chk` and the object.
+        unsafe { rseq::free_push(s, chk, obj) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn remote_sheaf_xchg(

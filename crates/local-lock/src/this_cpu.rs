@@ -68,6 +68,96 @@ impl CpuSheaves {
     }
 }
 
+/// What a hardened free checks before pushing (see
+/// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)):
+/// the cache's object stride (and its reciprocal, `floor((2^64 - 1) /
+/// size) + 1`), the free-marker key, the cache's slab-discard count, the
+/// records and the sheaf capacity. Field offsets are part of the
+/// restartable sequences' ABI (`recip` 0, `size` 8, `key` 16, `gen` 24,
+/// `nr` 32, `cap` 40).
+///
+/// ```
+/// use local_lock::this_cpu::FreeCheck;
+/// let c = FreeCheck::new();
+/// assert_eq!(core::mem::offset_of!(FreeCheck, cap), 40);
+/// # let _ = c;
+/// ```
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct FreeCheck {
+    /// `floor((2^64 - 1) / size) + 1`.
+    pub recip: AtomicUsize,
+    /// The object stride.
+    pub size: AtomicUsize,
+    /// The free marker (also the key of a sheaf entry: `obj ^ key`).
+    pub key: AtomicUsize,
+    /// Slabs the cache discarded so far (a recorded range is stale once
+    /// this moved on).
+    pub gen: AtomicUsize,
+    /// Number of CPU records.
+    pub nr: AtomicUsize,
+    /// Entries per sheaf.
+    pub cap: AtomicUsize,
+}
+
+impl FreeCheck {
+    /// All zero (set by the cache at first use).
+    pub const fn new() -> Self {
+        FreeCheck {
+            recip: AtomicUsize::new(0),
+            size: AtomicUsize::new(0),
+            key: AtomicUsize::new(0),
+            gen: AtomicUsize::new(0),
+            nr: AtomicUsize::new(0),
+            cap: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The outcome of [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum FreePush {
+    /// Validated, marked free and pushed onto the running CPU's main sheaf.
+    Pushed = 0,
+    /// Not inside the running CPU's validated range (or no record):
+    /// nothing was changed.
+    Miss = 1,
+    /// Inside the range but it reads as free (holds the marker): nothing
+    /// was changed (a double free, or a value that looks like one).
+    Marked = 2,
+    /// Validated and marked free, but the main sheaf is missing or full:
+    /// the caller pushes it elsewhere.
+    Full = 3,
+}
+
+/// [`FreePush`] for a caller that holds the record (pinned with
+/// interrupts off): the steps of the restartable sequence, in order.
+#[inline(always)]
+pub fn free_push_in(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
+    let off = obj.wrapping_sub(r.vbase.load(Ordering::Relaxed));
+    if off >= r.vspan.load(Ordering::Relaxed)
+        || r.vgen.load(Ordering::Relaxed) != chk.gen.load(Ordering::Relaxed)
+    {
+        return FreePush::Miss;
+    }
+    let idx = ((off as u128 * chk.recip.load(Ordering::Relaxed) as u128) >> 64) as usize;
+    if idx.wrapping_mul(chk.size.load(Ordering::Relaxed)) != off {
+        return FreePush::Miss;
+    }
+    let key = chk.key.load(Ordering::Relaxed);
+    let w = sheaf_word(obj, 0);
+    if w.load(Ordering::Relaxed) == key {
+        return FreePush::Marked;
+    }
+    w.store(key, Ordering::Relaxed);
+    if push_in(r, chk.cap.load(Ordering::Relaxed), obj ^ key) {
+        FreePush::Pushed
+    } else {
+        FreePush::Full
+    }
+}
+
 /// Which sheaf word an exchange acts on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]

@@ -377,12 +377,12 @@ unsafe impl GlobalAlloc for GlobalSlub {
     #[inline(always)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // The fast path: a sheaf pop on the running CPU, nothing else
-        // (the instance registered itself when its cache was first used).
-        if !self.debug {
-            if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
-                if let Some(p) = self.k.caches()[i].alloc_fast() {
-                    return p.as_ptr();
-                }
+        // (the instance registered itself when its cache was first used;
+        // debug caches never pass `alloc_fast`'s dispatch check, so their
+        // own class selection is left to the slow path).
+        if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
+            if let Some(p) = self.k.caches()[i].alloc_fast() {
+                return p.as_ptr();
             }
         }
         // SAFETY: forwarded.

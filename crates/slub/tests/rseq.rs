@@ -14,9 +14,10 @@ use slub::{GlobalPages, GlobalSlub, KmemCache, SlabFlags};
 /// `per` objects (all threads still alive when counted): the objects the
 /// cache's slabs hold, in use or cached, minus none in use.
 fn cached_objects<P: Platform + Copy + Send + Sync>(p: P, threads: usize, per: usize) -> usize {
-    let c = KmemCache::<GlobalPages, P>::create("cached", 64, 8, SlabFlags::HARDENED, GlobalPages, p)
-        .unwrap()
-        .with_sheaves(128);
+    let c =
+        KmemCache::<GlobalPages, P>::create("cached", 64, 8, SlabFlags::HARDENED, GlobalPages, p)
+            .unwrap()
+            .with_sheaves(128);
     let done = Barrier::new(threads + 1);
     let counted = Barrier::new(threads + 1);
     std::thread::scope(|s| {
@@ -55,7 +56,10 @@ fn cached_memory_is_bounded_by_cpus_not_threads() {
         per_cpu * 2 < per_thread,
         "per-CPU sheaves should cache far less: {per_cpu} vs {per_thread}"
     );
-    assert!(per_cpu < (RseqCpu.nr_cpus() * 2 + 10) * 128 + 64 * 64, "{per_cpu}");
+    assert!(
+        per_cpu < (RseqCpu.nr_cpus() * 2 + 10) * 128 + 64 * 64,
+        "{per_cpu}"
+    );
 }
 
 static HEAP: GlobalSlub = GlobalSlub::new();
@@ -91,14 +95,27 @@ fn hundreds_of_threads_each_object_handed_out_once() {
                         let (q, sz) = live.swap_remove(rng as usize % live.len());
                         // SAFETY: ours, live: the stamp must be intact.
                         unsafe {
-                            assert_eq!(*(q as *const u64) >> 32, t as u64, "object handed out twice");
-                            assert_eq!(*((q + sz - 1) as *const u8), t as u8, "object handed out twice");
+                            assert_eq!(
+                                *(q as *const u64) >> 32,
+                                t as u64,
+                                "object handed out twice"
+                            );
+                            assert_eq!(
+                                *((q + sz - 1) as *const u8),
+                                t as u8,
+                                "object handed out twice"
+                            );
                         }
                         if i % 4 == 0 {
-                            mailboxes[(t + 1) % threads].lock().unwrap().push(q | (sz << 48));
+                            mailboxes[(t + 1) % threads]
+                                .lock()
+                                .unwrap()
+                                .push(q | (sz << 48));
                         } else {
                             // SAFETY: ours, freed once with its layout.
-                            unsafe { HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap()) };
+                            unsafe {
+                                HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap())
+                            };
                         }
                     }
                     if i % 64 == 0 {
@@ -106,7 +123,9 @@ fn hundreds_of_threads_each_object_handed_out_once() {
                         for e in mine {
                             let (q, sz) = (e & ((1 << 48) - 1), e >> 48);
                             // SAFETY: handed over by its owner, freed once.
-                            unsafe { HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap()) };
+                            unsafe {
+                                HEAP.dealloc(q as *mut u8, Layout::from_size_align(sz, 8).unwrap())
+                            };
                         }
                     }
                 }
@@ -121,11 +140,19 @@ fn hundreds_of_threads_each_object_handed_out_once() {
         for e in m.lock().unwrap().drain(..) {
             let (q, sz) = (e & ((1 << 48) - 1), e >> 48);
             // SAFETY: handed over, freed once.
-            unsafe { HEAP.dealloc(q as *mut u8, std::alloc::Layout::from_size_align(sz, 8).unwrap()) };
+            unsafe {
+                HEAP.dealloc(
+                    q as *mut u8,
+                    std::alloc::Layout::from_size_align(sz, 8).unwrap(),
+                )
+            };
         }
     }
     if RseqCpu.restartable() {
-        assert!(HEAP.kmalloc().caches()[3].restartable(), "GlobalSlub's caches use rseq");
+        assert!(
+            HEAP.kmalloc().caches()[3].restartable(),
+            "GlobalSlub's caches use rseq"
+        );
     }
     HEAP.kmalloc().validate();
 }

@@ -233,7 +233,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(mut g) = self.try_lock_cpu() else {
             return Ok(0);
         };
-        let gen = self.discards.load(CoreOrdering::Relaxed);
+        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
         for p in window {
             if !self.in_validated_range(&g, p.as_ptr().addr(), gen) {
                 match self.validate_range(*p) {

@@ -418,7 +418,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(false);
         };
         let a = ptr.as_ptr().addr();
-        let gen = self.discards.load(CoreOrdering::Relaxed);
+        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
         if !self.in_validated_range(&g, a, gen) {
             // The lookup runs outside the lock: nothing that may unwind
             // runs under it, so the guard stays in registers.

@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as C
 use buddy::Order;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
-use local_lock::this_cpu::CpuSheaves;
+use local_lock::this_cpu::{CpuSheaves, FreeCheck};
 use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
 
 use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
@@ -407,8 +407,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     nr_partial: CoreAtomicUsize,
     nr_slabs: CoreAtomicUsize,
     total_objects: CoreAtomicUsize,
-    /// Slabs discarded so far (see `CpuLocked::vgen`).
-    discards: CoreAtomicUsize,
+    /// What the restartable hardened free checks (its `gen` is the count
+    /// of slabs discarded so far, see `CpuLocked::vgen`).
+    fcheck: FreeCheck,
     /// Hardening: the lowest first byte and the highest end of any slab
     /// this cache ever had (grow only): a decoded sheaf entry outside
     /// `[slab_lo, slab_hi)` is not an object of the cache.
@@ -455,7 +456,7 @@ macro_rules! build_cache {
             nr_partial: CoreAtomicUsize::new(0),
             nr_slabs: CoreAtomicUsize::new(0),
             total_objects: CoreAtomicUsize::new(0),
-            discards: CoreAtomicUsize::new(0),
+            fcheck: FreeCheck::new(),
             slab_lo: CoreAtomicUsize::new(usize::MAX),
             slab_hi: CoreAtomicUsize::new(0),
             slab_ref: CoreAtomicUsize::new(0),
@@ -747,6 +748,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             Mode::Locked
         };
+        let fc = &self.fcheck;
+        fc.recip
+            .store(self.lay.reciprocal as usize, CoreOrdering::Relaxed);
+        fc.size.store(self.lay.size, CoreOrdering::Relaxed);
+        fc.key.store(
+            self.random.load(CoreOrdering::Relaxed),
+            CoreOrdering::Relaxed,
+        );
+        fc.nr.store(N, CoreOrdering::Relaxed);
+        fc.cap.store(self.sheaf_capacity, CoreOrdering::Relaxed);
         self.mode.store(m as u8, CoreOrdering::Relaxed);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();

@@ -365,7 +365,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         s.set_tag(0);
         s.0.data().store(0, Ordering::Relaxed);
         // Invalidates every CPU's validated range (sheaf frees).
-        self.discards.fetch_add(1, CoreOrdering::Relaxed);
+        self.fcheck.gen.fetch_add(1, CoreOrdering::Relaxed);
         self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
         self.total_objects
             .fetch_sub(st.counters.objects as usize, CoreOrdering::Relaxed);

@@ -23,7 +23,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::Ordering as CoreOrdering;
 
 use local_lock::sync::CachePadded;
-use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord};
+use local_lock::this_cpu::{CpuSheaves, FreePush, SheafSlots, SheafWord};
 use local_lock::Platform;
 
 use crate::error::{FreeError, FreeErrorKind};
@@ -118,24 +118,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(false);
         }
         let p = self.cpu.platform();
-        let s = self.slots();
         let obj = ptr.as_ptr().expose_provenance();
-        let gen = self.discards.load(CoreOrdering::Relaxed);
-        let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s)).unwrap_or((0, 0, 0));
-        let off = obj.wrapping_sub(vbase);
-        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
-            return Ok(false);
+        match rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj)) {
+            FreePush::Pushed => Ok(true),
+            FreePush::Miss | FreePush::Marked => Ok(false),
+            FreePush::Full => {
+                let r = self.fcheck.key.load(CoreOrdering::Relaxed);
+                self.free_rcs_slow(obj, obj ^ r).map(|()| true)
+            }
         }
-        let w = self.fp_word_fast::<true>(obj);
-        let r = self.random.load(CoreOrdering::Relaxed);
-        if Self::marked_free(w, r) {
-            return Ok(false);
-        }
-        w.store(r, CoreOrdering::Relaxed);
-        if rcs_op!(p.this_cpu_sheaf_push(s, obj ^ r)) {
-            return Ok(true);
-        }
-        self.free_rcs_slow(obj, obj ^ r).map(|()| true)
     }
 
     /// Reports a popped sheaf entry that decodes outside the cache's slabs.
@@ -252,27 +243,27 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let p = self.cpu.platform();
         let s = self.slots();
         let obj = ptr.as_ptr().expose_provenance();
-        let gen = self.discards.load(CoreOrdering::Relaxed);
+        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
+        if H {
+            return match rcs_op!(p.this_cpu_free_push(s, &self.fcheck, obj)) {
+                FreePush::Pushed => Ok(()),
+                FreePush::Miss => self.free_rcs_miss::<H>(ptr, gen),
+                FreePush::Marked => Err(FreeError::new(obj, FreeErrorKind::DoubleFree)),
+                FreePush::Full => {
+                    let r = self.fcheck.key.load(CoreOrdering::Relaxed);
+                    self.free_rcs_slow(obj, obj ^ r)
+                }
+            };
+        }
         let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s)).unwrap_or((0, 0, 0));
         let off = obj.wrapping_sub(vbase);
         if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
             return self.free_rcs_miss::<H>(ptr, gen);
         }
-        let enc = if H {
-            let w = self.fp_word_fast::<H>(obj);
-            let r = self.random.load(CoreOrdering::Relaxed);
-            if Self::marked_free(w, r) {
-                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
-            }
-            w.store(r, CoreOrdering::Relaxed);
-            obj ^ r
-        } else {
-            obj
-        };
-        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
+        if rcs_op!(p.this_cpu_sheaf_push(s, obj)) {
             return Ok(());
         }
-        self.free_rcs_slow(obj, enc)
+        self.free_rcs_slow(obj, obj)
     }
 
     /// A free outside the CPU's validated range: the descriptor lookup,
