@@ -88,8 +88,10 @@ fn hundreds_of_threads_each_object_handed_out_once() {
                     let p = unsafe { HEAP.alloc(l) };
                     assert!(!p.is_null());
                     // SAFETY: `size` fresh bytes: stamp them with who owns them.
-                    unsafe { p.cast::<u64>().write((t as u64) << 32 | i as u64) };
-                    unsafe { p.add(size - 1).write(t as u8) };
+                    unsafe {
+                        p.cast::<u64>().write((t as u64) << 32 | i as u64);
+                        p.add(size - 1).write(t as u8);
+                    }
                     live.push((p as usize, size));
                     if live.len() > 32 {
                         let (q, sz) = live.swap_remove(rng as usize % live.len());
