@@ -271,17 +271,19 @@ fn this_cpu_sheaf_ops_keep_every_token() {
             thread::spawn(move || {
                 p.set_cpu(0);
                 let mut mine = Vec::new();
-                // SAFETY (all three): the loom platform's slots are
-                // Pinned; its IRQ mask makes each operation indivisible.
+                // SAFETY: the loom platform's slots are Pinned; its IRQ
+                // mask makes each operation indivisible (the same below).
                 let v = unsafe { p.this_cpu_sheaf_pop(s) };
                 if v != 0 {
                     mine.push(v);
                 }
                 if let Some(v) = mine.pop() {
+                    // SAFETY: as above.
                     if !unsafe { p.this_cpu_sheaf_push(s, v) } {
                         mine.push(v);
                     }
                 }
+                // SAFETY: as above.
                 let v = unsafe { p.this_cpu_sheaf_pop(s) };
                 if v != 0 {
                     mine.push(v);

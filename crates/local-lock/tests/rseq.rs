@@ -2,7 +2,7 @@
 //! migration: tokens moved between per-CPU sheaves, thread-owned sheaves
 //! (detached with `this_cpu_xchg`, installed with `this_cpu_cmpxchg`) and
 //! a remote drainer must all be found exactly once at the end.
-#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
+#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

@@ -1,7 +1,7 @@
 //! SLUB's sheaves over restartable sequences (`RseqCpu`, issue #16):
 //! memory cached per CPU rather than per thread, any number of threads,
 //! and every object handed out once.
-#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri)))]
+#![cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
 
 use std::ptr::NonNull;
 use std::sync::{Barrier, Mutex};
