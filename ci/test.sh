@@ -8,6 +8,7 @@ step cargo test --workspace
 # The `Allocator` impls behind slub's feature `allocator-api2`: their tests
 # and examples (the typed caches' run in the workspace pass above too).
 step cargo test -p slub --features allocator-api2 --test api
+step cargo test -p slub --features stats --test rseq
 for c in buddy pcp percpu-bitmap slub; do
     step cargo test -p "$c" --features allocator-api2 --doc
 done

@@ -158,3 +158,39 @@ fn hundreds_of_threads_each_object_handed_out_once() {
     }
     HEAP.kmalloc().validate();
 }
+
+/// `CONFIG_SLUB_STATS` (feature `stats`): the restartable fast paths
+/// count; without it they count nothing (nothing but the pop and push).
+#[test]
+fn restartable_fast_paths_count_only_with_the_stats_feature() {
+    use slub::SlubStat;
+    if !RseqCpu.restartable() {
+        return;
+    }
+    let c = KmemCache::<GlobalPages, RseqCpu>::create(
+        "st",
+        64,
+        8,
+        SlabFlags::HARDENED,
+        GlobalPages,
+        RseqCpu,
+    )
+    .unwrap()
+    .with_sheaves(32);
+    // Warm up: a sheaf installed, the range recorded.
+    // SAFETY: ours, freed once.
+    unsafe { c.free(c.alloc().unwrap()) };
+    let before = c.stats();
+    for _ in 0..100 {
+        let o = c.alloc().unwrap();
+        // SAFETY: ours, freed once.
+        unsafe { c.free(o) };
+    }
+    let after = c.stats();
+    let d = |s| after.get(s) - before.get(s);
+    let expect = if cfg!(feature = "stats") { 100 } else { 0 };
+    assert_eq!(
+        (d(SlubStat::ALLOC_PCS), d(SlubStat::FREE_PCS)),
+        (expect, expect)
+    );
+}

@@ -64,7 +64,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     pub(super) fn alloc_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
         match self.pop_rcs::<H>() {
-            Some(o) => Some(o),
+            Some(o) => {
+                #[cfg(feature = "stats")]
+                self.stat_here(SlubStat::ALLOC_PCS);
+                Some(o)
+            }
             None => self.alloc_rcs_slow(),
         }
     }
@@ -99,7 +103,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.dispatch.load(CoreOrdering::Relaxed) != super::Fast::RseqHardened as u8 {
             return None;
         }
-        self.pop_rcs::<true>()
+        let o = self.pop_rcs::<true>();
+        #[cfg(feature = "stats")]
+        if o.is_some() {
+            self.stat_here(SlubStat::ALLOC_PCS);
+        }
+        o
     }
 
     /// The inline part of `try_free` for a front end that knows its caches
@@ -120,7 +129,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let p = self.cpu.platform();
         let obj = ptr.as_ptr().expose_provenance();
         match rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj)) {
-            FreePush::Pushed => Ok(true),
+            FreePush::Pushed => {
+                #[cfg(feature = "stats")]
+                self.stat_here(SlubStat::FREE_PCS);
+                Ok(true)
+            }
             FreePush::Miss | FreePush::Marked => Ok(false),
             FreePush::Full => {
                 let r = self.fcheck.key.load(CoreOrdering::Relaxed);
@@ -246,7 +259,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
         if H {
             return match rcs_op!(p.this_cpu_free_push(s, &self.fcheck, obj)) {
-                FreePush::Pushed => Ok(()),
+                FreePush::Pushed => {
+                    #[cfg(feature = "stats")]
+                    self.stat_here(SlubStat::FREE_PCS);
+                    Ok(())
+                }
                 FreePush::Miss => self.free_rcs_miss::<H>(ptr, gen),
                 FreePush::Marked => Err(FreeError::new(obj, FreeErrorKind::DoubleFree)),
                 FreePush::Full => {
@@ -261,6 +278,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return self.free_rcs_miss::<H>(ptr, gen);
         }
         if rcs_op!(p.this_cpu_sheaf_push(s, obj)) {
+            #[cfg(feature = "stats")]
+            self.stat_here(SlubStat::FREE_PCS);
             return Ok(());
         }
         self.free_rcs_slow(obj, obj)
