@@ -127,8 +127,9 @@ impl Table for SlubPairs {
         let mut notes = vec![
             format!(
                 "ns/op: one alloc + free pair through GlobalAlloc-style calls, the pointer through black_box, nothing written. \
-                 GlobalSlub = slub::GlobalSlub (kmalloc classes over per-thread pcp pages; fast path under the pinned \
-                 per-thread local lock: a TLS load, no atomic instruction; kfree finds the slab from the address). \
+                 GlobalSlub = slub::GlobalSlub (kmalloc classes with per-CPU sheaves reached by rseq restartable sections \
+                 on RseqCpu: a pop, or a validated push, on the running CPU with no lock and no atomic instruction; \
+                 pages from per-thread pcp lists). \
                  KmemCache = kmem_cache_create of the exact size over the same pages (no size-class lookup): on PerThread, \
                  and on the kernel platform Kernel<UserHooks> (preempt count + soft IRQ mask in TLS) with the !RT lockless \
                  (freelist, tid) cmpxchg16b fast path (lockless() = {lockless}) and with SLAB_LOCKED_FASTPATH (the local \
