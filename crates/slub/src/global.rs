@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use buddy::{AllocFlags, Block, BlockRef, Order};
 use local_lock::fork::in_main_image;
-use local_lock::std_platform::{die, PerThread, RseqCpu};
+use local_lock::std_platform::{die, RseqCpu};
 use pcp::GlobalPcp;
 
 use crate::kmalloc::{kmalloc_class, Kmalloc};
@@ -84,22 +84,10 @@ pub(crate) const SLOTS: usize = 64;
 
 type Inner = Kmalloc<GlobalPages, RseqCpu, SLOTS>;
 
-/// Instances whose slots are flushed when a thread exits. Only `'static`
-/// instances are ever stored here (see [`GlobalSlub::flush_at_thread_exit`]),
-/// so an entry never dangles.
+/// Registered instances (fork handlers). Only `'static` instances are ever
+/// stored here (see [`GlobalSlub::flush_at_thread_exit`]), so an entry
+/// never dangles.
 static INSTANCES: [AtomicPtr<GlobalSlub>; 8] = [const { AtomicPtr::new(core::ptr::null_mut()) }; 8];
-
-fn flush_on_exit(_slot: usize) {
-    for i in &INSTANCES {
-        let p = i.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: only `flush_at_thread_exit` stores here, and it takes
-            // `&'static self`: the instance lives (unmoved) for the rest of
-            // the process.
-            unsafe { &*p }.k.flush_local();
-        }
-    }
-}
 
 /// kmalloc/kfree as `#[global_allocator]`:
 ///
@@ -115,10 +103,10 @@ fn flush_on_exit(_slot: usize) {
 /// alignment the class guarantees) come from the kmalloc caches, larger
 /// ones from the pcp/buddy pages (known-zero
 /// pages are not cleared for `alloc_zeroed`), beyond 4 MiB from direct
-/// mappings. Each live thread owns a virtual CPU; when it exits, its CPU
-/// slab and partial slabs go back to the node lists (for `static`
-/// instances; see [`flush_at_thread_exit`](Self::flush_at_thread_exit)
-/// for the others). Exhaustion returns
+/// mappings. The caches are per CPU ([`RseqCpu`]: sheaves reached by
+/// restartable sequences, slab paths under per-CPU locks), so any number
+/// of threads share them and a thread's exit leaves nothing behind.
+/// Exhaustion returns
 /// null; a bad `dealloc` (foreign pointer, double free the naive check
 /// sees) is reported on stderr and aborts (a global allocator must not
 /// unwind).
@@ -214,19 +202,15 @@ impl GlobalSlub {
         PAGES.trim()
     }
 
-    /// Registers the thread-exit flush of a `static` instance on first use
+    /// Registers a `static` instance (its fork handlers) on first use
     /// (checked once per instance, then one relaxed load).
     ///
     /// `alloc` only gets `&self`, so it cannot know whether the instance
     /// will stay where it is: an instance in the main executable's image
     /// (a `static`, e.g. the `#[global_allocator]`) is registered; any
-    /// other instance (a local, a field, a box) is not, and works the same
-    /// except that a thread's cached objects stay in its slot (handed to the
-    /// next thread that takes the slot, or returned by
-    /// [`Kmalloc::flush_all`]) instead of being flushed when it exits.
-    /// Other `'static` instances (leaked boxes, statics of shared
-    /// libraries) can ask for the flush with
-    /// [`flush_at_thread_exit`](Self::flush_at_thread_exit).
+    /// other instance (a local, a field, a box) is not. Other `'static`
+    /// instances (leaked boxes, statics of shared libraries) can register
+    /// with [`flush_at_thread_exit`](Self::flush_at_thread_exit).
     #[inline(always)]
     fn register(&self) {
         if !self.hooked.load(Ordering::Relaxed) {
@@ -249,13 +233,13 @@ impl GlobalSlub {
         }
     }
 
-    /// Makes every exiting thread flush its slot of this instance (its CPU
-    /// slab, partial slabs and sheaves go back to the shared lists), as the
-    /// `static` instances of the executable do by themselves. Takes
-    /// `&'static self`: an instance that may move or be dropped cannot be
-    /// registered. Registering twice is a no-op; `false` when 8 instances
-    /// are already registered (this one then keeps what exiting threads
-    /// cached in their slots, for the threads that take the slots next).
+    /// Registers this instance as the `static` instances of the executable
+    /// register themselves: its `fork` handlers (issue #14). (On the
+    /// per-thread platform this also flushed an exiting thread's slot; the
+    /// caches are per CPU now and need no flush when a thread exits, the
+    /// name is kept.) Takes `&'static self`: an instance that may move or
+    /// be dropped cannot be registered. Registering twice is a no-op;
+    /// `false` when 8 instances are already registered.
     pub fn flush_at_thread_exit(&'static self) -> bool {
         self.hooked.store(true, Ordering::Relaxed);
         // fork handlers (issue #14 item 13): its caches' locks, and the
@@ -273,10 +257,7 @@ impl GlobalSlub {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    PerThread::on_thread_exit(flush_on_exit);
-                    return true;
-                }
+                Ok(_) => return true,
                 Err(cur) if cur == me => return true,
                 Err(_) => {}
             }
@@ -284,7 +265,7 @@ impl GlobalSlub {
         false
     }
 
-    /// Whether exiting threads flush their slots of this instance (see
+    /// Whether this instance is registered (see
     /// [`flush_at_thread_exit`](Self::flush_at_thread_exit)).
     pub fn flushes_at_thread_exit(&self) -> bool {
         let me = self as *const GlobalSlub as *mut GlobalSlub;
