@@ -35,7 +35,7 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 
-use crate::this_cpu::{CpuSheaves, FreeCheck, FreePush, SheafSlots, SheafWord};
+use crate::this_cpu::{FreeCheck, FreePush, SheafSlots, SheafWord};
 
 /// `struct rseq` offsets: `cpu_id` and `rseq_cs`.
 const CPU_ID: usize = 4;
@@ -230,7 +230,7 @@ pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             cap = in(reg) s.cap(),
             rcs = const RSEQ_CS,
@@ -279,7 +279,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             cap = in(reg) s.cap(),
             val = in(reg) val,
@@ -372,7 +372,7 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             "9:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             k = in(reg) chk as *const FreeCheck,
             obj = in(reg) obj,
             rcs = const RSEQ_CS,
@@ -424,7 +424,7 @@ pub unsafe fn range(s: SheafSlots<'_>) -> (usize, usize, usize) {
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
@@ -469,7 +469,7 @@ pub unsafe fn set_range(s: SheafSlots<'_>, vbase: usize, vspan: usize, vgen: usi
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             b = in(reg) vbase,
             sp = in(reg) vspan,
@@ -514,7 +514,7 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
             "7:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             w = in(reg) w as usize,
             old = in(reg) old,
@@ -564,7 +564,7 @@ pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize>
             "7:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base() as *const CpuSheaves,
+            base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             w = in(reg) w as usize,
             new = in(reg) new,

@@ -176,18 +176,25 @@ pub enum SheafWord {
 /// use local_lock::sync::CachePadded;
 /// let recs = [const { CachePadded::new(CpuSheaves::new()) }; 4];
 /// // SAFETY: 4 records, `size_of::<CachePadded<_>>()` apart, outliving `s`.
-/// let s = unsafe { SheafSlots::new(&*recs[0], size_of_val(&recs[0]), 4, 16) };
+/// let s = unsafe { SheafSlots::new(recs.as_ptr().cast(), size_of_val(&recs[0]), 4, 16) };
 /// assert_eq!(s.nr(), 4);
 /// assert!(core::ptr::eq(s.record(3).unwrap(), &*recs[3]));
 /// assert!(s.record(4).is_none());
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SheafSlots<'a> {
-    base: &'a CpuSheaves,
+    base: *const CpuSheaves,
     stride: usize,
     nr: usize,
     cap: usize,
+    _records: core::marker::PhantomData<&'a CpuSheaves>,
 }
+
+// SAFETY: a shared view of records made of atomics (what `&CpuSheaves`
+// would be, for all of them).
+unsafe impl Send for SheafSlots<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SheafSlots<'_> {}
 
 impl<'a> SheafSlots<'a> {
     /// The records of CPUs `0..nr`, CPU `c`'s at `base + c * stride` bytes,
@@ -195,16 +202,18 @@ impl<'a> SheafSlots<'a> {
     ///
     /// # Safety
     ///
-    /// `nr` records live at those addresses for `'a`, `stride` is a
-    /// multiple of the record's alignment, and every non-zero sheaf word
-    /// in them is the address of a sheaf of `cap` entries that only these
-    /// operations (or the holder of a detached sheaf) touch.
-    pub const unsafe fn new(base: &'a CpuSheaves, stride: usize, nr: usize, cap: usize) -> Self {
+    /// `nr` records live at those addresses for `'a` and `base` may reach
+    /// all of them (derived from the whole array, e.g. `as_ptr().cast()`),
+    /// `stride` is a multiple of the record's alignment, and every non-zero
+    /// sheaf word in them is the address of a sheaf of `cap` entries that
+    /// only these operations (or the holder of a detached sheaf) touch.
+    pub const unsafe fn new(base: *const CpuSheaves, stride: usize, nr: usize, cap: usize) -> Self {
         SheafSlots {
             base,
             stride,
             nr,
             cap,
+            _records: core::marker::PhantomData,
         }
     }
 
@@ -218,8 +227,8 @@ impl<'a> SheafSlots<'a> {
         self.cap
     }
 
-    /// The record of CPU 0.
-    pub fn base(&self) -> &'a CpuSheaves {
+    /// The record of CPU 0 (reaching every record).
+    pub fn base(&self) -> *const CpuSheaves {
         self.base
     }
 
@@ -233,7 +242,8 @@ impl<'a> SheafSlots<'a> {
         if cpu >= self.nr {
             return None;
         }
-        let p = (self.base as *const CpuSheaves)
+        let p = self
+            .base
             .cast::<u8>()
             .wrapping_add(cpu * self.stride)
             .cast::<CpuSheaves>();

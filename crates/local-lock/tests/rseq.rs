@@ -32,7 +32,7 @@ fn slots() -> SheafSlots<'static> {
     // or a leaked sheaf of CAP entries.
     unsafe {
         SheafSlots::new(
-            &RECS[0],
+            RECS.as_ptr().cast(),
             core::mem::size_of::<CachePadded<CpuSheaves>>(),
             NR,
             CAP,

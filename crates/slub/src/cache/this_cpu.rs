@@ -52,7 +52,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // context that detached them.
         unsafe {
             SheafSlots::new(
-                &self.pcs[0],
+                self.pcs.as_ptr().cast::<CpuSheaves>(),
                 core::mem::size_of::<CachePadded<CpuSheaves>>(),
                 N,
                 self.sheaf_capacity,
