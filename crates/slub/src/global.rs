@@ -190,9 +190,9 @@ impl GlobalSlub {
     }
 
     /// Gives free memory back to the OS (`malloc_trim`, `mi_collect`):
-    /// flushes every CPU slot it may reach ([`Kmalloc::flush_all`]: the
-    /// calling thread's and exited threads' slabs; live threads keep
-    /// theirs), shrinks the kmalloc caches (`kmem_cache_shrink`: empty
+    /// flushes every CPU ([`Kmalloc::flush_all`]: each CPU's sheaves are
+    /// exchanged out and the CPU fenced with `membarrier`, its CPU slab
+    /// and partial slabs taken under its lock), shrinks the kmalloc caches (`kmem_cache_shrink`: empty
     /// slabs go back to the pages), then trims the shared pages
     /// ([`GlobalPcp::trim`]: pcp drain, buddy purge). Returns the bytes
     /// purged.
