@@ -842,9 +842,7 @@ pub const DWCAS_ALWAYS_LOCK_FREE: bool = {
 mod tests {
     use super::*;
     use atomic::Ordering::*;
-    use atomic::{AtomicBool, AtomicUsize};
     use std::format;
-    use std::vec::Vec;
 
     #[test]
     fn dword_cas_roundtrip() {
@@ -981,7 +979,9 @@ mod tests {
     #[test]
     #[cfg(all(feature = "std", target_os = "linux", not(miri)))]
     fn spinlock_waiters_sleep() {
+        use atomic::{AtomicBool, AtomicUsize};
         use std::time::{Duration, Instant};
+        use std::vec::Vec;
         const WAITERS: usize = 8;
         const HOLD: Duration = Duration::from_millis(50);
         let l = SpinLock::new(0usize);
