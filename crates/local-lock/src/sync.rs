@@ -360,20 +360,23 @@ const SLEEPS: bool = cfg!(all(
     any(target_os = "linux", target_os = "android")
 ));
 
-/// The futex calls of the adaptive [`SpinLock`] (Linux, `std`).
+/// The futex calls of the adaptive [`SpinLock`] (Linux, `std`); also for
+/// other lock words of the crate that should sleep instead of spinning (a
+/// `usize` word's low half is `word.as_ptr().cast::<AtomicU32>()` on
+/// little-endian targets).
 #[cfg(all(
     not(loom),
     feature = "std",
     any(target_os = "linux", target_os = "android")
 ))]
-mod futex {
+pub(crate) mod futex {
     use core::sync::atomic::AtomicU32;
 
     /// `FUTEX_WAIT_PRIVATE`: sleeps while `*word == expected` (returns at
     /// once if it differs; may also return spuriously or on a signal: the
     /// caller re-checks).
     #[inline]
-    pub(super) fn wait(word: &AtomicU32, expected: u32) {
+    pub(crate) fn wait(word: &AtomicU32, expected: u32) {
         // SAFETY: `word` is a live, aligned 32-bit atomic for the whole call;
         // a null timeout waits without limit. No memory is written.
         unsafe {
@@ -389,7 +392,7 @@ mod futex {
 
     /// `FUTEX_WAKE_PRIVATE`: wakes one thread sleeping on `word`.
     #[inline]
-    pub(super) fn wake_one(word: &AtomicU32) {
+    pub(crate) fn wake_one(word: &AtomicU32) {
         // SAFETY: as in `wait`; waking touches no memory of ours.
         unsafe {
             libc::syscall(
