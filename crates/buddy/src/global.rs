@@ -52,8 +52,7 @@ use local_lock::bits::checked_align_up;
 use local_lock::os;
 use local_lock::std_platform::StdCpu;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
-use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
-use local_lock::Platform;
+use local_lock::sync::{SpinLock, SpinLockGuard};
 
 use crate::buddy::{Block, BlockRef, Buddy};
 use crate::error::FreeError;
@@ -417,24 +416,15 @@ impl GlobalBuddy {
         self.buddy.decay_with(now, |p, n| self.purge(p, n))
     }
 
+    /// The grow lock (held across `mmap`): contended, it spins briefly and
+    /// then sleeps on a futex (see `SpinLock`).
     fn lock_grow(&self) -> SpinLockGuard<'_, Grow> {
-        let backoff = Backoff::new();
-        loop {
-            if let Some(g) = self.grow.try_lock() {
-                return g;
-            }
-            self.buddy.platform().spin_wait(&backoff);
-        }
+        self.grow.lock()
     }
 
+    /// The direct-mapping table's lock (waits as `lock_grow` does).
     fn lock_direct(&self) -> SpinLockGuard<'_, DirectTable> {
-        let backoff = Backoff::new();
-        loop {
-            if let Some(g) = self.direct_table.try_lock() {
-                return g;
-            }
-            self.buddy.platform().spin_wait(&backoff);
-        }
+        self.direct_table.lock()
     }
 
     /// Records the direct mapping `[p, p + len)`; on failure unmaps it and

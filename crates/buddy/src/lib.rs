@@ -164,9 +164,10 @@
 //! The buddy has no per-CPU state, so both strategies of `local-lock` see
 //! the same code: the zone lock is a spin lock in every case; on a kernel
 //! platform `irq_save` really masks interrupts, on std and on RT it is a
-//! no-op (std has no interrupts; RT handlers are threads). Contended locks
-//! back off through [`Platform::spin_wait`](local_lock::Platform::spin_wait)
-//! (std: yield after a short spin).
+//! no-op (std has no interrupts; RT handlers are threads). A contended
+//! zone or resize lock waits as [`SpinLock`](local_lock::sync::SpinLock)
+//! does: without `std` it spins; on std (Linux) it spins briefly and then
+//! sleeps on a futex, as `spinlock_t` does on PREEMPT_RT.
 //!
 //! # Re-entrancy
 //!

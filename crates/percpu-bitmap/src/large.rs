@@ -20,7 +20,7 @@ use core::ptr::{null_mut, NonNull};
 
 use local_lock::os;
 use local_lock::std_platform::die;
-use local_lock::sync::{Backoff, SpinLock, SpinLockGuard};
+use local_lock::sync::{SpinLock, SpinLockGuard};
 
 use crate::types::PAGE_SIZE;
 
@@ -184,17 +184,8 @@ impl LargeBlocks {
     }
 
     fn lock(&self) -> SpinLockGuard<'_, Table> {
-        let backoff = Backoff::new();
-        loop {
-            if let Some(g) = self.table.try_lock() {
-                return g;
-            }
-            if backoff.is_completed() {
-                std::thread::yield_now();
-            } else {
-                backoff.snooze();
-            }
-        }
+        // Contended: a short spin, then a futex sleep (see `SpinLock`).
+        self.table.lock()
     }
 
     /// Live large blocks.

@@ -86,8 +86,9 @@
 //!
 //! Lock order (outermost first):
 //!
-//! 1. **`slow`** = the kernel's `pcpu_alloc_mutex` (a spin-then-yield lock
-//!    here; it may be held across chunk-source calls). Protects chunk
+//! 1. **`slow`** = the kernel's `pcpu_alloc_mutex` (a `SpinLock` here:
+//!    on std a short spin, then a futex sleep; it may be held across
+//!    chunk-source calls). Protects chunk
 //!    creation and destruction, population and depopulation, the lookup
 //!    table's growth, and serialises non-atomic allocations and the
 //!    balance work. Never taken in interrupt context (requests made there

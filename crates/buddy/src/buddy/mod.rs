@@ -134,14 +134,9 @@ impl<P: Platform> Buddy<P> {
     #[inline(always)]
     pub(crate) fn lock_zone(&self, zone: usize) -> ZoneGuard<'_, P> {
         let flags = self.platform.irq_save();
-        let lock = &*self.zones[zone].lock;
-        #[cfg(not(loom))]
-        let inner = match lock.try_lock() {
-            Some(g) => g,
-            None => self.lock_zone_slow(lock),
-        };
-        #[cfg(loom)]
-        let inner = lock.lock();
+        // Contended: spins briefly, then (std on Linux) sleeps in the kernel,
+        // as `spinlock_t` does on PREEMPT_RT (see `SpinLock`).
+        let inner = self.zones[zone].lock.lock();
         ZoneGuard {
             inner: ManuallyDrop::new(inner),
             platform: &self.platform,
@@ -150,31 +145,7 @@ impl<P: Platform> Buddy<P> {
         }
     }
 
-    #[cfg(not(loom))]
-    #[cold]
-    #[inline(never)]
-    fn lock_zone_slow<'a>(&self, lock: &'a SpinLock<ZoneInner>) -> SpinLockGuard<'a, ZoneInner> {
-        let backoff = local_lock::sync::Backoff::new();
-        loop {
-            self.platform.spin_wait(&backoff);
-            if let Some(g) = lock.try_lock() {
-                return g;
-            }
-        }
-    }
-
     fn lock_resize(&self) -> SpinLockGuard<'_, Tunables> {
-        #[cfg(not(loom))]
-        {
-            let backoff = local_lock::sync::Backoff::new();
-            loop {
-                if let Some(g) = self.resize.try_lock() {
-                    return g;
-                }
-                self.platform.spin_wait(&backoff);
-            }
-        }
-        #[cfg(loom)]
         self.resize.lock()
     }
 

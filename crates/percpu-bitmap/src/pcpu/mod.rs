@@ -529,25 +529,13 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
         }
     }
 
-    /// `mutex_lock(&pcpu_alloc_mutex)`: spins, then yields (std), while
-    /// another context creates, populates or balances.
+    /// `mutex_lock(&pcpu_alloc_mutex)`: waits while another context
+    /// creates, populates or balances (a spin lock without `std`; on std
+    /// (Linux) a short spin, then a futex sleep, as the kernel's mutex
+    /// sleeps: see `SpinLock`).
     #[inline]
     pub(crate) fn lock_slow(&self) -> SpinLockGuard<'_, ()> {
-        #[cfg(loom)]
-        return self.slow.lock();
-        #[cfg(not(loom))]
-        {
-            if let Some(g) = self.slow.try_lock() {
-                return g;
-            }
-            let backoff = local_lock::sync::Backoff::new();
-            loop {
-                backoff.snooze();
-                if let Some(g) = self.slow.try_lock() {
-                    return g;
-                }
-            }
-        }
+        self.slow.lock()
     }
 
     /// Asserts (debug builds) that `pcpu_alloc_mutex` is held, as the
