@@ -68,6 +68,7 @@ pub struct TestPlatform {
     nr_cpus: usize,
     strategy: Strategy,
     has_irqs: bool,
+    seeds: bool,
 }
 
 impl TestPlatform {
@@ -77,6 +78,7 @@ impl TestPlatform {
             nr_cpus,
             strategy: Strategy::Pinned,
             has_irqs: true,
+            seeds: false,
         }
     }
 
@@ -86,7 +88,25 @@ impl TestPlatform {
             nr_cpus,
             strategy: Strategy::Locked,
             has_irqs: true,
+            seeds: false,
         }
+    }
+
+    /// This platform with [`random_seed`](Platform::random_seed) returning
+    /// a different value on every call (as on std), each call a hook point
+    /// where an armed interrupt may fire: for races around a first use
+    /// that draws a seed. (Without it the seed is 0: no entropy.)
+    ///
+    /// ```
+    /// use local_lock::test_platform::TestPlatform;
+    /// use local_lock::Platform;
+    /// let p = TestPlatform::pinned(1).with_seeds();
+    /// assert_ne!(p.random_seed(), p.random_seed());
+    /// assert_eq!(TestPlatform::pinned(1).random_seed(), 0);
+    /// ```
+    pub const fn with_seeds(mut self) -> Self {
+        self.seeds = true;
+        self
     }
 
     /// Makes this thread run on `cpu` from now on (a migration).
@@ -258,5 +278,14 @@ unsafe impl Platform for TestPlatform {
     }
     fn default_strategy(&self) -> Strategy {
         self.strategy
+    }
+    fn random_seed(&self) -> u64 {
+        if !self.seeds {
+            return 0;
+        }
+        static NEXT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+        self.hook();
+        NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 }

@@ -53,7 +53,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     #[track_caller]
     pub fn alloc(&self) -> Option<NonNull<u8>> {
-        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        let f = self.dispatch.load(CoreOrdering::Acquire);
         // The default (`GlobalSlub::new()`) first.
         if f == Fast::RseqHardened as u8 {
             self.alloc_rcs::<true>()
@@ -273,7 +273,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     #[track_caller]
     pub unsafe fn try_free(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
-        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        let f = self.dispatch.load(CoreOrdering::Acquire);
         // `kfree` -> `virt_to_slab` (validates) -> `free_to_pcs`; the
         // default (`GlobalSlub::new()`) first.
         if f == Fast::RseqHardened as u8 {

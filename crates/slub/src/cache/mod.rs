@@ -680,7 +680,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     #[inline(always)]
     fn mode(&self) -> Mode {
-        let m = self.mode.load(CoreOrdering::Relaxed);
+        let m = self.mode.load(CoreOrdering::Acquire);
         if m != Mode::Unknown as u8 {
             Mode::from_u8(m)
         } else {
@@ -734,12 +734,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // `marked_free`) is odd, in 0x81..=0xfd: not 0, not 0xff and
             // not ASCII, the byte values user data holds most often.
             let low = 0x81 + (z as usize & 0x3e);
-            self.random
-                .store((z as usize & !0xff) | low, CoreOrdering::Relaxed);
+            // Another context may be in its first use too (threads starting
+            // together): the first value stored wins, everyone uses it.
+            let _ = self.random.compare_exchange(
+                0,
+                (z as usize & !0xff) | low,
+                CoreOrdering::Relaxed,
+                CoreOrdering::Relaxed,
+            );
         }
-        if self.flags.contains(SlabFlags::RANDOM_FREELIST) {
+        if self.flags.contains(SlabFlags::RANDOM_FREELIST)
+            && self.shuffle.load(CoreOrdering::Relaxed) == 0
+        {
             let z = p.random_seed() ^ (self.id() as u64).wrapping_mul(0xd6e8_feb8_6659_fd93);
-            self.shuffle.store((z as usize) | 1, CoreOrdering::Relaxed);
+            let _ = self.shuffle.compare_exchange(
+                0,
+                (z as usize) | 1,
+                CoreOrdering::Relaxed,
+                CoreOrdering::Relaxed,
+            );
         }
         let m = if self.flags.is_debug() {
             Mode::Debug
@@ -758,7 +771,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         );
         fc.nr.store(N, CoreOrdering::Relaxed);
         fc.cap.store(self.sheaf_capacity, CoreOrdering::Relaxed);
-        self.mode.store(m as u8, CoreOrdering::Relaxed);
+        self.mode.store(m as u8, CoreOrdering::Release);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
         // Restartable sheaves need the sheaf layout the sequences assume.
@@ -785,7 +798,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.name,
             self.lay.offset
         );
-        self.dispatch.store(f as u8, CoreOrdering::Relaxed);
+        // Release (and Acquire where `mode` and `dispatch` are read): a
+        // context that sees the cache initialised sees its secret and
+        // `fcheck` too.
+        self.dispatch.store(f as u8, CoreOrdering::Release);
         m
     }
 

@@ -100,7 +100,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// [`alloc`](Self::alloc).
     #[inline(always)]
     pub fn alloc_fast(&self) -> Option<NonNull<u8>> {
-        if self.dispatch.load(CoreOrdering::Relaxed) != super::Fast::RseqHardened as u8 {
+        if self.dispatch.load(CoreOrdering::Acquire) != super::Fast::RseqHardened as u8 {
             return None;
         }
         let o = self.pop_rcs::<true>();
@@ -123,7 +123,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`try_free`](Self::try_free).
     #[inline(always)]
     pub unsafe fn try_free_fast(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
-        if self.dispatch.load(CoreOrdering::Relaxed) != super::Fast::RseqHardened as u8 {
+        if self.dispatch.load(CoreOrdering::Acquire) != super::Fast::RseqHardened as u8 {
             return Ok(false);
         }
         let p = self.cpu.platform();
@@ -399,7 +399,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Whether this cache's sheaves are the restartable ones.
     #[inline(always)]
     pub(super) fn rcs(&self) -> bool {
-        let f = self.dispatch.load(CoreOrdering::Relaxed);
+        let f = self.dispatch.load(CoreOrdering::Acquire);
         f & super::Fast::Rseq as u8 != 0
     }
 }
