@@ -64,14 +64,17 @@
 //! `prodcons` uses `stats`.
 
 mod batch;
+mod child;
 mod heaps;
 mod larson;
 mod pairs;
 mod prodcons;
 mod stats;
+mod threads;
 mod two_threads;
 
 pub use batch::{batch_case, batch_counts, Objects, SlubBatch};
+pub use child::{child_main, rss_kb};
 pub use heaps::{
     kernel_kmem_cache, kmem_cache, layout, BenchCache, BsaHeap, CacheHeap, Caches, Competitors,
     FastPath, Heap, Kind, LlaHeap, ObjHeap, SlubHeap, TalcHeap, Visit, ALIGN, ARENA_BYTES,
@@ -79,8 +82,8 @@ pub use heaps::{
     NO_SHEAVES_ROW, PEERS,
 };
 pub use larson::{
-    larson_child_main, larson_run, parse_larson_line, rss_kb, LarsonParams, LarsonResult,
-    SlubLarson, LARSON_CHILD_FLAG, LARSON_SIZES,
+    larson_child_main, larson_run, parse_larson_line, LarsonParams, LarsonResult, SlubLarson,
+    LARSON_CHILD_FLAG, LARSON_SIZES,
 };
 pub use pairs::{pair_case, SlubPairs, PAIR_SIZES, WARM_PAIRS};
 pub use prodcons::{
@@ -88,4 +91,8 @@ pub use prodcons::{
     POOL_OBJECTS, PRODCONS_BATCHES, PRODCONS_SIZES, PRODCONS_TARGET, RING,
 };
 pub use stats::{seed_004, seed_format, StatsRun, SEED_004, SEED_004_CPU_PARTIAL_FREE};
+pub use threads::{
+    parse_threads_line, threads_child_main, threads_run, SlubThreads, ThreadsParams, ThreadsResult,
+    LIVE_PER_THREAD, MAILBOX, REMOTE_EVERY, THREADS_CHILD_FLAG, THREADS_ROWS, THREAD_COUNTS,
+};
 pub use two_threads::Slub2t;
