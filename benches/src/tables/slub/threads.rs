@@ -18,21 +18,26 @@
 //! `(t + 1) % T` through that thread's [`Mailbox`] (a bounded
 //! single-producer single-consumer ring of [`MAILBOX`] entries), the other
 //! steps it frees it. Every 16 steps a thread frees what its own mailbox
-//! holds. So about a quarter of the frees are of objects another thread
-//! allocated. The mailbox never waits: when it is full (its owner had no
-//! CPU for a while, which happens when there are more threads than CPUs)
-//! the object is freed where it is, so the cost of the hand-off and the
-//! memory in flight stay bounded (at most [`MAILBOX`] objects per thread);
-//! every row reports the share of frees that really were remote (each
-//! object carries its allocating thread).
+//! holds. So a quarter of the frees are of objects another thread
+//! allocated (none with one thread, whose mailbox is its own), whatever
+//! the number of threads: when the next thread's mailbox is full (that
+//! thread has had no CPU since, which happens when there are more threads
+//! than CPUs), the thread empties its own mailbox and gives its CPU away
+//! (`sched_yield`) until there is room. The objects in flight stay bounded
+//! ([`MAILBOX`] per thread) and the hand-off cheap (the producer reads the
+//! owner's index only when the mailbox looks full, the owner the
+//! producer's once per drain);
+//! every row reports the share of frees that were remote (each object
+//! carries its allocating thread) and how often a thread had to wait.
 //!
-//! The threads start together at a barrier; the timed part ends when the
-//! measuring thread sets the stop flag (checked every ring lap, 64 steps)
-//! and lasts until the last thread has seen it.
+//! The threads start together at a barrier; the timed part starts when the
+//! last one reaches it and lasts a fixed time, which every thread checks
+//! itself once per ring lap (64 steps): a thread kept off its CPU delays
+//! only its own stop, and the wall time runs until the last thread stopped.
 
 use std::process::ExitCode;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -120,6 +125,9 @@ pub struct ThreadsResult {
     pub frees: u64,
     /// Those of objects another thread allocated.
     pub remote: u64,
+    /// Times a thread found the next thread's mailbox full and gave its
+    /// CPU away.
+    pub waits: u64,
     /// Bytes live at the end (rings and mailboxes; requested sizes).
     pub live: u64,
     /// VmRSS before the workload, KiB (0 in-process).
@@ -130,7 +138,7 @@ pub struct ThreadsResult {
 
 /// One thread's mailbox: a bounded single-producer (the previous thread)
 /// single-consumer (its owner) ring of objects to free, with cached
-/// indices; pushing never waits.
+/// indices; pushing never waits (it fails when the mailbox is full).
 #[repr(align(128))]
 pub struct Mailbox {
     slots: [AtomicPtr<u8>; MAILBOX],
@@ -242,18 +250,119 @@ unsafe fn obj_free<A: ObjHeap>(a: &A, p: *mut u8, t: usize) -> bool {
     }
 }
 
-/// What one worker returns: steps, when it stopped, frees, remote frees,
-/// live bytes at the end.
-type WorkerOut = (u64, Instant, u64, u64, u64);
+/// What one worker returns.
+struct WorkerOut {
+    ops: u64,
+    stopped: Instant,
+    frees: u64,
+    remote: u64,
+    waits: u64,
+    live: u64,
+}
+
+/// The run's clock: the timed part starts when the last thread reaches the
+/// start barrier (its leader records the time) and ends `millis` later;
+/// every thread checks it itself (every ring lap), so a busy machine
+/// that keeps some thread off its CPU delays only that thread's stop.
+struct Clock {
+    base: Instant,
+    /// Nanoseconds from `base` to the start (0: not started yet).
+    start_ns: AtomicU64,
+    millis: u64,
+}
+
+impl Clock {
+    fn start(&self) {
+        let now = self.base.elapsed().as_nanos() as u64;
+        self.start_ns.store(now.max(1), Ordering::Relaxed);
+    }
+
+    fn start_instant(&self) -> Instant {
+        self.base + Duration::from_nanos(self.start_ns.load(Ordering::Relaxed))
+    }
+
+    #[inline(always)]
+    fn over(&self) -> bool {
+        let s = self.start_ns.load(Ordering::Relaxed);
+        s != 0 && self.base.elapsed().as_nanos() as u64 >= s + self.millis * 1_000_000
+    }
+}
 
 struct Shared<'a> {
     p: &'a ThreadsParams,
     cpus: &'a [usize],
     boxes: &'a [Mailbox],
-    stop: &'a AtomicBool,
+    clock: &'a Clock,
     start: &'a Barrier,
     end: &'a Barrier,
     keep: bool,
+}
+
+/// One worker's end of the mailboxes and its counts.
+struct Worker<'a, A: ObjHeap> {
+    a: &'a A,
+    t: usize,
+    inbox: &'a Mailbox,
+    outbox: &'a Mailbox,
+    head: usize,
+    tail: usize,
+    head_seen: usize,
+    frees: u64,
+    remote: u64,
+    waits: u64,
+}
+
+impl<A: ObjHeap> Worker<'_, A> {
+    /// Frees `p` here.
+    ///
+    /// # Safety
+    ///
+    /// `p` is a live object of `obj_new` on `a` that only we hold.
+    #[inline(always)]
+    unsafe fn free(&mut self, p: *mut u8) {
+        // SAFETY: the caller's contract.
+        self.remote += u64::from(unsafe { obj_free(self.a, p, self.t) });
+        self.frees += 1;
+    }
+
+    /// Frees what the mailbox holds.
+    #[inline(always)]
+    fn drain(&mut self) {
+        let (inbox, mut head) = (self.inbox, self.head);
+        inbox.drain(&mut head, |q| {
+            // SAFETY: handed to us by the previous thread, which no longer
+            // uses it; a live object of `obj_new`.
+            unsafe { self.free(q) }
+        });
+        self.head = head;
+    }
+
+    /// Hands `p` to the next thread. When its mailbox is full (it has not
+    /// run since), empties our own (so a ring of waiting threads cannot
+    /// wait on each other) and gives the CPU away until there is room;
+    /// after the end of the run, frees `p` here instead.
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[inline(always)]
+    unsafe fn hand_off(&mut self, p: *mut u8, clock: &Clock) {
+        loop {
+            if self.outbox.try_push(&mut self.tail, &mut self.head_seen, p) {
+                return;
+            }
+            self.drain();
+            if self.outbox.try_push(&mut self.tail, &mut self.head_seen, p) {
+                return;
+            }
+            if clock.over() {
+                // SAFETY: the caller's contract.
+                return unsafe { self.free(p) };
+            }
+            self.waits += 1;
+            std::thread::yield_now();
+        }
+    }
 }
 
 fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
@@ -267,38 +376,44 @@ fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
     }
     a.enter_thread(t);
     let mut rng = sh.p.seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(t as u64 + 1)) | 1;
-    let inbox = &sh.boxes[t];
-    let outbox = &sh.boxes[(t + 1) % n];
-    let (mut head, mut tail, mut head_seen) = (0usize, 0usize, 0usize);
+    let mut w = Worker {
+        a,
+        t,
+        inbox: &sh.boxes[t],
+        outbox: &sh.boxes[(t + 1) % n],
+        head: 0,
+        tail: 0,
+        head_seen: 0,
+        frees: 0,
+        remote: 0,
+        waits: 0,
+    };
     let mut ring = [core::ptr::null_mut::<u8>(); LIVE_PER_THREAD];
     for s in ring.iter_mut() {
         *s = obj_new(a, &mut rng, t);
     }
-    let (mut ops, mut frees, mut remote) = (0u64, 0u64, 0u64);
-    sh.start.wait();
-    while !sh.stop.load(Ordering::Relaxed) {
+    let mut ops = 0u64;
+    if sh.start.wait().is_leader() {
+        sh.clock.start();
+    }
+    while !sh.clock.over() {
         for (i, slot) in ring.iter_mut().enumerate() {
             let old = core::mem::replace(slot, obj_new(a, &mut rng, t));
-            if i % REMOTE_EVERY != REMOTE_EVERY - 1
-                || !outbox.try_push(&mut tail, &mut head_seen, old)
-            {
+            if i % REMOTE_EVERY == REMOTE_EVERY - 1 {
                 // SAFETY: taken out of its slot: ours alone, live.
-                remote += u64::from(unsafe { obj_free(a, old, t) });
-                frees += 1;
+                unsafe { w.hand_off(old, sh.clock) };
+            } else {
+                // SAFETY: as above.
+                unsafe { w.free(old) };
             }
             if i % DRAIN_EVERY == DRAIN_EVERY - 1 {
-                inbox.drain(&mut head, |q| {
-                    // SAFETY: handed to us by the previous thread, which
-                    // no longer uses it; a live object of `obj_new`.
-                    remote += u64::from(unsafe { obj_free(a, q, t) });
-                    frees += 1;
-                });
+                w.drain();
             }
         }
         ops += LIVE_PER_THREAD as u64;
     }
     let stopped = Instant::now();
-    // Every thread has stopped pushing: the mailboxes are final.
+    // Every thread has stopped handing off: the mailboxes are final.
     sh.end.wait();
     let mut live = 0u64;
     let mut last = |q: *mut u8| {
@@ -312,8 +427,16 @@ fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
     for &q in &ring {
         last(q);
     }
-    inbox.drain(&mut head, &mut last);
-    (ops, stopped, frees, remote, live)
+    let mut head = w.head;
+    w.inbox.drain(&mut head, &mut last);
+    WorkerOut {
+        ops,
+        stopped,
+        frees: w.frees,
+        remote: w.remote,
+        waits: w.waits,
+        live,
+    }
 }
 
 /// Runs the workload (see the [module docs](self)) on `a` with `p.threads`
@@ -328,19 +451,23 @@ pub fn threads_run<A: ObjHeap>(
 ) -> ThreadsResult {
     assert!(p.threads >= 1);
     let boxes: Vec<Mailbox> = (0..p.threads).map(|_| Mailbox::new()).collect();
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(p.threads + 1);
+    let clock = Clock {
+        base: Instant::now(),
+        start_ns: AtomicU64::new(0),
+        millis: p.millis,
+    };
+    let start = Barrier::new(p.threads);
     let end = Barrier::new(p.threads);
     let sh = Shared {
         p,
         cpus,
         boxes: &boxes,
-        stop: &stop,
+        clock: &clock,
         start: &start,
         end: &end,
         keep,
     };
-    let (t0, outs): (Instant, Vec<WorkerOut>) = std::thread::scope(|s| {
+    let outs: Vec<WorkerOut> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..p.threads)
             .map(|t| {
                 let sh = &sh;
@@ -350,21 +477,20 @@ pub fn threads_run<A: ObjHeap>(
                     .expect("mm-bench: cannot start a slub-threads worker")
             })
             .collect();
-        sh.start.wait();
-        let t0 = Instant::now();
-        std::thread::sleep(Duration::from_millis(p.millis));
-        sh.stop.store(true, Ordering::Relaxed);
-        (t0, handles.into_iter().map(|h| h.join().unwrap()).collect())
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let t0 = clock.start_instant();
+
     ThreadsResult {
-        ops: outs.iter().map(|o| o.0).sum(),
+        ops: outs.iter().map(|o| o.ops).sum(),
         secs: outs
             .iter()
-            .map(|o| o.1.saturating_duration_since(t0).as_secs_f64())
+            .map(|o| o.stopped.saturating_duration_since(t0).as_secs_f64())
             .fold(0.0, f64::max),
-        frees: outs.iter().map(|o| o.2).sum(),
-        remote: outs.iter().map(|o| o.3).sum(),
-        live: outs.iter().map(|o| o.4).sum(),
+        frees: outs.iter().map(|o| o.frees).sum(),
+        remote: outs.iter().map(|o| o.remote).sum(),
+        waits: outs.iter().map(|o| o.waits).sum(),
+        live: outs.iter().map(|o| o.live).sum(),
         rss0_kb: 0,
         hwm_kb: 0,
     }
@@ -432,6 +558,7 @@ pub fn threads_child_main() -> Option<ExitCode> {
                         ("secs", r.secs.to_string()),
                         ("frees", r.frees.to_string()),
                         ("remote", r.remote.to_string()),
+                        ("waits", r.waits.to_string()),
                         ("live", r.live.to_string()),
                         ("rss0_kb", r.rss0_kb.to_string()),
                         ("hwm_kb", r.hwm_kb.to_string()),
@@ -456,6 +583,7 @@ pub fn parse_threads_line(s: &str) -> Option<ThreadsResult> {
         secs: field(s, "threads", "secs")?,
         frees: f("frees")?,
         remote: f("remote")?,
+        waits: f("waits")?,
         live: f("live")?,
         rss0_kb: f("rss0_kb")?,
         hwm_kb: f("hwm_kb")?,
@@ -517,6 +645,15 @@ pub fn run_millis(cfg: &Config, threads: usize) -> u64 {
         base * 2
     } else {
         base
+    }
+}
+
+/// `1 thread`, `N threads`.
+fn thr(t: usize) -> String {
+    if t == 1 {
+        "1 thread".into()
+    } else {
+        format!("{t} threads")
     }
 }
 
@@ -604,9 +741,10 @@ impl Table for SlubThreads {
                 "each of T threads keeps {LIVE_PER_THREAD} live objects in a ring and replaces them in turn: alloc (size uniform in \
                  {}..={} B), write its size and thread into it, free the object it replaces; every {REMOTE_EVERY}th replaced object \
                  goes to the next thread's {MAILBOX}-entry mailbox instead (freed by that thread, which empties its mailbox every \
-                 {DRAIN_EVERY} steps; when the mailbox is full the object is freed where it is, so the hand-off stays bounded and cheap). \
-                 'remote' is the share of the timed frees whose object another thread allocated (about 25% while the threads run \
-                 together; less with more threads than CPUs, where a neighbour often has no CPU).",
+                 {DRAIN_EVERY} steps; when the next mailbox is full, the thread empties its own and yields its CPU until there is \
+                 room: objects in flight stay bounded, a quarter of the frees stay remote at every thread count). 'remote' is the \
+                 measured share of the timed frees whose object another thread allocated (0 with one thread: its mailbox is its \
+                 own); 'waits' the yields per 1000 pairs.",
                 THREADS_SIZES.0, THREADS_SIZES.1
             ),
             format!(
@@ -630,8 +768,8 @@ impl Table for SlubThreads {
         for (ci, &t) in counts.iter().enumerate() {
             let pinned = pin_of(t);
             let section = format!(
-                "{t} thread{}, {}",
-                if t == 1 { "" } else { "s" },
+                "{}, {}",
+                thr(t),
                 if pinned {
                     "pinned one per CPU".to_string()
                 } else if t > ncpu {
@@ -660,32 +798,39 @@ impl Table for SlubThreads {
                     .iter()
                     .map(|r| 100.0 * r.remote as f64 / r.frees.max(1) as f64)
                     .collect();
+                let waits: Vec<f64> = rs
+                    .iter()
+                    .map(|r| 1000.0 * r.waits as f64 / r.ops.max(1) as f64)
+                    .collect();
                 let live = rs.iter().map(|r| r.live as f64).sum::<f64>()
                     / rs.len() as f64
                     / (1 << 20) as f64;
-                let (Some(ns), Some(mops), Some(hwm), Some(foot), Some(remote)) = (
+                let (Some(ns), Some(mops), Some(hwm), Some(foot), Some(remote), Some(waits)) = (
                     Spread::of(&ns),
                     Spread::of(&mops),
                     Spread::of(&hwm),
                     Spread::of(&foot),
                     Spread::of(&remote),
+                    Spread::of(&waits),
                 ) else {
                     continue;
                 };
                 let note = if hwm.median > 0.0 {
                     format!(
-                        "{} Mops/s; peak RSS {} MiB ({} above the child's start; {} MiB live at the end); {:.0}% of frees remote",
+                        "{} Mops/s; peak RSS {} MiB ({} above the child's start; {} MiB live at the end); remote {:.0}%; waits {}",
                         fmt_num(mops.median),
                         fmt_num(hwm.median),
                         fmt_num(foot.median),
                         fmt_num(live),
-                        remote.median
+                        remote.median,
+                        fmt_num(waits.median)
                     )
                 } else {
                     format!(
-                        "{} Mops/s (in-process: no per-allocator RSS); {:.0}% of frees remote",
+                        "{} Mops/s (in-process: no per-allocator RSS); remote {:.0}%; waits {}",
                         fmt_num(mops.median),
-                        remote.median
+                        remote.median,
+                        fmt_num(waits.median)
                     )
                 };
                 figs.push((
@@ -713,7 +858,7 @@ impl Table for SlubThreads {
             }
             for (i, name) in rows_of.iter().enumerate() {
                 if let Some(e) = &failed[ci][i] {
-                    notes.push(format!("{t} threads: {name} {e}"));
+                    notes.push(format!("{}: {name} {e}", thr(t)));
                 }
             }
             let slub = figs.iter().find(|f| f.0 == GLOBAL_SLUB_ROW).map(|f| f.1);
@@ -742,7 +887,7 @@ impl Table for SlubThreads {
             if let Some((bname, b)) = best {
                 verdicts.push(
                     Verdict::at_least(
-                        format!("{t} threads: GlobalSlub >= best peer"),
+                        format!("{}: GlobalSlub >= best peer", thr(t)),
                         s.mops,
                         b.mops,
                         "Mops/s",
@@ -751,7 +896,8 @@ impl Table for SlubThreads {
                     .on(&sec_rows, &[GLOBAL_SLUB_ROW, bname]),
                 );
                 notes.push(format!(
-                    "{t} threads: GlobalSlub {} Mops/s vs best peer {bname} {} Mops/s ({:.2}x): {}",
+                    "{}: GlobalSlub {} Mops/s vs best peer {bname} {} Mops/s ({:.2}x): {}",
+                    thr(t),
                     fmt_num(s.mops),
                     fmt_num(b.mops),
                     s.mops / b.mops,
@@ -762,7 +908,7 @@ impl Table for SlubThreads {
                 let limit = 1.25 * l.hwm_mib;
                 verdicts.push(
                     Verdict::at_most(
-                        format!("{t} threads: GlobalSlub peak RSS <= 1.25x lowest peer"),
+                        format!("{}: GlobalSlub peak RSS <= 1.25x lowest peer", thr(t)),
                         s.hwm_mib,
                         limit,
                         "MiB",
@@ -770,7 +916,8 @@ impl Table for SlubThreads {
                     .on(&sec_rows, &[GLOBAL_SLUB_ROW, lname]),
                 );
                 notes.push(format!(
-                    "{t} threads: GlobalSlub peak RSS {} MiB vs 1.25x lowest peer {lname} ({} MiB) = {} MiB ({:.2}x): {}",
+                    "{}: GlobalSlub peak RSS {} MiB vs 1.25x lowest peer {lname} ({} MiB) = {} MiB ({:.2}x): {}",
+                    thr(t),
                     fmt_num(s.hwm_mib),
                     fmt_num(l.hwm_mib),
                     fmt_num(limit),
@@ -843,7 +990,7 @@ mod tests {
                 );
             }
         }
-        let line = "threads ops=10 secs=0.5 frees=9 remote=2 live=100 rss0_kb=3 hwm_kb=9\n";
+        let line = "threads ops=10 secs=0.5 frees=9 remote=2 waits=4 live=100 rss0_kb=3 hwm_kb=9\n";
         assert_eq!(
             parse_threads_line(line),
             Some(ThreadsResult {
@@ -851,6 +998,7 @@ mod tests {
                 secs: 0.5,
                 frees: 9,
                 remote: 2,
+                waits: 4,
                 live: 100,
                 rss0_kb: 3,
                 hwm_kb: 9
