@@ -76,6 +76,11 @@ pub const REMOTE_EVERY: usize = 4;
 /// Steps between two drains of a thread's own mailbox.
 const DRAIN_EVERY: usize = 16;
 
+/// Checks of a full mailbox before its producer yields its CPU (about a
+/// microsecond: what the next thread, if it is running, needs to reach its
+/// next drain).
+const SPINS_BEFORE_YIELD: u32 = 64;
+
 /// Smallest and largest object (those of `slub-larson`).
 pub const THREADS_SIZES: (usize, usize) = LARSON_SIZES;
 
@@ -339,14 +344,16 @@ impl<A: ObjHeap> Worker<'_, A> {
 
     /// Hands `p` to the next thread. When its mailbox is full (it has not
     /// run since), empties our own (so a ring of waiting threads cannot
-    /// wait on each other) and gives the CPU away until there is room;
-    /// after the end of the run, frees `p` here instead.
+    /// wait on each other), spins briefly (the next thread may be running
+    /// on another CPU, about to empty it) and then gives the CPU away until
+    /// there is room; after the end of the run, frees `p` here instead.
     ///
     /// # Safety
     ///
     /// As [`free`](Self::free).
     #[inline(always)]
     unsafe fn hand_off(&mut self, p: *mut u8, clock: &Clock) {
+        let mut spins = 0;
         loop {
             if self.outbox.try_push(&mut self.tail, &mut self.head_seen, p) {
                 return;
@@ -354,6 +361,11 @@ impl<A: ObjHeap> Worker<'_, A> {
             self.drain();
             if self.outbox.try_push(&mut self.tail, &mut self.head_seen, p) {
                 return;
+            }
+            if spins < SPINS_BEFORE_YIELD {
+                spins += 1;
+                core::hint::spin_loop();
+                continue;
             }
             if clock.over() {
                 // SAFETY: the caller's contract.
@@ -657,6 +669,19 @@ fn thr(t: usize) -> String {
     }
 }
 
+/// How long the table may run before it starts no new round: about a
+/// minute by default (three rounds on a quiet two-CPU machine), five with
+/// `--full`.
+fn table_budget(cfg: &Config) -> Duration {
+    Duration::from_secs(if cfg.full {
+        300
+    } else if cfg.quick {
+        10
+    } else {
+        60
+    })
+}
+
 /// Figures of one allocator at one thread count (medians over rounds).
 #[derive(Clone, Copy)]
 struct Fig {
@@ -704,9 +729,22 @@ impl Table for SlubThreads {
             vec![vec![Vec::new(); rows_of.len()]; counts.len()];
         let mut failed: Vec<Vec<Option<String>>> = vec![vec![None; rows_of.len()]; counts.len()];
         let mut ratios = Vec::new();
+        let began = Instant::now();
+        let budget = table_budget(cx.cfg);
+        let mut done_rounds = 0;
         for round in 0..rounds {
-            ratios.push(two_cpu_check(&cpus[..cpus.len().min(2)], cx.cfg.pin, work));
+            // A loaded machine (thread starts slow, allocators whose
+            // start-up spin locks lose their holder) can make rounds far
+            // longer than planned: no new round past the budget.
+            if round > 0 && began.elapsed() > budget {
+                break;
+            }
+            done_rounds += 1;
             for (ci, &t) in counts.iter().enumerate() {
+                if t == 2 {
+                    // Right before the two-thread runs, which it vouches for.
+                    ratios.push(two_cpu_check(&cpus[..cpus.len().min(2)], cx.cfg.pin, work));
+                }
                 let p = ThreadsParams {
                     threads: t,
                     millis: run_millis(cx.cfg, t),
@@ -760,10 +798,16 @@ impl Table for SlubThreads {
             format!(
                 "peak RSS: each run in its own child process (the runner re-executed with a hidden flag), VmHWM at the end (the \
                  whole child: the runner's own pages, 'the child's start', and the worker stacks count for every allocator \
-                 alike); {rounds} round(s), interleaved across the allocators, medians. Peers: the malloc allocators (the no_std \
+                 alike); {done_rounds} round(s) of {rounds} planned (no new round after {} s), interleaved across the allocators, \
+                 medians. Peers: the malloc allocators (the no_std \
                  heaps behind a spin lock are left out: with more threads than CPUs a preempted lock holder makes every waiter \
-                 spin its time slice away)."
+                 spin its time slice away).",
+                budget.as_secs()
             ),
+            "the hand-off couples each thread to the next: a thread whose neighbour has had no CPU for a while waits (yields). \
+             With other processes on the CPUs, the pinned two-thread row suffers most (the two threads then rarely run at once; \
+             its two-CPU check is measured right before it, but only for 5 ms)."
+                .to_string(),
         ];
         for (ci, &t) in counts.iter().enumerate() {
             let pinned = pin_of(t);
