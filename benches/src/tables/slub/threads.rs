@@ -451,7 +451,7 @@ fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
     }
 }
 
-/// Runs the workload (see the [module docs](self)) on `a` with `p.threads`
+/// Runs the workload (see the [SLUB tables](super)) on `a` with `p.threads`
 /// threads; `cpus` are the CPUs to pin to (`p.pin`) or to run on (empty:
 /// the threads keep the caller's). `keep` leaves the objects allocated at
 /// the end (a child process about to exit), else they are freed.
@@ -689,7 +689,7 @@ struct Fig {
     hwm_mib: f64,
 }
 
-/// The `slub-threads` table (see the [module docs](self)).
+/// The `slub-threads` table (see the [SLUB tables](super)).
 pub struct SlubThreads;
 
 impl Table for SlubThreads {
