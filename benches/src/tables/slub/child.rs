@@ -45,7 +45,7 @@ pub(super) trait HeapJob {
     type Out;
 
     /// Runs the workload on `a`.
-    fn run<A: ObjHeap>(&mut self, a: &A) -> Self::Out;
+    fn run<A: ObjHeap>(&mut self, a: &Arc<A>) -> Self::Out;
 }
 
 struct On<'a, J: HeapJob> {
@@ -58,7 +58,7 @@ impl<J: HeapJob> Visit for On<'_, J> {
     fn visit<A: ObjHeap>(&mut self, name: &'static str, _kind: Kind, a: &Arc<A>) {
         if name == self.name {
             if let Some(mut job) = self.job.take() {
-                self.out = Some(job.run(&**a));
+                self.out = Some(job.run(a));
             }
         }
     }

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::child::{
@@ -182,9 +182,9 @@ struct LarsonJob<'a> {
 impl HeapJob for LarsonJob<'_> {
     type Out = LarsonResult;
 
-    fn run<A: ObjHeap>(&mut self, a: &A) -> LarsonResult {
+    fn run<A: ObjHeap>(&mut self, a: &Arc<A>) -> LarsonResult {
         let (rss0, _) = rss_kb();
-        let mut r = larson_run(a, &self.p, self.cpus, self.pin, self.keep);
+        let mut r = larson_run(&**a, &self.p, self.cpus, self.pin, self.keep);
         r.rss0_kb = rss0;
         r.hwm_kb = rss_kb().1;
         r

@@ -38,7 +38,7 @@
 use std::process::ExitCode;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use local_lock::sync::CachePadded;
@@ -293,13 +293,18 @@ impl Clock {
     }
 }
 
-struct Shared<'a> {
-    p: &'a ThreadsParams,
-    cpus: &'a [usize],
-    boxes: &'a [Mailbox],
-    clock: &'a Clock,
-    start: &'a Barrier,
-    end: &'a Barrier,
+/// What the threads of a run share.
+struct Shared {
+    p: ThreadsParams,
+    cpus: Vec<usize>,
+    boxes: Vec<Mailbox>,
+    clock: Clock,
+    start: Barrier,
+    end: Barrier,
+    /// The workers (with `keep`) and the measuring thread: every result
+    /// is in `outs`.
+    done: Barrier,
+    outs: Mutex<Vec<Option<WorkerOut>>>,
     keep: bool,
 }
 
@@ -377,13 +382,13 @@ impl<A: ObjHeap> Worker<'_, A> {
     }
 }
 
-fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
+fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared) -> WorkerOut {
     let n = sh.p.threads;
     if !sh.cpus.is_empty() {
         let _ = if sh.p.pin {
             pin_current_thread(sh.cpus[t % sh.cpus.len()])
         } else {
-            allow_current_thread(sh.cpus)
+            allow_current_thread(&sh.cpus)
         };
     }
     a.enter_thread(t);
@@ -413,7 +418,7 @@ fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
             let old = core::mem::replace(slot, obj_new(a, &mut rng, t));
             if i % REMOTE_EVERY == REMOTE_EVERY - 1 {
                 // SAFETY: taken out of its slot: ours alone, live.
-                unsafe { w.hand_off(old, sh.clock) };
+                unsafe { w.hand_off(old, &sh.clock) };
             } else {
                 // SAFETY: as above.
                 unsafe { w.free(old) };
@@ -451,48 +456,79 @@ fn worker<A: ObjHeap>(a: &A, t: usize, sh: &Shared<'_>) -> WorkerOut {
     }
 }
 
-/// Runs the workload (see the [SLUB tables](super)) on `a` with `p.threads`
-/// threads; `cpus` are the CPUs to pin to (`p.pin`) or to run on (empty:
-/// the threads keep the caller's). `keep` leaves the objects allocated at
-/// the end (a child process about to exit), else they are freed.
+/// Runs the workload (see the [SLUB tables](super)) on `a` with
+/// `p.threads` threads; `cpus` are the CPUs to pin to (`p.pin`) or to run
+/// on (empty: the threads keep the caller's). `keep` leaves the objects
+/// allocated at the end and the threads parked (a child process about to
+/// exit: no thread exits, so no allocator's thread-exit work, all at once,
+/// delays the exit), else the objects are freed and the threads joined.
+///
+/// The threads are started one at a time, each after the previous one is
+/// running: the runner links rpmalloc with its `pthread_create` hook, so
+/// every new thread, whatever the allocator measured, first takes
+/// rpmalloc's global spin lock (no yield) to set up its heap, and a burst
+/// of 1024 new threads spinning on a preempted holder took tens of
+/// seconds. Starting them one by one costs a few milliseconds.
 pub fn threads_run<A: ObjHeap>(
-    a: &A,
+    a: &Arc<A>,
     p: &ThreadsParams,
     cpus: &[usize],
     keep: bool,
 ) -> ThreadsResult {
     assert!(p.threads >= 1);
-    let boxes: Vec<Mailbox> = (0..p.threads).map(|_| Mailbox::new()).collect();
-    let clock = Clock {
-        base: Instant::now(),
-        start_ns: AtomicU64::new(0),
-        millis: p.millis,
-    };
-    let start = Barrier::new(p.threads);
-    let end = Barrier::new(p.threads);
-    let sh = Shared {
-        p,
-        cpus,
-        boxes: &boxes,
-        clock: &clock,
-        start: &start,
-        end: &end,
+    let sh = Arc::new(Shared {
+        p: *p,
+        cpus: cpus.to_vec(),
+        boxes: (0..p.threads).map(|_| Mailbox::new()).collect(),
+        clock: Clock {
+            base: Instant::now(),
+            start_ns: AtomicU64::new(0),
+            millis: p.millis,
+        },
+        start: Barrier::new(p.threads),
+        end: Barrier::new(p.threads),
+        done: Barrier::new(p.threads + 1),
+        outs: Mutex::new((0..p.threads).map(|_| None).collect()),
         keep,
-    };
-    let outs: Vec<WorkerOut> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..p.threads)
-            .map(|t| {
-                let sh = &sh;
-                std::thread::Builder::new()
-                    .stack_size(WORKER_STACK)
-                    .spawn_scoped(s, move || worker(a, t, sh))
-                    .expect("mm-bench: cannot start a slub-threads worker")
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let t0 = clock.start_instant();
-
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let mut handles = Vec::with_capacity(p.threads);
+    for t in 0..p.threads {
+        let (sh, a, ready) = (Arc::clone(&sh), Arc::clone(a), ready_tx.clone());
+        let h = std::thread::Builder::new()
+            .stack_size(WORKER_STACK)
+            .spawn(move || {
+                let _ = ready.send(());
+                drop(ready);
+                let out = worker(&*a, t, &sh);
+                sh.outs.lock().unwrap_or_else(|e| e.into_inner())[t] = Some(out);
+                sh.done.wait();
+                if sh.keep {
+                    // The process exits with the thread parked here.
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            })
+            .expect("mm-bench: cannot start a slub-threads worker");
+        handles.push(h);
+        // The new thread is running (its start-up hooks done).
+        let _ = ready_rx.recv();
+    }
+    sh.done.wait();
+    if !keep {
+        for h in handles {
+            h.join().expect("a slub-threads worker panicked");
+        }
+    }
+    let outs: Vec<WorkerOut> = sh
+        .outs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter_mut()
+        .map(|o| o.take().expect("every worker reported"))
+        .collect();
+    let t0 = sh.clock.start_instant();
     ThreadsResult {
         ops: outs.iter().map(|o| o.ops).sum(),
         secs: outs
@@ -517,7 +553,7 @@ struct ThreadsJob<'a> {
 impl HeapJob for ThreadsJob<'_> {
     type Out = ThreadsResult;
 
-    fn run<A: ObjHeap>(&mut self, a: &A) -> ThreadsResult {
+    fn run<A: ObjHeap>(&mut self, a: &Arc<A>) -> ThreadsResult {
         let (rss0, _) = rss_kb();
         let mut r = threads_run(a, &self.p, self.cpus, self.keep);
         r.rss0_kb = rss0;
