@@ -833,8 +833,8 @@ impl Table for SlubThreads {
             ),
             format!(
                 "peak RSS: each run in its own child process (the runner re-executed with a hidden flag), VmHWM at the end (the \
-                 whole child: the runner's own pages, 'the child's start', and the worker stacks count for every allocator \
-                 alike); {done_rounds} round(s) of {rounds} planned (no new round after {} s), interleaved across the allocators, \
+                 whole child: the runner's own pages, 'the child's start', the worker stacks and, through the rpmalloc \
+                 pthread_create hook the runner is linked with, an rpmalloc heap per thread count for every allocator alike); {done_rounds} round(s) of {rounds} planned (no new round after {} s), interleaved across the allocators, \
                  medians. Peers: the malloc allocators (the no_std \
                  heaps behind a spin lock are left out: with more threads than CPUs a preempted lock holder makes every waiter \
                  spin its time slice away).",
