@@ -183,8 +183,13 @@ fn draw_lines(r: &Report, path: &Path) -> io::Result<()> {
 
 fn sweep_axis(r: &Report) -> String {
     let first = r.rows.first().map_or("", |x| x.case.section.as_str());
+    let after_number = first
+        .trim_start()
+        .trim_start_matches(|c: char| c.is_ascii_digit());
     if first.trim_start().starts_with("N =") {
         "N (log)".into()
+    } else if after_number.starts_with(" thread") {
+        "threads (log)".into()
     } else if first.contains(" B") {
         "size, bytes (log)".into()
     } else {

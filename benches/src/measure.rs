@@ -226,16 +226,27 @@ pub fn allowed_cpus() -> Vec<usize> {
 
 /// Pins the calling thread to `cpu` (`sched_setaffinity`).
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
+    allow_current_thread(&[cpu])
+}
+
+/// Lets the calling thread run on the CPUs of `cpus` only
+/// (`sched_setaffinity`; one CPU: [`pin_current_thread`]). A thread
+/// inherits its creator's CPUs, so an unpinned worker of a pinned thread
+/// (or of a child process the pinned runner started) calls this with every
+/// allowed CPU to be unpinned again.
+pub fn allow_current_thread(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() || cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "cpu id too large",
+            "no cpu, or a cpu id too large",
         ));
     }
     // SAFETY: as in `allowed_cpus`.
     let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the
     // calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) };
@@ -258,6 +269,16 @@ pub fn arithmetic(work: u64) -> u64 {
         x ^= x >> 29;
     }
     black_box(x)
+}
+
+/// Steps of [`arithmetic`] that take about `target` on this CPU now (at
+/// least 4096): the `work` of [`two_cpu_check`] for the tables that run it
+/// themselves (the child-process tables).
+pub fn two_cpu_work(target: Duration) -> u64 {
+    let t = Instant::now();
+    arithmetic(1 << 16);
+    let per = t.elapsed().as_nanos().max(1) as f64 / (1u64 << 16) as f64;
+    ((target.as_nanos() as f64 / per) as u64).max(1 << 12)
 }
 
 /// Runs `work` steps of [`arithmetic`] on one thread, on two threads at

@@ -63,6 +63,7 @@ pub static TABLES: &[&dyn Table] = &[
     &slub::Slub2t,
     &slub::SlubProdCons,
     &slub::SlubLarson,
+    &slub::SlubThreads,
     &slub_debug::SlubDebug,
 ];
 

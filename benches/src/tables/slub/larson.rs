@@ -1,6 +1,7 @@
 //! `slub-larson`: a Larson-style server churn on two threads, ops/s and
 //! peak RSS, each allocator in its own child process (the runner
-//! re-executed with [`LARSON_CHILD_FLAG`]).
+//! re-executed with [`LARSON_CHILD_FLAG`], through the shared machinery
+//! of [`child`](super::child)).
 
 use std::process::ExitCode;
 use std::ptr::NonNull;
@@ -8,10 +9,14 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use super::heaps::{layout, Caches, Competitors, Kind, ObjHeap, Visit, GLOBAL_SLUB_ROW, PEERS};
+use super::child::{
+    cpus_arg, field, names, parse_cpus, result_line, run_child, run_on, runner_exe, HeapJob,
+};
+use super::heaps::{layout, Competitors, ObjHeap, GLOBAL_SLUB_ROW, PEERS};
+use super::rss_kb;
 use crate::measure::Verdict;
 use crate::measure::{
-    arithmetic, fmt_num, pin_current_thread, two_cpu_check, Case, Ctx, Report, Row, Spread, Stats,
+    fmt_num, pin_current_thread, two_cpu_check, two_cpu_work, Case, Ctx, Report, Row, Spread, Stats,
 };
 use crate::tables::pages::verdict;
 use crate::tables::Table;
@@ -164,40 +169,25 @@ pub fn larson_run<A: ObjHeap>(
     }
 }
 
-/// `VmRSS` and `VmHWM` of this process, KiB.
-pub fn rss_kb() -> (u64, u64) {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |k: &str| {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// The hidden flag that makes the runner a Larson child.
 pub const LARSON_CHILD_FLAG: &str = "--slub-larson-child";
 
-struct LarsonVisit<'a> {
-    name: &'a str,
+struct LarsonJob<'a> {
     p: LarsonParams,
-    cpus: Vec<usize>,
+    cpus: &'a [usize],
     pin: bool,
     keep: bool,
-    result: Option<LarsonResult>,
 }
 
-impl Visit for LarsonVisit<'_> {
-    fn visit<A: ObjHeap>(&mut self, name: &'static str, _kind: Kind, a: &Arc<A>) {
-        if name == self.name && self.result.is_none() {
-            let (rss0, _) = rss_kb();
-            let mut r = larson_run(&**a, &self.p, &self.cpus, self.pin, self.keep);
-            r.rss0_kb = rss0;
-            r.hwm_kb = rss_kb().1;
-            self.result = Some(r);
-        }
+impl HeapJob for LarsonJob<'_> {
+    type Out = LarsonResult;
+
+    fn run<A: ObjHeap>(&mut self, a: &Arc<A>) -> LarsonResult {
+        let (rss0, _) = rss_kb();
+        let mut r = larson_run(&**a, &self.p, self.cpus, self.pin, self.keep);
+        r.rss0_kb = rss0;
+        r.hwm_kb = rss_kb().1;
+        r
     }
 }
 
@@ -210,16 +200,8 @@ fn larson_in_process(
     pin: bool,
     keep: bool,
 ) -> Option<LarsonResult> {
-    let mut v = LarsonVisit {
-        name,
-        p,
-        cpus: cpus.to_vec(),
-        pin,
-        keep,
-        result: None,
-    };
-    comp.visit(0, Caches::None, &mut v);
-    v.result
+    let job = LarsonJob { p, cpus, pin, keep };
+    run_on(comp, name, job)
 }
 
 /// The runner's hidden child mode: `mm-bench --slub-larson-child NAME
@@ -239,13 +221,7 @@ pub fn larson_child_main() -> Option<ExitCode> {
             slots: args.get(4)?.parse().ok()?,
             seed: args.get(5)?.parse().ok()?,
         };
-        let cpus = match args.get(6)?.as_str() {
-            "-" => Vec::new(),
-            s => s
-                .split(',')
-                .map(|c| c.parse().ok())
-                .collect::<Option<Vec<usize>>>()?,
-        };
+        let cpus = parse_cpus(args.get(6)?)?;
         Some((name, p, cpus))
     };
     let Some((name, p, cpus)) = parse() else {
@@ -257,8 +233,17 @@ pub fn larson_child_main() -> Option<ExitCode> {
     match larson_in_process(&comp, &name, p, &cpus, pin, true) {
         Some(r) => {
             println!(
-                "larson ops={} secs={} live={} rss0_kb={} hwm_kb={}",
-                r.ops, r.secs, r.live, r.rss0_kb, r.hwm_kb
+                "{}",
+                result_line(
+                    "larson",
+                    &[
+                        ("ops", r.ops.to_string()),
+                        ("secs", r.secs.to_string()),
+                        ("live", r.live.to_string()),
+                        ("rss0_kb", r.rss0_kb.to_string()),
+                        ("hwm_kb", r.hwm_kb.to_string()),
+                    ]
+                )
             );
             // Exit without unwinding the heaps (the objects stay allocated).
             std::process::exit(0)
@@ -272,17 +257,12 @@ pub fn larson_child_main() -> Option<ExitCode> {
 
 /// Parses a child's `larson ...` line.
 pub fn parse_larson_line(s: &str) -> Option<LarsonResult> {
-    let line = s.lines().find(|l| l.starts_with("larson "))?;
-    let get = |k: &str| -> Option<&str> {
-        line.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
-    };
     Some(LarsonResult {
-        ops: get("ops")?.parse().ok()?,
-        secs: get("secs")?.parse().ok()?,
-        live: get("live")?.parse().ok()?,
-        rss0_kb: get("rss0_kb")?.parse().ok()?,
-        hwm_kb: get("hwm_kb")?.parse().ok()?,
+        ops: field(s, "larson", "ops")?,
+        secs: field(s, "larson", "secs")?,
+        live: field(s, "larson", "live")?,
+        rss0_kb: field(s, "larson", "rss0_kb")?,
+        hwm_kb: field(s, "larson", "hwm_kb")?,
     })
 }
 
@@ -296,52 +276,35 @@ fn larson_child(
     cpus: &[usize],
     pin: bool,
 ) -> Option<LarsonResult> {
-    let exe = std::env::current_exe().ok();
-    let is_runner = exe
-        .as_ref()
-        .and_then(|e| e.file_stem())
-        // A renamed copy (`mm-bench-old`) is the runner too; the test
-        // binaries (`mm_bench-<hash>`) are not.
-        .is_some_and(|s| s.to_string_lossy().starts_with("mm-bench"));
-    if let (Some(exe), true) = (exe, is_runner) {
+    if let Some(exe) = runner_exe() {
         let cpu_arg = if pin && cpus.len() >= 2 {
-            format!("{},{}", cpus[0], cpus[1])
+            cpus_arg(&cpus[..2])
         } else {
-            "-".to_string()
+            cpus_arg(&[])
         };
-        let out = std::process::Command::new(exe)
-            .args([
-                LARSON_CHILD_FLAG,
-                name,
-                &p.threads.to_string(),
-                &p.millis.to_string(),
-                &p.slots.to_string(),
-                &p.seed.to_string(),
-                &cpu_arg,
-            ])
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "mm-bench: larson child for {name} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            return None;
-        }
-        return parse_larson_line(&String::from_utf8_lossy(&out.stdout));
+        let args = [
+            LARSON_CHILD_FLAG.to_string(),
+            name.to_string(),
+            p.threads.to_string(),
+            p.millis.to_string(),
+            p.slots.to_string(),
+            p.seed.to_string(),
+            cpu_arg,
+        ];
+        // A generous deadline: a run takes `millis` and its start-up.
+        let timeout = Duration::from_millis(p.millis) + Duration::from_secs(60);
+        return match run_child(&exe, &args, timeout) {
+            Ok(out) => parse_larson_line(&out),
+            Err(e) => {
+                eprintln!("mm-bench: larson child for {name}: {e}");
+                None
+            }
+        };
     }
     let mut r = larson_in_process(comp, name, p, cpus, pin, false)?;
     r.rss0_kb = 0;
     r.hwm_kb = 0;
     Some(r)
-}
-
-struct Names(Vec<&'static str>);
-
-impl Visit for Names {
-    fn visit<A: ObjHeap>(&mut self, name: &'static str, _kind: Kind, _a: &Arc<A>) {
-        self.0.push(name);
-    }
 }
 
 /// The `slub-larson` table (see the [SLUB tables](super)).
@@ -358,9 +321,7 @@ impl Table for SlubLarson {
 
     fn run(&self, cx: &Ctx<'_>) -> Report {
         let comp = Competitors::new();
-        let mut names = Names(Vec::new());
-        comp.visit(0, Caches::None, &mut names);
-        let names = names.0;
+        let names = names(&comp);
         let cpus: Vec<usize> = cx.machine.allowed_cpus.iter().copied().take(2).collect();
         let pin = cx.cfg.pin;
         let (rounds, millis) = if cx.cfg.quick {
@@ -377,10 +338,7 @@ impl Table for SlubLarson {
             seed: 0x5eed_1a25_0000_0001,
         };
         // Yardstick for the two-CPU check: about 5 ms of arithmetic.
-        let t = Instant::now();
-        arithmetic(1 << 16);
-        let per = t.elapsed().as_nanos().max(1) as f64 / (1u64 << 16) as f64;
-        let work = ((5e6 / per) as u64).max(1 << 12);
+        let work = two_cpu_work(Duration::from_millis(5));
 
         let mut res: Vec<Vec<LarsonResult>> = vec![Vec::new(); names.len()];
         let mut ratios = Vec::new();

@@ -1,4 +1,5 @@
-//! `slub-pairs`, `slub-batch`, `slub-2t`, `slub-prodcons`, `slub-larson`:
+//! `slub-pairs`, `slub-batch`, `slub-2t`, `slub-prodcons`, `slub-larson`,
+//! `slub-threads`:
 //! this family's SLUB (`GlobalSlub`, i.e. kmalloc over per-thread pcp pages,
 //! and `KmemCache`, the kernel's `kmem_cache_alloc` of one exact size)
 //! beside the allocators a user would pick instead, measured in the same
@@ -39,6 +40,13 @@
 //!   peak resident memory. Each allocator runs in its own child process
 //!   (the runner re-executed with a hidden flag, [`larson_child_main`]) so
 //!   its `VmHWM` is its own.
+//! * **`slub-threads`** (issue #16): 1, 2, 8, 32, 64, 256 and 1024 threads,
+//!   each replacing objects of random sizes 16..=1024 B in a ring of 64
+//!   live ones and handing every fourth to the next thread to free (a
+//!   bounded mailbox per thread), for a fixed time; Mops/s and peak RSS of
+//!   `GlobalSlub` and the malloc peers, one child process per run
+//!   ([`threads_child_main`]), rounds interleaved; the 1- and 2-thread rows
+//!   pinned, the others not.
 //!
 //! The competitors ([`Competitors`]) are `GlobalAlloc`s used as objects
 //! (none is installed as the global allocator): `GlobalSlub` (a static),
@@ -57,21 +65,27 @@
 //!   `batch` (`slub-batch`), `two_threads` (`slub-2t`), `prodcons`
 //!   (`slub-prodcons`, with its [`Ring`] and the ring-only floor),
 //!   `stats` (the SLUB statistics printer of `slub-prodcons`), `larson`
-//!   (`slub-larson` and its child process): one file per table.
+//!   (`slub-larson`), `threads` (`slub-threads`): one file per table;
+//! * `child`: the child processes of `slub-larson` and `slub-threads`
+//!   ([`child_main`], the hidden flags, the result lines, a deadline per
+//!   child, [`rss_kb`]).
 //!
 //! Every public item is re-exported here. Dependencies run one way: the
 //! tables use `heaps`; `two_threads` and `prodcons` use `pairs`'s loop;
-//! `prodcons` uses `stats`.
+//! `prodcons` uses `stats`; `larson` and `threads` use `child`.
 
 mod batch;
+mod child;
 mod heaps;
 mod larson;
 mod pairs;
 mod prodcons;
 mod stats;
+mod threads;
 mod two_threads;
 
 pub use batch::{batch_case, batch_counts, Objects, SlubBatch};
+pub use child::{child_main, rss_kb};
 pub use heaps::{
     kernel_kmem_cache, kmem_cache, layout, BenchCache, BsaHeap, CacheHeap, Caches, Competitors,
     FastPath, Heap, Kind, LlaHeap, ObjHeap, SlubHeap, TalcHeap, Visit, ALIGN, ARENA_BYTES,
@@ -79,8 +93,8 @@ pub use heaps::{
     NO_SHEAVES_ROW, PEERS,
 };
 pub use larson::{
-    larson_child_main, larson_run, parse_larson_line, rss_kb, LarsonParams, LarsonResult,
-    SlubLarson, LARSON_CHILD_FLAG, LARSON_SIZES,
+    larson_child_main, larson_run, parse_larson_line, LarsonParams, LarsonResult, SlubLarson,
+    LARSON_CHILD_FLAG, LARSON_SIZES,
 };
 pub use pairs::{pair_case, SlubPairs, PAIR_SIZES, WARM_PAIRS};
 pub use prodcons::{
@@ -88,4 +102,8 @@ pub use prodcons::{
     POOL_OBJECTS, PRODCONS_BATCHES, PRODCONS_SIZES, PRODCONS_TARGET, RING,
 };
 pub use stats::{seed_004, seed_format, StatsRun, SEED_004, SEED_004_CPU_PARTIAL_FREE};
+pub use threads::{
+    parse_threads_line, threads_child_main, threads_run, SlubThreads, ThreadsParams, ThreadsResult,
+    LIVE_PER_THREAD, MAILBOX, REMOTE_EVERY, THREADS_CHILD_FLAG, THREADS_ROWS, THREAD_COUNTS,
+};
 pub use two_threads::Slub2t;
