@@ -11,7 +11,8 @@
 //! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
 //! `plain` (sheaves, no hardening), `nosheaves` (neither),
 //! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batch64` (64
-//! allocs then 64 frees, per object).
+//! allocs then 64 frees, per object), `churn` (a ring of 64 live objects
+//! of random sizes 16..=1024 B, one replaced per operation).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -47,7 +48,33 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 }
             }
         }
-        _ => panic!("unknown shape {shape:?} (pair, batch64)"),
+        "churn" => {
+            // slub-threads' shape on one thread: a ring of 64 live objects
+            // of random sizes 16..=1024 B (l.size() ignored), one replaced
+            // per operation.
+            let mut ring = [(core::ptr::null_mut::<u8>(), l); 64];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for i in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let nl = Layout::from_size_align(16 + (x as usize % 1009), 8).expect("layout");
+                let slot = &mut ring[i % 64];
+                if !slot.0.is_null() {
+                    // SAFETY: allocated below with its layout, freed once.
+                    unsafe { h.dealloc(slot.0, slot.1) };
+                }
+                // SAFETY: as above.
+                *slot = (black_box(unsafe { h.alloc(nl) }), nl);
+            }
+            for s in ring {
+                if !s.0.is_null() {
+                    // SAFETY: as above.
+                    unsafe { h.dealloc(s.0, s.1) };
+                }
+            }
+        }
+        _ => panic!("unknown shape {shape:?} (pair, batch64, churn)"),
     }
 }
 

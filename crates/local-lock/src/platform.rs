@@ -275,8 +275,8 @@ pub unsafe trait Platform: Sync {
         this_cpu_generic(self, s, |r| this_cpu::push_in(r, s.cap(), v)).unwrap_or(false)
     }
 
-    /// The running CPU's validated range `(vbase, vspan, vgen)`, read as
-    /// one snapshot; `None` when the CPU has no record.
+    /// Way `way` of the running CPU's validated ranges `(base, span,
+    /// vgen)`, read as one snapshot; `None` when the CPU has no record.
     ///
     /// # Safety
     ///
@@ -284,12 +284,16 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
-        this_cpu_generic(self, s, this_cpu::range_in)
+    unsafe fn this_cpu_range(
+        &self,
+        s: SheafSlots<'_>,
+        way: usize,
+    ) -> Option<(usize, usize, usize)> {
+        this_cpu_generic(self, s, |r| this_cpu::range_in(r, way))
     }
 
-    /// Records a validated range on the running CPU; false when it has no
-    /// record.
+    /// Records a validated range as way `way` on the running CPU (see
+    /// [`this_cpu::set_range_in`]); false when it has no record.
     ///
     /// # Safety
     ///
@@ -300,11 +304,12 @@ pub unsafe trait Platform: Sync {
     unsafe fn this_cpu_set_range(
         &self,
         s: SheafSlots<'_>,
+        way: usize,
         base: usize,
         span: usize,
         gen: usize,
     ) -> bool {
-        this_cpu_generic(self, s, |r| this_cpu::set_range_in(r, base, span, gen)).is_some()
+        this_cpu_generic(self, s, |r| this_cpu::set_range_in(r, way, base, span, gen)).is_some()
     }
 
     /// `this_cpu_xchg` of a sheaf word: stores `new`, returns the old

@@ -35,11 +35,22 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 
-use crate::this_cpu::{FreeCheck, FreePush, SheafSlots, SheafWord};
+use crate::this_cpu::{range_way, FreeCheck, FreePush, SheafSlots, SheafWord, RANGE_WAYS};
 
 /// `struct rseq` offsets: `cpu_id` and `rseq_cs`.
 const CPU_ID: usize = 4;
 const RSEQ_CS: usize = 8;
+
+// The record layout the sections address (`this_cpu::CpuSheaves`).
+const _: () = {
+    use crate::this_cpu::{CpuSheaves, VRange};
+    assert!(core::mem::offset_of!(CpuSheaves, main) == 0);
+    assert!(core::mem::offset_of!(CpuSheaves, vgen) == 16);
+    assert!(core::mem::offset_of!(CpuSheaves, ranges) == 24);
+    assert!(core::mem::size_of::<VRange>() == 16);
+    assert!(RANGE_WAYS == 4);
+    assert!(core::mem::offset_of!(FreeCheck, shift) == 48);
+};
 
 const UNKNOWN: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -312,6 +323,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 #[inline(always)]
 pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
     let st: usize;
+    let e = range_way(obj, chk.shift.load(Ordering::Relaxed) as u32) * 16;
     // SAFETY: caller's contract. Before the commit the section only
     // writes the object (validated: the caller's) and a sheaf entry
     // beyond the size.
@@ -328,12 +340,12 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             "jae 9f",
             "shl {c}, 7",
             "add {c}, {base}",
-            // off = obj - vbase < vspan, vgen == gen
+            // off = obj - base < span in the address's way, vgen == gen
             "mov {t}, {obj}",
-            "sub {t}, qword ptr [{c} + 16]",
-            "cmp {t}, qword ptr [{c} + 24]",
+            "sub {t}, qword ptr [{c} + {e} + 24]",
+            "cmp {t}, qword ptr [{c} + {e} + 32]",
             "jae 9f",
-            "mov rax, qword ptr [{c} + 32]",
+            "mov rax, qword ptr [{c} + 16]",
             "cmp rax, qword ptr [{k} + 24]",
             "jne 9f",
             // an object boundary: ((off * recip) >> 64) * size == off
@@ -375,6 +387,7 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             base = in(reg) s.base(),
             k = in(reg) chk as *const FreeCheck,
             obj = in(reg) obj,
+            e = in(reg) e,
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
             st = out(reg) st,
@@ -395,7 +408,7 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
     }
 }
 
-/// The running CPU's validated range, one snapshot (see
+/// Way `way` of the running CPU's validated ranges, one snapshot (see
 /// [`Platform::this_cpu_range`](crate::Platform::this_cpu_range)); a CPU
 /// without a record reads an empty range.
 ///
@@ -403,7 +416,7 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn range(s: SheafSlots<'_>) -> (usize, usize, usize) {
+pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
     let (b, sp, g): (usize, usize, usize);
     // SAFETY: caller's contract; reads only.
     unsafe {
@@ -418,14 +431,15 @@ pub unsafe fn range(s: SheafSlots<'_>) -> (usize, usize, usize) {
             "jae 5f",
             "shl {c}, 7",
             "add {c}, {base}",
-            "mov {b}, qword ptr [{c} + 16]",
-            "mov {g}, qword ptr [{c} + 32]",
-            "mov {sp}, qword ptr [{c} + 24]",
+            "mov {b}, qword ptr [{c} + {e} + 24]",
+            "mov {g}, qword ptr [{c} + 16]",
+            "mov {sp}, qword ptr [{c} + {e} + 32]",
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
+            e = in(reg) (way % RANGE_WAYS) * 16,
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
             b = out(reg) b,
@@ -438,17 +452,26 @@ pub unsafe fn range(s: SheafSlots<'_>) -> (usize, usize, usize) {
     (b, sp, g)
 }
 
-/// Records a validated range on the running CPU (see
-/// [`Platform::this_cpu_set_range`](crate::Platform::this_cpu_set_range)).
+/// Records a validated range as way `way` on the running CPU (see
+/// [`Platform::this_cpu_set_range`](crate::Platform::this_cpu_set_range)
+/// and [`set_range_in`](crate::this_cpu::set_range_in), whose store order
+/// this follows).
 ///
 /// # Safety
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn set_range(s: SheafSlots<'_>, vbase: usize, vspan: usize, vgen: usize) -> bool {
+pub unsafe fn set_range(
+    s: SheafSlots<'_>,
+    way: usize,
+    vbase: usize,
+    vspan: usize,
+    vgen: usize,
+) -> bool {
     let ok: usize;
-    // SAFETY: caller's contract; the span is zeroed first and stored last
-    // (the commit), so an aborted section leaves an empty range.
+    // SAFETY: caller's contract; the way's span is zeroed first (and every
+    // way's before a new discard count) and stored last (the commit), so
+    // an aborted section leaves only true ranges valid.
     unsafe {
         asm!(
             "2:",
@@ -461,16 +484,24 @@ pub unsafe fn set_range(s: SheafSlots<'_>, vbase: usize, vspan: usize, vgen: usi
             "jae 5f",
             "shl {c}, 7",
             "add {c}, {base}",
-            "mov qword ptr [{c} + 24], 0",
-            "mov qword ptr [{c} + 16], {b}",
-            "mov qword ptr [{c} + 32], {g}",
+            "mov qword ptr [{c} + {e} + 32], 0",
+            "cmp qword ptr [{c} + 16], {g}",
+            "je 7f",
+            "mov qword ptr [{c} + 32], 0",
+            "mov qword ptr [{c} + 48], 0",
+            "mov qword ptr [{c} + 64], 0",
+            "mov qword ptr [{c} + 80], 0",
+            "mov qword ptr [{c} + 16], {g}",
+            "7:",
+            "mov qword ptr [{c} + {e} + 24], {b}",
             "mov {ok:e}, 1",
-            "mov qword ptr [{c} + 24], {sp}",
+            "mov qword ptr [{c} + {e} + 32], {sp}",
             "5:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
+            e = in(reg) (way % RANGE_WAYS) * 16,
             b = in(reg) vbase,
             sp = in(reg) vspan,
             g = in(reg) vgen,

@@ -312,21 +312,26 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_range(&self, s: SheafSlots<'_>) -> Option<(usize, usize, usize)> {
+    unsafe fn this_cpu_range(
+        &self,
+        s: SheafSlots<'_>,
+        way: usize,
+    ) -> Option<(usize, usize, usize)> {
         // SAFETY: as above.
-        Some(unsafe { rseq::range(s) })
+        Some(unsafe { rseq::range(s, way) })
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
     unsafe fn this_cpu_set_range(
         &self,
         s: SheafSlots<'_>,
+        way: usize,
         base: usize,
         span: usize,
         gen: usize,
     ) -> bool {
         // SAFETY: as above.
-        unsafe { rseq::set_range(s, base, span, gen) }
+        unsafe { rseq::set_range(s, way, base, span, gen) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]

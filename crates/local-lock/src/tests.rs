@@ -522,10 +522,26 @@ fn generic_this_cpu_sheaf_ops_use_the_pinned_cpus_record() {
         0,
         "CPU 0 has its own (empty) record"
     );
-    assert!(this_cpu!(p.this_cpu_set_range(s, 0x1000, 0x100, 7)));
-    assert_eq!(this_cpu!(p.this_cpu_range(s)), Some((0x1000, 0x100, 7)));
+    assert!(this_cpu!(p.this_cpu_set_range(s, 1, 0x1000, 0x100, 7)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 1)), Some((0x1000, 0x100, 7)));
+    assert_eq!(
+        this_cpu!(p.this_cpu_range(s, 2)),
+        Some((0, 0, 7)),
+        "another way"
+    );
+    assert!(this_cpu!(p.this_cpu_set_range(s, 2, 0x2000, 0x80, 7)));
+    assert_eq!(
+        this_cpu!(p.this_cpu_range(s, 1)),
+        Some((0x1000, 0x100, 7)),
+        "ways are kept"
+    );
+    // A new discard count empties every way.
+    assert!(this_cpu!(p.this_cpu_set_range(s, 3, 0x3000, 0x40, 8)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 1)), Some((0x1000, 0, 8)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 2)), Some((0x2000, 0, 8)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 3)), Some((0x3000, 0x40, 8)));
     p.set_cpu(1);
-    assert_eq!(this_cpu!(p.this_cpu_range(s)), Some((0, 0, 0)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 1)), Some((0, 0, 0)));
     assert_eq!(this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0)), Some(sh));
     assert_eq!(p.remote_sheaf_xchg(s, 1, SheafWord::Main, 0), None);
     let _ = &mut sheaf;

@@ -29,16 +29,42 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// Header words of a sheaf before its entries: the size, then a link.
 pub const SHEAF_HDR_WORDS: usize = 2;
 
-/// One CPU's sheaf words (`struct slub_percpu_sheaves`, plus the slab range
-/// of the CPU's last validated free). Field offsets are part of the
-/// restartable sequences' ABI: `main` 0, `spare` 8, `vbase` 16, `vspan` 24,
-/// `vgen` 32.
+/// Validated ranges per CPU record: a free inside one of them, recorded
+/// at the current discard count, needs no descriptor lookup. Slab `b` uses
+/// way [`range_way`]`(b, shift)`: a direct-mapped cache of the last slabs
+/// freed to.
+pub const RANGE_WAYS: usize = 4;
+
+/// One validated range: a slab's first byte and the bytes its objects
+/// span (0: none).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct VRange {
+    /// First byte of the slab.
+    pub base: AtomicUsize,
+    /// Bytes its objects span (0: empty way).
+    pub span: AtomicUsize,
+}
+
+/// The way of the validated-range cache an address inside a slab of
+/// `2^shift` bytes (aligned to its size) uses.
+#[inline(always)]
+pub const fn range_way(addr: usize, shift: u32) -> usize {
+    (addr >> shift) & (RANGE_WAYS - 1)
+}
+
+/// One CPU's sheaf words (`struct slub_percpu_sheaves`, plus the slab
+/// ranges of the CPU's last validated frees). Field offsets are part of
+/// the restartable sequences' ABI: `main` 0, `spare` 8, `vgen` 16, way `i`
+/// of `ranges` at `24 + 16 * i` (`base`, then `span`).
 ///
 /// ```
 /// use local_lock::this_cpu::CpuSheaves;
 /// let r = CpuSheaves::new();
 /// assert_eq!(r.main.load(core::sync::atomic::Ordering::Relaxed), 0);
-/// assert_eq!(core::mem::offset_of!(CpuSheaves, vgen), 32);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, vgen), 16);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, ranges), 24);
+/// assert!(core::mem::size_of::<CpuSheaves>() <= 128);
 /// ```
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -47,12 +73,11 @@ pub struct CpuSheaves {
     pub main: AtomicUsize,
     /// The spare sheaf (0: none).
     pub spare: AtomicUsize,
-    /// First byte of the slab of the last validated free.
-    pub vbase: AtomicUsize,
-    /// Bytes that slab's objects span (0: no range).
-    pub vspan: AtomicUsize,
-    /// The cache's discard count when the range was recorded.
+    /// The cache's discard count when the ranges were recorded (all ways
+    /// are emptied when it moves on).
     pub vgen: AtomicUsize,
+    /// The validated ranges, by [`range_way`].
+    pub ranges: [VRange; RANGE_WAYS],
 }
 
 impl CpuSheaves {
@@ -61,9 +86,13 @@ impl CpuSheaves {
         CpuSheaves {
             main: AtomicUsize::new(0),
             spare: AtomicUsize::new(0),
-            vbase: AtomicUsize::new(0),
-            vspan: AtomicUsize::new(0),
             vgen: AtomicUsize::new(0),
+            ranges: [const {
+                VRange {
+                    base: AtomicUsize::new(0),
+                    span: AtomicUsize::new(0),
+                }
+            }; RANGE_WAYS],
         }
     }
 }
@@ -72,9 +101,10 @@ impl CpuSheaves {
 /// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)):
 /// the cache's object stride (and its reciprocal, `floor((2^64 - 1) /
 /// size) + 1`), the free-marker key, the cache's slab-discard count, the
-/// records and the sheaf capacity. Field offsets are part of the
-/// restartable sequences' ABI (`recip` 0, `size` 8, `key` 16, `gen` 24,
-/// `nr` 32, `cap` 40).
+/// records, the sheaf capacity and the log2 of the slab size (for
+/// [`range_way`]). Field offsets are part of the restartable sequences'
+/// ABI (`recip` 0, `size` 8, `key` 16, `gen` 24, `nr` 32, `cap` 40,
+/// `shift` 48).
 ///
 /// ```
 /// use local_lock::this_cpu::FreeCheck;
@@ -98,6 +128,8 @@ pub struct FreeCheck {
     pub nr: AtomicUsize,
     /// Entries per sheaf.
     pub cap: AtomicUsize,
+    /// log2 of the cache's (largest) slab size.
+    pub shift: AtomicUsize,
 }
 
 impl FreeCheck {
@@ -110,6 +142,7 @@ impl FreeCheck {
             gen: AtomicUsize::new(0),
             nr: AtomicUsize::new(0),
             cap: AtomicUsize::new(0),
+            shift: AtomicUsize::new(0),
         }
     }
 }
@@ -135,8 +168,9 @@ pub enum FreePush {
 /// interrupts off): the steps of the restartable sequence, in order.
 #[inline(always)]
 pub fn free_push_in(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
-    let off = obj.wrapping_sub(r.vbase.load(Ordering::Relaxed));
-    if off >= r.vspan.load(Ordering::Relaxed)
+    let v = &r.ranges[range_way(obj, chk.shift.load(Ordering::Relaxed) as u32)];
+    let off = obj.wrapping_sub(v.base.load(Ordering::Relaxed));
+    if off >= v.span.load(Ordering::Relaxed)
         || r.vgen.load(Ordering::Relaxed) != chk.gen.load(Ordering::Relaxed)
     {
         return FreePush::Miss;
@@ -307,21 +341,31 @@ pub fn word_of(r: &CpuSheaves, w: SheafWord) -> &AtomicUsize {
     }
 }
 
-/// The validated range of `r`: `(vbase, vspan, vgen)`.
+/// Way `way` of `r`'s validated ranges: `(base, span, vgen)`.
 #[inline(always)]
-pub fn range_in(r: &CpuSheaves) -> (usize, usize, usize) {
+pub fn range_in(r: &CpuSheaves, way: usize) -> (usize, usize, usize) {
+    let v = &r.ranges[way % RANGE_WAYS];
     (
-        r.vbase.load(Ordering::Relaxed),
-        r.vspan.load(Ordering::Relaxed),
+        v.base.load(Ordering::Relaxed),
+        v.span.load(Ordering::Relaxed),
         r.vgen.load(Ordering::Relaxed),
     )
 }
 
-/// Records a validated range in `r`.
+/// Records a validated range as way `way` of `r`, in the order the
+/// restartable sequence stores (any prefix of it leaves only true ranges
+/// valid): the way emptied; if the discard count moved on, every way
+/// emptied and then the count stored; the base; the span (the commit).
 #[inline(always)]
-pub fn set_range_in(r: &CpuSheaves, base: usize, span: usize, gen: usize) {
-    r.vspan.store(0, Ordering::Relaxed);
-    r.vbase.store(base, Ordering::Relaxed);
-    r.vgen.store(gen, Ordering::Relaxed);
-    r.vspan.store(span, Ordering::Relaxed);
+pub fn set_range_in(r: &CpuSheaves, way: usize, base: usize, span: usize, gen: usize) {
+    let v = &r.ranges[way % RANGE_WAYS];
+    v.span.store(0, Ordering::Relaxed);
+    if r.vgen.load(Ordering::Relaxed) != gen {
+        for w in &r.ranges {
+            w.span.store(0, Ordering::Relaxed);
+        }
+        r.vgen.store(gen, Ordering::Relaxed);
+    }
+    v.base.store(base, Ordering::Relaxed);
+    v.span.store(span, Ordering::Relaxed);
 }

@@ -205,3 +205,118 @@ fn tokens_survive_contention_migration_and_remote_drains() {
     assert_eq!(all.len(), expect.len(), "tokens lost or duplicated");
     assert_eq!(all, expect);
 }
+
+/// The restartable range operations store and read what the generic
+/// ones do (`this_cpu::set_range_in`): ways kept apart, every way emptied
+/// by a new discard count; and `this_cpu_free_push` checks, marks and
+/// pushes as `this_cpu::free_push_in` does.
+#[test]
+fn restartable_ranges_and_free_push_match_the_generic_steps() {
+    use local_lock::this_cpu::{range_way, FreeCheck, FreePush};
+    let p = RseqCpu::new();
+    if !p.restartable() {
+        return;
+    }
+    static R2: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
+    // SAFETY: NR records one CachePadded apart; sheaves of CAP entries.
+    let s = unsafe {
+        SheafSlots::new(
+            R2.as_ptr().cast(),
+            core::mem::size_of::<CachePadded<CpuSheaves>>(),
+            NR,
+            CAP,
+        )
+    };
+    migrate(0); // stay on CPU 0 (a migration would only move the record)
+    assert!(this_cpu!(p.this_cpu_set_range(s, 1, 0x1000, 0x100, 7)));
+    assert!(this_cpu!(p.this_cpu_set_range(s, 2, 0x2000, 0x80, 7)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 1)), Some((0x1000, 0x100, 7)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 2)), Some((0x2000, 0x80, 7)));
+    assert!(this_cpu!(p.this_cpu_set_range(s, 3, 0x3000, 0x40, 8)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 1)), Some((0x1000, 0, 8)));
+    assert_eq!(this_cpu!(p.this_cpu_range(s, 3)), Some((0x3000, 0x40, 8)));
+
+    // A slab of 4 objects of 64 B at a 4 KiB-aligned address.
+    let slab = Box::leak(vec![0u64; 512].into_boxed_slice()).as_mut_ptr() as usize;
+    let base = (slab + 4095) & !4095;
+    let chk = FreeCheck::new();
+    let ord = Ordering::Relaxed;
+    chk.recip.store((u64::MAX / 64 + 1) as usize, ord);
+    chk.size.store(64, ord);
+    chk.key.store(0x5a5a_5a5a_0000_00c3, ord);
+    chk.gen.store(8, ord);
+    chk.nr.store(NR, ord);
+    chk.cap.store(CAP, ord);
+    chk.shift.store(12, ord);
+    let obj = base + 128;
+    let way = range_way(obj, 12);
+    let main = new_sheaf();
+    assert!(this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, main)));
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, obj)),
+        FreePush::Miss,
+        "no range yet"
+    );
+    assert!(this_cpu!(p.this_cpu_set_range(s, way, base, 256, 8)));
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, obj + 8)),
+        FreePush::Miss,
+        "not a boundary"
+    );
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, base + 256)),
+        FreePush::Miss,
+        "past the span"
+    );
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, obj)),
+        FreePush::Pushed
+    );
+    // SAFETY: our object's first word.
+    assert_eq!(
+        unsafe { *(obj as *const usize) },
+        0x5a5a_5a5a_0000_00c3,
+        "marked free"
+    );
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, obj)),
+        FreePush::Marked,
+        "a double free"
+    );
+    assert_eq!(words(main)[0], 1);
+    assert_eq!(
+        words(main)[SHEAF_HDR_WORDS],
+        obj ^ 0x5a5a_5a5a_0000_00c3,
+        "stored encoded"
+    );
+    chk.gen.store(9, ord);
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, base + 64)),
+        FreePush::Miss,
+        "stale range"
+    );
+    chk.gen.store(8, ord);
+    for i in 0..CAP - 1 {
+        // Objects 0 and 1 again and again: clear the marker each time.
+        let o = base + 64 * (i % 2);
+        // SAFETY: our slab.
+        unsafe { *(o as *mut usize) = 0 };
+        assert_eq!(
+            this_cpu!(p.this_cpu_free_push(s, &chk, o)),
+            FreePush::Pushed
+        );
+    }
+    // SAFETY: as above.
+    unsafe { *(base as *mut usize) = 0 };
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, base)),
+        FreePush::Full,
+        "sheaf full"
+    );
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { *(base as *const usize) },
+        0x5a5a_5a5a_0000_00c3,
+        "marked even when full"
+    );
+}

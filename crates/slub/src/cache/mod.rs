@@ -771,6 +771,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         );
         fc.nr.store(N, CoreOrdering::Relaxed);
         fc.cap.store(self.sheaf_capacity, CoreOrdering::Relaxed);
+        let slab_bytes = self.geometry.page_size << self.lay.oo.order;
+        fc.shift
+            .store(slab_bytes.trailing_zeros() as usize, CoreOrdering::Relaxed);
         self.mode.store(m as u8, CoreOrdering::Release);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();

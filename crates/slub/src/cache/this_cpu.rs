@@ -272,7 +272,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
             };
         }
-        let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s)).unwrap_or((0, 0, 0));
+        let way = self.range_way(obj);
+        let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s, way)).unwrap_or((0, 0, 0));
         let off = obj.wrapping_sub(vbase);
         if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
             return self.free_rcs_miss::<H>(ptr, gen);
@@ -297,7 +298,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         let p = self.cpu.platform();
         let s = self.slots();
-        rcs_op!(p.this_cpu_set_range(s, base, span, gen));
+        rcs_op!(p.this_cpu_set_range(s, self.range_way(obj), base, span, gen));
         let enc = if H {
             let r = self.random.load(CoreOrdering::Relaxed);
             self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
@@ -394,6 +395,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             .remote_sheaf_xchg(s, cpu, SheafWord::Spare, 0)
             .unwrap_or(0);
         Some([m, sp])
+    }
+
+    /// The way of the CPUs' validated-range cache `obj` uses (by the slab
+    /// window it lies in).
+    #[inline(always)]
+    fn range_way(&self, obj: usize) -> usize {
+        local_lock::this_cpu::range_way(obj, self.fcheck.shift.load(CoreOrdering::Relaxed) as u32)
     }
 
     /// Whether this cache's sheaves are the restartable ones.
