@@ -273,8 +273,9 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         FreePush::Pushed
     );
     // SAFETY: our object's first word.
+    let w = unsafe { *(obj as *const usize) };
     assert_eq!(
-        unsafe { *(obj as *const usize) },
+        w,
         0x5a5a_5a5a_0000_00c3,
         "marked free"
     );
@@ -314,8 +315,9 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         "sheaf full"
     );
     // SAFETY: as above.
+    let w = unsafe { *(base as *const usize) };
     assert_eq!(
-        unsafe { *(base as *const usize) },
+        w,
         0x5a5a_5a5a_0000_00c3,
         "marked even when full"
     );
