@@ -274,11 +274,7 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     );
     // SAFETY: our object's first word.
     let w = unsafe { *(obj as *const usize) };
-    assert_eq!(
-        w,
-        0x5a5a_5a5a_0000_00c3,
-        "marked free"
-    );
+    assert_eq!(w, 0x5a5a_5a5a_0000_00c3, "marked free");
     assert_eq!(
         this_cpu!(p.this_cpu_free_push(s, &chk, obj)),
         FreePush::Marked,
@@ -316,9 +312,5 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     );
     // SAFETY: as above.
     let w = unsafe { *(base as *const usize) };
-    assert_eq!(
-        w,
-        0x5a5a_5a5a_0000_00c3,
-        "marked even when full"
-    );
+    assert_eq!(w, 0x5a5a_5a5a_0000_00c3, "marked even when full");
 }

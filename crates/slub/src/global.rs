@@ -124,6 +124,8 @@ pub struct GlobalSlub {
     /// Debug flags: class selection then checks each cache's real object
     /// alignment (red zones and owner records change the stride).
     debug: bool,
+    /// `HARDENED` caches: which inline fast path `alloc`/`dealloc` take.
+    hardened: bool,
 }
 
 impl GlobalSlub {
@@ -174,6 +176,7 @@ impl GlobalSlub {
             ),
             hooked: AtomicBool::new(false),
             debug: flags.is_debug(),
+            hardened: flags.contains(SlabFlags::HARDENED),
         }
     }
 
@@ -287,6 +290,30 @@ impl GlobalSlub {
             kmalloc_class(layout.size(), layout.align())
         }
     }
+    /// The fast path of unhardened caches (`with_flags(SlabFlags::NONE)`),
+    /// out of line: the inline one is the default's.
+    #[inline(never)]
+    unsafe fn alloc_plain(&self, i: usize, layout: Layout) -> *mut u8 {
+        match self.k.caches()[i].alloc_fast::<false>() {
+            Some(p) => p.as_ptr(),
+            // SAFETY: forwarded.
+            None => unsafe { self.alloc_slow(layout) },
+        }
+    }
+
+    /// The free fast path of unhardened caches, out of line.
+    #[inline(never)]
+    unsafe fn dealloc_plain(&self, i: usize, p: NonNull<u8>, layout: Layout) {
+        // SAFETY: GlobalAlloc's contract; bad input is refused before any
+        // change (or sent to `try_free`).
+        match unsafe { self.k.caches()[i].try_free_fast::<false>(p) } {
+            Ok(true) => {}
+            // SAFETY: forwarded.
+            Ok(false) => unsafe { self.dealloc_slow(p.as_ptr(), layout) },
+            Err(e) => abort_bad_free(p.as_ptr(), e),
+        }
+    }
+
     /// `alloc` beyond the fast path: registration, the full dispatch, page
     /// allocations.
     #[inline(never)]
@@ -362,8 +389,12 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // debug caches never pass `alloc_fast`'s dispatch check, so their
         // own class selection is left to the slow path).
         if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
-            if let Some(p) = self.k.caches()[i].alloc_fast() {
+            if let Some(p) = self.k.caches()[i].alloc_fast::<true>() {
                 return p.as_ptr();
+            }
+            if !self.hardened {
+                // SAFETY: forwarded.
+                return unsafe { self.alloc_plain(i, layout) };
             }
         }
         // SAFETY: forwarded.
@@ -389,20 +420,23 @@ unsafe impl GlobalAlloc for GlobalSlub {
 
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // The fast path: validated by the CPU's last slab range, marked
-        // free, pushed onto the running CPU's sheaf.
-        if !self.debug {
-            if let (Some(i), Some(p)) = (
-                kmalloc_class(layout.size(), layout.align()),
-                NonNull::new(ptr),
-            ) {
-                // SAFETY: GlobalAlloc's contract; bad input is refused
-                // before any change (or sent to the full path).
-                match unsafe { self.k.caches()[i].try_free_fast(p) } {
-                    Ok(true) => return,
-                    Ok(false) => {}
-                    Err(e) => abort_bad_free(ptr, e),
-                }
+        // The fast path: validated by the CPU's last slab ranges, marked
+        // free, pushed onto the running CPU's sheaf, as one restartable
+        // section. (Debug caches fail `try_free_fast`'s dispatch check.)
+        if let (Some(i), Some(p)) = (
+            kmalloc_class(layout.size(), layout.align()),
+            NonNull::new(ptr),
+        ) {
+            // SAFETY: GlobalAlloc's contract; bad input is refused before
+            // any change (or sent to the full path).
+            match unsafe { self.k.caches()[i].try_free_fast::<true>(p) } {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => abort_bad_free(ptr, e),
+            }
+            if !self.hardened {
+                // SAFETY: forwarded.
+                return unsafe { self.dealloc_plain(i, p, layout) };
             }
         }
         // SAFETY: forwarded.

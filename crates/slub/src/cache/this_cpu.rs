@@ -94,16 +94,23 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         Some(Self::obj_ptr(o))
     }
 
-    /// The inline part of `alloc` for a front end that knows its caches
-    /// are hardened and restartable (`GlobalSlub`): the pop, or `None`
-    /// (another kind of cache, first use, an empty sheaf) for the full
+    /// The inline part of `alloc` for a front end whose caches are
+    /// restartable (`GlobalSlub`): the pop, or `None` (another kind of
+    /// cache, first use, an empty sheaf) for the full
     /// [`alloc`](Self::alloc).
     #[inline(always)]
-    pub fn alloc_fast(&self) -> Option<NonNull<u8>> {
-        if self.dispatch.load(CoreOrdering::Acquire) != super::Fast::RseqHardened as u8 {
+    /// `H`: the caller's caches are hardened (any other cache is sent
+    /// to `alloc`).
+    pub fn alloc_fast<const H: bool>(&self) -> Option<NonNull<u8>> {
+        let want = if H {
+            super::Fast::RseqHardened
+        } else {
+            super::Fast::Rseq
+        };
+        if self.dispatch.load(CoreOrdering::Acquire) != want as u8 {
             return None;
         }
-        let o = self.pop_rcs::<true>();
+        let o = self.pop_rcs::<H>();
         #[cfg(feature = "stats")]
         if o.is_some() {
             self.stat_here(SlubStat::ALLOC_PCS);
@@ -111,35 +118,57 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         o
     }
 
-    /// The inline part of `try_free` for a front end that knows its caches
-    /// are hardened and restartable (`GlobalSlub`): `Ok(true)` when freed;
-    /// `Ok(false)` sends the caller to the full [`try_free`](Self::try_free)
-    /// (another kind of cache, first use, a pointer outside the CPU's
-    /// validated range, a pointer that reads as free: the full path
-    /// decides and reports).
+    /// The inline part of `try_free` for a front end whose caches are
+    /// restartable (`GlobalSlub`): `Ok(true)` when freed; `Ok(false)`
+    /// sends the caller to the full [`try_free`](Self::try_free) (another
+    /// kind of cache, first use, a pointer outside the CPU's validated
+    /// ranges, a pointer that reads as free: the full path decides and
+    /// reports).
     ///
     /// # Safety
     ///
     /// As [`try_free`](Self::try_free).
     #[inline(always)]
-    pub unsafe fn try_free_fast(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
-        if self.dispatch.load(CoreOrdering::Acquire) != super::Fast::RseqHardened as u8 {
-            return Ok(false);
-        }
+    /// `H`: the caller's caches are hardened (any other cache is sent
+    /// to `try_free`).
+    pub unsafe fn try_free_fast<const H: bool>(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
+        let f = self.dispatch.load(CoreOrdering::Acquire);
         let p = self.cpu.platform();
         let obj = ptr.as_ptr().expose_provenance();
-        match rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj)) {
-            FreePush::Pushed => {
-                #[cfg(feature = "stats")]
-                self.stat_here(SlubStat::FREE_PCS);
-                Ok(true)
+        if H {
+            if f != super::Fast::RseqHardened as u8 {
+                return Ok(false);
             }
-            FreePush::Miss | FreePush::Marked => Ok(false),
-            FreePush::Full => {
-                let r = self.fcheck.key.load(CoreOrdering::Relaxed);
-                self.free_rcs_slow(obj, obj ^ r).map(|()| true)
-            }
+            return match rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj)) {
+                FreePush::Pushed => {
+                    #[cfg(feature = "stats")]
+                    self.stat_here(SlubStat::FREE_PCS);
+                    Ok(true)
+                }
+                FreePush::Miss | FreePush::Marked => Ok(false),
+                FreePush::Full => {
+                    let r = self.fcheck.key.load(CoreOrdering::Relaxed);
+                    self.free_rcs_slow(obj, obj ^ r).map(|()| true)
+                }
+            };
         }
+        if f != super::Fast::Rseq as u8 {
+            return Ok(false);
+        }
+        let s = self.slots();
+        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
+        let (vbase, vspan, vgen) =
+            rcs_op!(p.this_cpu_range(s, self.range_way(obj))).unwrap_or((0, 0, 0));
+        let off = obj.wrapping_sub(vbase);
+        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
+            return Ok(false);
+        }
+        if rcs_op!(p.this_cpu_sheaf_push(s, obj)) {
+            #[cfg(feature = "stats")]
+            self.stat_here(SlubStat::FREE_PCS);
+            return Ok(true);
+        }
+        self.free_rcs_slow(obj, obj).map(|()| true)
     }
 
     /// Reports a popped sheaf entry that decodes outside the cache's slabs.
