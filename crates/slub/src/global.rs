@@ -124,8 +124,9 @@ pub struct GlobalSlub {
     /// Debug flags: class selection then checks each cache's real object
     /// alignment (red zones and owner records change the stride).
     debug: bool,
-    /// `HARDENED` caches: which inline fast path `alloc`/`dealloc` take.
-    hardened: bool,
+    /// Unhardened caches with sheaves: `alloc`/`dealloc` try their
+    /// restartable fast path (out of line) before the full one.
+    plain_sheaves: bool,
 }
 
 impl GlobalSlub {
@@ -176,7 +177,9 @@ impl GlobalSlub {
             ),
             hooked: AtomicBool::new(false),
             debug: flags.is_debug(),
-            hardened: flags.contains(SlabFlags::HARDENED),
+            plain_sheaves: !flags.contains(SlabFlags::HARDENED)
+                && !flags.is_debug()
+                && sheaf_capacity != 0,
         }
     }
 
@@ -392,7 +395,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
             if let Some(p) = self.k.caches()[i].alloc_fast::<true>() {
                 return p.as_ptr();
             }
-            if !self.hardened {
+            if self.plain_sheaves {
                 // SAFETY: forwarded.
                 return unsafe { self.alloc_plain(i, layout) };
             }
@@ -434,7 +437,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
                 Ok(false) => {}
                 Err(e) => abort_bad_free(ptr, e),
             }
-            if !self.hardened {
+            if self.plain_sheaves {
                 // SAFETY: forwarded.
                 return unsafe { self.dealloc_plain(i, p, layout) };
             }
