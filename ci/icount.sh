@@ -23,7 +23,8 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 step valgrind --version
 
-step cargo build --release -p mm-bench --example pair_count
+# Without mm-bench's default slub-stats feature: the build users get.
+step cargo build --release -p mm-bench --no-default-features --example pair_count
 BIN="${CARGO_TARGET_DIR:-target}/release/examples/pair_count"
 N1=50000
 N2=150000

@@ -131,10 +131,18 @@ pub(super) fn stats_notes(runs: &[NamedRun], objects: u64, batch: usize) -> Vec<
     notes.push(String::new());
     notes.push(format!(
         "SLUB statistics of one run of {objects} objects per cache after the table (producer on the first CPU, consumer on \
-         the second; C<n> = the slot the thread ran on: a PerThread virtual CPU for GlobalSlub, the kernel platform's \
+         the second; C<n> = the slot the thread ran on: the real CPU for GlobalSlub (RseqCpu), the kernel platform's \
          CPU 1 (producer) and 2 (consumer) for the KmemCache), one by one at 64 and 256 B, then in batches of {batch} \
          at 256 B (alloc_bulk / free_bulk), in seed 004's `grep . *` format:"
     ));
+    if !cfg!(feature = "slub-stats") {
+        notes.push(
+            "(GlobalSlub's restartable fast paths count only with CONFIG_SLUB_STATS: its alloc_pcs / free_pcs below are \
+             the slow paths' share; every object is counted with `--features slub-stats`, which costs 36 instructions \
+             per pair and is off so the timed rows measure GlobalSlub as users get it)"
+                .to_string(),
+        );
+    }
     for (name, _, run) in runs {
         notes.push(format!(
             "-- {name}: producer C{}, consumer C{}; {:.1} ns/object ({} Mobj/s)",
