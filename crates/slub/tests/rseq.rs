@@ -194,3 +194,34 @@ fn restartable_fast_paths_count_only_with_the_stats_feature() {
         (expect, expect)
     );
 }
+
+/// Bulk allocation and free go through the restartable sheaves (one pop
+/// or push per object), as the locked platforms' bulk paths go through
+/// theirs (`alloc_from_pcs_bulk`): counted as ALLOC_PCS / FREE_PCS.
+#[cfg(feature = "stats")]
+#[test]
+fn bulk_goes_through_the_restartable_sheaves() {
+    use slub::SlubStat;
+    if !RseqCpu.restartable() {
+        return;
+    }
+    let c = KmemCache::<GlobalPages, RseqCpu>::create(
+        "bulk",
+        64,
+        8,
+        SlabFlags::HARDENED,
+        GlobalPages,
+        RseqCpu,
+    )
+    .unwrap()
+    .with_sheaves(32);
+    let before = c.stats();
+    let mut out = [None; 64];
+    assert_eq!(c.alloc_bulk(&mut out), 64);
+    let objs: Vec<NonNull<u8>> = out.iter().map(|o| o.unwrap()).collect();
+    // SAFETY: ours, each freed once.
+    unsafe { c.free_bulk(&objs) };
+    let after = c.stats();
+    let d = |s| after.get(s) - before.get(s);
+    assert_eq!((d(SlubStat::ALLOC_PCS), d(SlubStat::FREE_PCS)), (64, 64));
+}

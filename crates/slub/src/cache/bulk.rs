@@ -42,6 +42,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// are this type).
     #[track_caller]
     fn alloc_bulk_raw(&self, out: &mut [*mut u8]) -> usize {
+        // First use decides the paths (`rcs()` reads the dispatch byte).
+        self.mode();
         if self.flags.is_debug() {
             // Debug caches check every object: one at a time.
             for i in 0..out.len() {
@@ -59,8 +61,31 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return out.len();
         }
+        if self.rcs() {
+            // Restartable sheaves: one pop (a section) per object, with
+            // the sheaf slow paths (barn, refill) as they run out.
+            for i in 0..out.len() {
+                let o = if self.hardened() {
+                    self.alloc_rcs::<true>()
+                } else {
+                    self.alloc_rcs::<false>()
+                };
+                match o {
+                    Some(o) => out[i] = o.as_ptr(),
+                    None => {
+                        for p in &mut out[..i] {
+                            // SAFETY: taken just above.
+                            unsafe { self.free(NonNull::new_unchecked(*p)) };
+                            *p = core::ptr::null_mut();
+                        }
+                        return 0;
+                    }
+                }
+            }
+            return out.len();
+        }
         // Sheaves first (`alloc_from_pcs_bulk`), then slabs for the rest.
-        let from_pcs = if self.sheaf_capacity != 0 && !self.rcs() {
+        let from_pcs = if self.sheaf_capacity != 0 {
             self.alloc_from_pcs_bulk(out)
         } else {
             0
@@ -387,9 +412,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             return Ok(());
         }
+        if self.rcs() {
+            // Restartable sheaves: one push (a section) per object.
+            for p in objs {
+                if self.hardened() {
+                    self.free_rcs::<true>(*p)?;
+                } else {
+                    self.free_rcs::<false>(*p)?;
+                }
+            }
+            return Ok(());
+        }
         // SAFETY: forwarded; checked as a whole.
         unsafe {
-            if self.sheaf_capacity != 0 && !self.rcs() {
+            if self.sheaf_capacity != 0 {
                 self.free_bulk_pcs(objs)
             } else {
                 self.free_bulk_windows(objs)

@@ -336,6 +336,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             obj
         };
         if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
+            #[cfg(feature = "stats")]
+            self.stat_here(SlubStat::FREE_PCS);
             return Ok(());
         }
         self.free_rcs_slow(obj, enc)
