@@ -125,7 +125,9 @@ pub struct GlobalSlub {
     /// alignment (red zones and owner records change the stride).
     debug: bool,
     /// Unhardened caches with sheaves: `alloc`/`dealloc` try their
-    /// restartable fast path (out of line) before the full one.
+    /// restartable fast path (inline too, after the default's: the same
+    /// code as the hardened one without its checks, so `slub-debug`
+    /// compares like with like) before the full one.
     plain_sheaves: bool,
 }
 
@@ -293,30 +295,6 @@ impl GlobalSlub {
             kmalloc_class(layout.size(), layout.align())
         }
     }
-    /// The fast path of unhardened caches (`with_flags(SlabFlags::NONE)`),
-    /// out of line: the inline one is the default's.
-    #[inline(never)]
-    unsafe fn alloc_plain(&self, i: usize, layout: Layout) -> *mut u8 {
-        match self.k.caches()[i].alloc_fast::<false>() {
-            Some(p) => p.as_ptr(),
-            // SAFETY: forwarded.
-            None => unsafe { self.alloc_slow(layout) },
-        }
-    }
-
-    /// The free fast path of unhardened caches, out of line.
-    #[inline(never)]
-    unsafe fn dealloc_plain(&self, i: usize, p: NonNull<u8>, layout: Layout) {
-        // SAFETY: GlobalAlloc's contract; bad input is refused before any
-        // change (or sent to `try_free`).
-        match unsafe { self.k.caches()[i].try_free_fast::<false>(p) } {
-            Ok(true) => {}
-            // SAFETY: forwarded.
-            Ok(false) => unsafe { self.dealloc_slow(p.as_ptr(), layout) },
-            Err(e) => abort_bad_free(p.as_ptr(), e),
-        }
-    }
-
     /// `alloc` beyond the fast path: registration, the full dispatch, page
     /// allocations.
     #[inline(never)]
@@ -392,12 +370,14 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // debug caches never pass `alloc_fast`'s dispatch check, so their
         // own class selection is left to the slow path).
         if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
-            if let Some(p) = self.k.caches()[i].alloc_fast::<true>() {
+            let c = &self.k.caches()[i];
+            if let Some(p) = c.alloc_fast::<true>() {
                 return p.as_ptr();
             }
             if self.plain_sheaves {
-                // SAFETY: forwarded.
-                return unsafe { self.alloc_plain(i, layout) };
+                if let Some(p) = c.alloc_fast::<false>() {
+                    return p.as_ptr();
+                }
             }
         }
         // SAFETY: forwarded.
@@ -430,16 +410,21 @@ unsafe impl GlobalAlloc for GlobalSlub {
             kmalloc_class(layout.size(), layout.align()),
             NonNull::new(ptr),
         ) {
+            let c = &self.k.caches()[i];
             // SAFETY: GlobalAlloc's contract; bad input is refused before
             // any change (or sent to the full path).
-            match unsafe { self.k.caches()[i].try_free_fast::<true>(p) } {
+            match unsafe { c.try_free_fast::<true>(p) } {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => abort_bad_free(ptr, e),
             }
             if self.plain_sheaves {
-                // SAFETY: forwarded.
-                return unsafe { self.dealloc_plain(i, p, layout) };
+                // SAFETY: as above.
+                match unsafe { c.try_free_fast::<false>(p) } {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) => abort_bad_free(ptr, e),
+                }
             }
         }
         // SAFETY: forwarded.
