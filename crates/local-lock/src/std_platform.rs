@@ -190,7 +190,7 @@ unsafe impl Platform for StdCpu {
 // ---------------------------------------------------------------------------
 
 /// Real CPUs whose per-CPU sheaves are reached by restartable sequences
-/// (Linux `rseq`, registered by glibc 2.35+; [`rseq`](crate::rseq)): the
+/// (Linux `rseq`, registered by glibc 2.35+; [`rseq`] module): the
 /// kernel's `this_cpu` operations in user space, so cached memory is per
 /// CPU, not per thread, and any number of threads share the CPUs without
 /// a lock on the fast path.
