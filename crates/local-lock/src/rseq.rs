@@ -185,6 +185,26 @@ pub fn cpu_id() -> u32 {
     raw_cpu_id(OFFSET.load(Ordering::Relaxed))
 }
 
+/// A section's entry: its descriptor stored into the area's `rseq_cs`
+/// (label 3), the start (label 4), the CPU id, a jump to `$fail` for a CPU
+/// without a record, and `{c}` = the CPU's record (128-byte stride).
+macro_rules! rseq_enter {
+    ($fail:literal) => {
+        concat!(
+            "lea {c}, [rip + 3f]\n",
+            "mov qword ptr fs:[{off} + {rcs}], {c}\n",
+            "4:\n",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]\n",
+            "cmp {c}, {nr}\n",
+            "jae ",
+            $fail,
+            "\n",
+            "shl {c}, 7\n",
+            "add {c}, {base}\n",
+        )
+    };
+}
+
 /// The section prologue/epilogue: descriptor in `__rseq_cs` (start 4,
 /// post-commit 5, abort 6), the signature and the abort handler (back to
 /// 2, the restart) in `__rseq_failure`.
@@ -423,14 +443,7 @@ pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
         asm!(
             "2:",
             "xor {sp:e}, {sp:e}",
-            "lea {c}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {c}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 7",
-            "add {c}, {base}",
+            rseq_enter!("5f"),
             "mov {b}, qword ptr [{c} + {e} + 24]",
             "mov {g}, qword ptr [{c} + 16]",
             "mov {sp}, qword ptr [{c} + {e} + 32]",
@@ -476,14 +489,7 @@ pub unsafe fn set_range(
         asm!(
             "2:",
             "xor {ok:e}, {ok:e}",
-            "lea {c}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {c}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 7",
-            "add {c}, {base}",
+            rseq_enter!("5f"),
             "mov qword ptr [{c} + {e} + 32], 0",
             "cmp qword ptr [{c} + 16], {g}",
             "je 7f",
@@ -529,14 +535,7 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
         asm!(
             "2:",
             "xor {ok:e}, {ok:e}",
-            "lea {c}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {c}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 7f",
-            "shl {c}, 7",
-            "add {c}, {base}",
+            rseq_enter!("7f"),
             "mov rax, {old}",
             "lock cmpxchg qword ptr [{c} + {w}], {new}",
             "5:",
@@ -579,14 +578,7 @@ pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize>
         asm!(
             "2:",
             "xor {ok:e}, {ok:e}",
-            "lea {c}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {c}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 7f",
-            "shl {c}, 7",
-            "add {c}, {base}",
+            rseq_enter!("7f"),
             "mov rax, qword ptr [{c} + {w}]",
             "lock cmpxchg qword ptr [{c} + {w}], {new}",
             "5:",

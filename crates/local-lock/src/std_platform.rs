@@ -70,6 +70,40 @@ pub fn os_random_seed() -> u64 {
     t ^ (&v as *const u64 as u64).rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15
 }
 
+/// The parts of a std platform's [`Platform`] impl that are the same
+/// for every std platform: a process takes no interrupts and disables no
+/// preemption (those are no-ops), and its seeds come from the OS.
+macro_rules! std_process_platform {
+    () => {
+        #[inline(always)]
+        fn in_interrupt(&self) -> bool {
+            false
+        }
+        #[inline(always)]
+        fn irqs_disabled(&self) -> bool {
+            false
+        }
+        #[inline(always)]
+        fn irq_save(&self) -> IrqFlags {
+            IrqFlags(0)
+        }
+        #[inline(always)]
+        unsafe fn irq_restore(&self, _flags: IrqFlags) {}
+        #[inline(always)]
+        fn irq_disable(&self) {}
+        #[inline(always)]
+        unsafe fn irq_enable(&self) {}
+        #[inline(always)]
+        fn preempt_disable(&self) {}
+        #[inline(always)]
+        unsafe fn preempt_enable(&self) {}
+        #[inline(always)]
+        fn random_seed(&self) -> u64 {
+            os_random_seed()
+        }
+    };
+}
+
 /// Real CPUs from `sched_getcpu()`; the locked strategy.
 ///
 /// ```
@@ -144,32 +178,7 @@ unsafe impl Platform for StdCpu {
     fn current_cpu(&self) -> usize {
         sched_getcpu()
     }
-    #[inline(always)]
-    fn in_interrupt(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irqs_disabled(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irq_save(&self) -> IrqFlags {
-        IrqFlags(0)
-    }
-    #[inline(always)]
-    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
-    #[inline(always)]
-    fn irq_disable(&self) {}
-    #[inline(always)]
-    unsafe fn irq_enable(&self) {}
-    #[inline(always)]
-    fn preempt_disable(&self) {}
-    #[inline(always)]
-    unsafe fn preempt_enable(&self) {}
-    #[inline(always)]
-    fn random_seed(&self) -> u64 {
-        os_random_seed()
-    }
+    std_process_platform!();
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {
         Strategy::Locked
@@ -256,32 +265,7 @@ unsafe impl Platform for RseqCpu {
         }
         sched_getcpu()
     }
-    #[inline(always)]
-    fn in_interrupt(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irqs_disabled(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irq_save(&self) -> IrqFlags {
-        IrqFlags(0)
-    }
-    #[inline(always)]
-    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
-    #[inline(always)]
-    fn irq_disable(&self) {}
-    #[inline(always)]
-    unsafe fn irq_enable(&self) {}
-    #[inline(always)]
-    fn preempt_disable(&self) {}
-    #[inline(always)]
-    unsafe fn preempt_enable(&self) {}
-    #[inline(always)]
-    fn random_seed(&self) -> u64 {
-        os_random_seed()
-    }
+    std_process_platform!();
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {
         Strategy::Locked

@@ -38,6 +38,26 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.alloc_bulk_raw(raw)
     }
 
+    /// Fills `out` one object at a time from `one`; all or nothing (the
+    /// objects taken are freed again when `one` runs out).
+    #[track_caller]
+    fn alloc_bulk_each(&self, out: &mut [*mut u8], one: impl Fn() -> Option<NonNull<u8>>) -> usize {
+        for i in 0..out.len() {
+            match one() {
+                Some(o) => out[i] = o.as_ptr(),
+                None => {
+                    for p in &mut out[..i] {
+                        // SAFETY: taken just above.
+                        unsafe { self.free(NonNull::new_unchecked(*p)) };
+                        *p = core::ptr::null_mut();
+                    }
+                    return 0;
+                }
+            }
+        }
+        out.len()
+    }
+
     /// [`alloc_bulk`](Self::alloc_bulk) on raw pointers (a sheaf's slots
     /// are this type).
     #[track_caller]
@@ -45,44 +65,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // First use decides the paths (`rcs()` reads the dispatch byte).
         self.mode();
         if self.flags.is_debug() {
-            // Debug caches check every object: one at a time.
-            for i in 0..out.len() {
-                match self.alloc() {
-                    Some(o) => out[i] = o.as_ptr(),
-                    None => {
-                        for p in &mut out[..i] {
-                            // SAFETY: taken just above.
-                            unsafe { self.free(NonNull::new_unchecked(*p)) };
-                            *p = core::ptr::null_mut();
-                        }
-                        return 0;
-                    }
-                }
-            }
-            return out.len();
+            // Debug caches check every object: one at a time (owners
+            // recorded at the caller of `alloc_bulk`).
+            let loc = core::panic::Location::caller();
+            return self.alloc_bulk_each(out, || self.alloc_debug(loc));
         }
         if self.rcs() {
             // Restartable sheaves: one pop (a section) per object, with
             // the sheaf slow paths (barn, refill) as they run out.
-            for i in 0..out.len() {
-                let o = if self.hardened() {
-                    self.alloc_rcs::<true>()
-                } else {
-                    self.alloc_rcs::<false>()
-                };
-                match o {
-                    Some(o) => out[i] = o.as_ptr(),
-                    None => {
-                        for p in &mut out[..i] {
-                            // SAFETY: taken just above.
-                            unsafe { self.free(NonNull::new_unchecked(*p)) };
-                            *p = core::ptr::null_mut();
-                        }
-                        return 0;
-                    }
-                }
-            }
-            return out.len();
+            return if self.hardened() {
+                self.alloc_bulk_each(out, || self.alloc_rcs::<true>())
+            } else {
+                self.alloc_bulk_each(out, || self.alloc_rcs::<false>())
+            };
         }
         // Sheaves first (`alloc_from_pcs_bulk`), then slabs for the rest.
         let from_pcs = if self.sheaf_capacity != 0 {
