@@ -526,28 +526,7 @@ unsafe impl Platform for PerThread {
     fn current_cpu(&self) -> usize {
         Self::my_slot().0
     }
-    #[inline(always)]
-    fn in_interrupt(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irqs_disabled(&self) -> bool {
-        false
-    }
-    #[inline(always)]
-    fn irq_save(&self) -> IrqFlags {
-        IrqFlags(0)
-    }
-    #[inline(always)]
-    unsafe fn irq_restore(&self, _flags: IrqFlags) {}
-    #[inline(always)]
-    fn irq_disable(&self) {}
-    #[inline(always)]
-    unsafe fn irq_enable(&self) {}
-    #[inline(always)]
-    fn preempt_disable(&self) {}
-    #[inline(always)]
-    unsafe fn preempt_enable(&self) {}
+    std_process_platform!();
     #[inline(always)]
     fn pin(&self) -> Pin {
         let (cpu, strategy) = Self::my_slot();
@@ -559,10 +538,6 @@ unsafe impl Platform for PerThread {
     }
     #[inline(always)]
     unsafe fn unpin(&self, _pin: Pin) {}
-    #[inline(always)]
-    fn random_seed(&self) -> u64 {
-        os_random_seed()
-    }
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {
         Strategy::Pinned
