@@ -27,6 +27,27 @@ pub const MAX_GROW_RETRIES: usize = 16;
 /// [`GlobalBuddy`](crate::GlobalBuddy), and pcp's `Pcp` and `GlobalPcp`;
 /// slub's `SlabSource` is this trait.
 ///
+/// ```
+/// use buddy::{AllocFlags, Order, PageAlloc};
+/// /// A two-page buffer from any page allocator of the family; its owner
+/// /// words remember who asked.
+/// fn two_pages<A: PageAlloc>(a: &A, id: usize) -> core::ptr::NonNull<u8> {
+///     let b = a.alloc_block(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+///     b.owner.data().store(id, core::sync::atomic::Ordering::Relaxed);
+///     b.page.ptr
+/// }
+/// static HEAP: buddy::GlobalBuddy = buddy::GlobalBuddy::new();
+/// let p = two_pages(&HEAP, 42);
+/// assert_eq!(HEAP.page_size(), 4096);
+/// // From an address inside, the block and the words its holder set.
+/// let b = HEAP.block_of(p.as_ptr().wrapping_add(5000)).unwrap();
+/// assert_eq!((b.head, b.order.get()), (p, 1));
+/// assert_eq!(b.owner.data().load(core::sync::atomic::Ordering::Relaxed), 42);
+/// b.owner.reset();
+/// // SAFETY: our block, of this order, freed once.
+/// unsafe { HEAP.free_block(p, Order::new(1).unwrap()) };
+/// ```
+///
 /// # Safety
 ///
 /// `alloc_block` returns blocks nobody else holds, aligned to their size,
@@ -59,6 +80,37 @@ pub unsafe trait PageAlloc: Sync {
 /// ask through [`alloc_or_grow`](Self::alloc_or_grow) or call
 /// [`grow`](Self::grow) themselves after their own refill failed; they
 /// never implement or forward it.
+///
+/// ```
+/// use buddy::{AllocFlags, BuddySource, Order};
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
+/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// // A plain `Buddy` is a source that never grows: once its memory is
+/// // taken, `alloc_or_grow` fails.
+/// let max = Order::new(4).unwrap();
+/// let mut held = Vec::new();
+/// while let Some(b) = heap.alloc_or_grow(max, AllocFlags::NONE) {
+///     held.push(b.page);
+/// }
+/// assert!(!held.is_empty());
+/// // `GlobalBuddy` maps more memory from the OS instead.
+/// static HEAP: buddy::GlobalBuddy = buddy::GlobalBuddy::new();
+/// let g = HEAP.alloc_or_grow(max, AllocFlags::NONE).unwrap();
+/// assert!(HEAP.buddy().owns(g.page.ptr.as_ptr()));
+/// // SAFETY: our blocks, each freed once.
+/// unsafe {
+///     HEAP.buddy().free_pages(g.page.ptr, max);
+///     for p in held {
+///         heap.free_pages(p.ptr, p.order);
+///     }
+/// }
+/// ```
 pub trait BuddySource: Sync {
     /// The buddy's platform.
     type P: Platform;

@@ -10,6 +10,29 @@ use super::Buddy;
 use crate::types::{Order, Pfn, Stat, Watermarks, ZoneId, MAX_ZONES, ORDER_SLOTS};
 
 /// A snapshot of one zone (`/proc/zoneinfo`-style), taken under its lock.
+///
+/// ```
+/// use buddy::{AllocFlags, Order, Stat, ZoneId};
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
+/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::ZERO, AllocFlags::NONE).unwrap();
+/// let info = heap.zone_info(ZoneId::new(0));
+/// assert_eq!(info.name, "Normal");
+/// assert_eq!(info.free, info.managed - 1);
+/// assert_eq!(info.free, heap.nr_free_pages(ZoneId::new(0)));
+/// assert_eq!(info.stat(Stat::ALLOC), 1);
+/// assert_eq!(info.max_order.get(), 4);
+/// // `/proc/zoneinfo`-style text for every zone.
+/// assert!(heap.zoneinfo().to_string().contains("Normal"));
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ZoneInfo {
     /// The zone.
