@@ -50,15 +50,15 @@ use crate::zone::{Zone, ZoneInner};
 /// a memmap placed by the caller).
 ///
 /// ```
-/// use buddy::{Buddy, Config, Tunables};
+/// use buddy::{AllocFlags, Buddy, Config, Order, Tunables, ZoneId};
 /// use local_lock::std_platform::StdCpu;
+///
 /// // 4 KiB pages, blocks up to order 4 (64 KiB), no min watermark.
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
 /// // 1 MiB of zeroed memory, leaked: it must outlive the allocator.
 /// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
 /// // SAFETY: the memory is ours alone, lives forever and reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
-/// use buddy::{AllocFlags, Order, ZoneId};
 ///
 /// let pages = heap.total_managed_pages();
 /// assert!(pages > 240, "1 MiB less the carved memmap and the trimmed edges");

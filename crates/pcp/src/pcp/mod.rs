@@ -66,12 +66,13 @@ use crate::stats::PcpStat;
 /// unsafe { src.heap.add_region(first.as_mut_ptr(), first.len(), true) }.unwrap();
 /// let before = src.heap.total_managed_pages();
 /// let pcp = Pcp::<_, PerThread>::new_tuned(&src, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
-/// // Taking every page makes the pcp ask its source to grow, once.
+/// // Taking every page makes the pcp ask its source to grow (the pages are
+/// // never freed here: the example ends).
 /// let mut taken = 0;
 /// while pcp.alloc(Order::ZERO, AllocFlags::NONE).is_some() {
 ///     taken += 1;
 /// }
-/// assert!(taken > before, "the spare region was added");
+/// assert!(taken > before, "more pages than the first region: the spare was added");
 /// assert!(src.spare.lock().unwrap().is_none());
 /// ```
 pub use buddy::BuddySource as PageSource;
@@ -239,9 +240,10 @@ impl CpuCounters {
 /// lock uses real CPUs), `N` the number of per-CPU slots.
 ///
 /// ```
-/// use buddy::{Buddy, Config, Tunables, ZoneId};
+/// use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
 /// use local_lock::std_platform::{PerThread, StdCpu};
-/// use pcp::{Pcp, Policy};
+/// use pcp::{Pcp, PcpStat, Policy};
+///
 /// // A 1 MiB buddy (4 KiB pages, blocks up to order 4), its memory leaked:
 /// // it must outlive the allocator.
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
@@ -250,8 +252,6 @@ impl CpuCounters {
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// // Per-thread lists over its zone: batch 8, high 32 pages.
 /// let pcp = Pcp::<_, PerThread>::new_tuned(&heap, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
-/// use buddy::{AllocFlags, FreeFlags, Order};
-/// use pcp::PcpStat;
 ///
 /// // The first allocation refills this thread's lists with a batch.
 /// let p = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
