@@ -274,13 +274,14 @@ impl PageDesc {
 /// ```
 /// use buddy::{AllocFlags, Order};
 /// use core::sync::atomic::Ordering::Relaxed;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB heap, as in `Buddy`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let b = heap.alloc_block(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
 /// let o = b.owner;

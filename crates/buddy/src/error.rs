@@ -12,13 +12,14 @@ use crate::types::{Order, ZoneId};
 ///
 /// ```
 /// use buddy::{AllocFlags, FreeErrorKind, FreeFlags, Order};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB heap, as in `Buddy`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
 /// // SAFETY: a wrong order is refused by the check, nothing is freed.
@@ -44,13 +45,14 @@ pub struct FreeError {
 /// ```
 /// use buddy::{AllocFlags, FreeErrorKind, FreeFlags, Order};
 /// use core::ptr::NonNull;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB heap, as in `Buddy`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
 /// let second = NonNull::new(p.ptr.as_ptr().wrapping_add(4096)).unwrap();
@@ -162,15 +164,15 @@ impl fmt::Display for FreeError {
 /// ```
 /// use buddy::{Buddy, Config, RegionError};
 /// use local_lock::std_platform::StdCpu;
+/// // Memory declared first: it outlives the allocator.
+/// let (mut mem, mut tiny) = (vec![0u8; 1 << 20], [0u8; 100]);
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4));
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// // SAFETY: refused, nothing is added.
 /// let again = unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) };
 /// assert_eq!(again, Err(RegionError::Overlap));
-/// let tiny = Box::leak(Box::new([0u8; 100]));
-/// // SAFETY: as above; less than a page is refused.
+/// // SAFETY: as for `mem`; less than a page is refused.
 /// let small = unsafe { heap.add_region(tiny.as_mut_ptr(), tiny.len(), true) };
 /// assert_eq!(small, Err(RegionError::TooSmall));
 /// assert_eq!(RegionError::Overlap.to_string().split(':').next(), Some("buddy"));

@@ -334,6 +334,8 @@ impl GlobalBuddy {
     /// use.
     ///
     /// ```
+    /// # // miri cannot reserve the heap (no getrlimit, mmap).
+    /// # #[cfg(not(miri))] {
     /// use core::alloc::{GlobalAlloc, Layout};
     /// static HEAP: buddy::GlobalBuddy = buddy::GlobalBuddy::new();
     /// let layout = Layout::from_size_align(3 * 4096, 4096).unwrap();
@@ -348,6 +350,7 @@ impl GlobalBuddy {
     /// assert!(HEAP.heap_bytes() >= 4 * 4096);
     /// // SAFETY: allocated above with this layout, freed once.
     /// unsafe { HEAP.dealloc(p, layout) };
+    /// # }
     /// ```
     pub const fn new() -> Self {
         Self::with_config(GLOBAL_CONFIG)

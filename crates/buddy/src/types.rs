@@ -345,13 +345,14 @@ impl fmt::Debug for AllocFlags {
 ///
 /// ```
 /// use buddy::{AllocFlags, FreeFlags, Order, Stat};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB heap, as in `Buddy`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let p = heap.alloc_pages(Order::ZERO, AllocFlags::ZEROED).unwrap();
 /// assert!(p.zero);
@@ -404,13 +405,14 @@ impl BitOr for FreeFlags {
 ///
 /// ```
 /// use buddy::{AllocFlags, Order, ZoneId};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB heap, as in `Buddy`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::ZEROED).unwrap();
 /// assert_eq!(p.order.pages(), 2);
@@ -486,9 +488,10 @@ pub struct ZoneSpec {
 /// use buddy::{Buddy, Config, Tunables, ZoneId};
 /// use local_lock::std_platform::StdCpu;
 /// let t = Tunables { watermark_scale_factor: 100, ..Tunables::NO_MIN };
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(t));
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// assert_eq!(heap.watermarks(ZoneId::new(0)).min, 0);
 /// // The sysctls can change at any time: the kernel's defaults give a floor.
@@ -566,9 +569,10 @@ pub struct Config {
 /// let policy = PurgePolicy { decay_ms: None, ..PurgePolicy::DEFAULT };
 /// let cfg = Config::new(4096, 4).with_tunables(Tunables::NO_MIN).with_purge(policy);
 /// assert_eq!(cfg.purge_order().get(), 4);
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
 /// let heap = Buddy::new(StdCpu, cfg);
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// // A purge hook must leave the block reading as zero (the OS's
 /// // `MADV_DONTNEED` does); this one clears it.
@@ -824,10 +828,11 @@ impl Default for Config {
 /// ```
 /// use buddy::{AllocFlags, Buddy, Config, Order, ZoneId};
 /// use local_lock::std_platform::StdCpu;
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
 /// // The kernel's tunables: min_free_kbytes 128 on a 1 MiB zone.
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4));
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// let w = heap.watermarks(ZoneId::new(0));
 /// assert_eq!(w.min, 128 / 4, "128 KiB in 4 KiB pages");
@@ -851,13 +856,14 @@ local_lock::stat_items! {
     ///
     /// ```
     /// use buddy::{AllocFlags, Order, Stat};
+    /// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+    /// # let mut mem = vec![0u8; 1 << 20];
     /// # // A 1 MiB heap, as in `Buddy`'s example.
     /// # let heap = buddy::Buddy::new(
     /// #     local_lock::std_platform::StdCpu,
     /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
     /// # );
-    /// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-    /// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+    /// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
     /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
     /// assert_eq!(Stat::MERGE.name(), "merge");
     /// assert_eq!(Stat::ALL.len(), Stat::COUNT);

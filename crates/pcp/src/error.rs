@@ -11,14 +11,15 @@ use crate::sizing::MAX_HIGH;
 ///
 /// ```
 /// use pcp::{BatchHighError, MAX_HIGH};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
 /// # // `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
 /// #     &heap,
@@ -97,14 +98,15 @@ impl core::error::Error for BatchHighError {}
 /// use local_lock::Platform;
 /// use pcp::DrainError;
 /// use std::sync::mpsc;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
 /// # // `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
 /// #     &heap,
@@ -160,14 +162,15 @@ impl core::error::Error for DrainError {}
 /// ```
 /// use buddy::{AllocFlags, FreeFlags, Order};
 /// use pcp::BadFreeKind;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
 /// # // `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
 /// #     &heap,
@@ -201,14 +204,15 @@ pub struct BadFree {
 /// use buddy::{AllocFlags, FreeFlags, Order};
 /// use core::ptr::NonNull;
 /// use pcp::BadFreeKind;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
 /// # // `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
 /// #     &heap,

@@ -43,6 +43,8 @@ impl GlobalPcp {
     /// An empty heap (memory is mapped on first use).
     ///
     /// ```
+    /// # // miri cannot reserve the heap (no getrlimit, mmap).
+    /// # #[cfg(not(miri))] {
     /// use core::alloc::{GlobalAlloc, Layout};
     /// static PAGES: pcp::GlobalPcp = pcp::GlobalPcp::new();
     /// let page = Layout::from_size_align(4096, 4096).unwrap();
@@ -59,6 +61,7 @@ impl GlobalPcp {
     /// assert!(PAGES.pcp().local_lists().count > 0);
     /// assert!(PAGES.drain() > 0);
     /// assert_eq!(PAGES.pcp().local_lists().count, 0);
+    /// # }
     /// ```
     pub const fn new() -> Self {
         GlobalPcp {

@@ -53,11 +53,11 @@ use crate::zone::{Zone, ZoneInner};
 /// use buddy::{AllocFlags, Buddy, Config, Order, Tunables, ZoneId};
 /// use local_lock::std_platform::StdCpu;
 ///
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
 /// // 4 KiB pages, blocks up to order 4 (64 KiB), no min watermark.
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
-/// // 1 MiB of zeroed memory, leaked: it must outlive the allocator.
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 ///
 /// let pages = heap.total_managed_pages();

@@ -40,10 +40,12 @@ use crate::stats::PcpStat;
 /// use pcp::{PageSource, Pcp, Policy};
 /// use std::sync::Mutex;
 ///
-/// /// A buddy with a spare region it adds when a zone runs out.
+/// /// A buddy with a spare region it adds when its zone runs out.
 /// struct Reserve {
+///     // Dropped first (fields drop in order): the memory outlives it.
 ///     heap: Buddy<StdCpu>,
-///     spare: Mutex<Option<&'static mut [u8]>>,
+///     // The spare memory, and whether it was added.
+///     spare: Mutex<(Vec<u8>, bool)>,
 /// }
 /// impl PageSource for Reserve {
 ///     type P = StdCpu;
@@ -51,18 +53,24 @@ use crate::stats::PcpStat;
 ///         &self.heap
 ///     }
 ///     fn grow(&self, _order: Order) -> bool {
-///         let Some(m) = self.spare.lock().unwrap().take() else { return false };
-///         // SAFETY: leaked memory of ours alone that reads as zero.
-///         unsafe { self.heap.add_region(m.as_mut_ptr(), m.len(), true) }.is_ok()
+///         let mut spare = self.spare.lock().unwrap();
+///         let (mem, added) = &mut *spare;
+///         if *added {
+///             return false;
+///         }
+///         *added = true;
+///         // SAFETY: zeroed memory that lives as long as `heap` (its buffer
+///         // never moves), added once, used by nothing else.
+///         unsafe { self.heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.is_ok()
 ///     }
 /// }
-/// let leak = || Box::leak(vec![0u8; 256 << 10].into_boxed_slice());
+/// // 256 KiB first, declared before the source: it outlives it.
+/// let mut first = vec![0u8; 256 << 10];
 /// let src = Reserve {
 ///     heap: Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN)),
-///     spare: Mutex::new(Some(leak())),
+///     spare: Mutex::new((vec![0u8; 256 << 10], false)),
 /// };
-/// let first = leak();
-/// // SAFETY: as in `grow`.
+/// // SAFETY: `first` outlives `src`, nothing else uses it, and it reads as zero.
 /// unsafe { src.heap.add_region(first.as_mut_ptr(), first.len(), true) }.unwrap();
 /// let before = src.heap.total_managed_pages();
 /// let pcp = Pcp::<_, PerThread>::new_tuned(&src, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
@@ -73,7 +81,7 @@ use crate::stats::PcpStat;
 ///     taken += 1;
 /// }
 /// assert!(taken > before, "more pages than the first region: the spare was added");
-/// assert!(src.spare.lock().unwrap().is_none());
+/// assert!(src.spare.lock().unwrap().1);
 /// ```
 pub use buddy::BuddySource as PageSource;
 
@@ -84,13 +92,14 @@ pub use buddy::BuddySource as PageSource;
 /// use buddy::{AllocFlags, FreeFlags, Order, ZoneId};
 /// use local_lock::std_platform::PerThread;
 /// use pcp::{Pcp, PcpStat, Policy};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy, as in `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// // std has no interrupt handlers: every policy serves tasks from the lists.
 /// for policy in [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock] {
@@ -124,14 +133,15 @@ pub enum Policy {
 ///
 /// ```
 /// use buddy::{AllocFlags, FreeFlags, Order};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
 /// # // `Pcp`'s example.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
 /// # );
-/// # let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// # // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
 /// #     &heap,
@@ -244,11 +254,12 @@ impl CpuCounters {
 /// use local_lock::std_platform::{PerThread, StdCpu};
 /// use pcp::{Pcp, PcpStat, Policy};
 ///
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
 /// // A 1 MiB buddy (4 KiB pages, blocks up to order 4), its memory leaked:
 /// // it must outlive the allocator.
 /// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
-/// let mem = Box::leak(vec![0u8; 1 << 20].into_boxed_slice());
-/// // SAFETY: the memory is ours alone, lives forever and reads as zero.
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
 /// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
 /// // Per-thread lists over its zone: batch 8, high 32 pages.
 /// let pcp = Pcp::<_, PerThread>::new_tuned(&heap, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
