@@ -270,6 +270,34 @@ impl PageDesc {
 ///
 /// Everything is atomic, so sharing `&Owner` is always memory safe; the rule
 /// above is about meaning, not soundness.
+///
+/// ```
+/// use buddy::{AllocFlags, Order};
+/// use core::sync::atomic::Ordering::Relaxed;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let b = heap.alloc_block(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+/// let o = b.owner;
+/// assert_eq!(o.block(), Some(b.page.ptr));
+/// assert_eq!(o.order(), b.page.order.into());
+/// // A slab-style use: a tag for the kind, a word for the owner's id.
+/// o.tag().store(0x51ab, Relaxed);
+/// o.data().store(7, Relaxed);
+/// // Found again from an address in the block's second page.
+/// let again = heap.owner_of(b.page.ptr.as_ptr().wrapping_add(4096)).unwrap().owner;
+/// assert_eq!((again.tag().load(Relaxed), again.data().load(Relaxed)), (0x51ab, 7));
+/// o.reset();
+/// assert_eq!(o.tag().load(Relaxed), 0);
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(b.page.ptr, b.page.order) };
+/// ```
 #[repr(transparent)]
 pub struct Owner(PageDesc);
 

@@ -9,6 +9,27 @@ use crate::types::{Order, ZoneId};
 /// [`free_pages`](crate::Buddy::free_pages) panics with this as the message
 /// (`buddy: bad free of 0x…: …`); [`try_free_pages`](crate::Buddy::try_free_pages)
 /// returns it.
+///
+/// ```
+/// use buddy::{AllocFlags, FreeErrorKind, FreeFlags, Order};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+/// // SAFETY: a wrong order is refused by the check, nothing is freed.
+/// let e = unsafe { heap.try_free_pages(p.ptr, Order::ZERO, FreeFlags::NONE) }.unwrap_err();
+/// assert_eq!((e.addr, e.order), (p.addr(), 0));
+/// assert_eq!(e.kind, FreeErrorKind::WrongOrder { actual: p.order });
+/// assert!(e.to_string().starts_with("buddy: bad free of 0x"));
+/// // SAFETY: our block, of its order, freed once.
+/// unsafe { heap.try_free_pages(p.ptr, p.order, FreeFlags::NONE) }.unwrap();
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct FreeError {
     /// The address passed to the free.
@@ -20,6 +41,34 @@ pub struct FreeError {
 }
 
 /// What is wrong with a free.
+///
+/// ```
+/// use buddy::{AllocFlags, FreeErrorKind, FreeFlags, Order};
+/// use core::ptr::NonNull;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+/// let second = NonNull::new(p.ptr.as_ptr().wrapping_add(4096)).unwrap();
+/// // SAFETY (all three): refused frees change nothing.
+/// let e = unsafe { heap.try_free_pages(second, Order::ZERO, FreeFlags::NONE) }.unwrap_err();
+/// assert_eq!(e.kind, FreeErrorKind::NotHead { head: p.addr(), order: p.order });
+/// let mut outside = [0u8; 16];
+/// let stack = NonNull::new(outside.as_mut_ptr()).unwrap();
+/// let e = unsafe { heap.try_free_pages(stack, Order::ZERO, FreeFlags::NONE) }.unwrap_err();
+/// assert!(matches!(e.kind, FreeErrorKind::Misaligned | FreeErrorKind::NotOwned));
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// // SAFETY: a double free is caught by the descriptor check.
+/// let e = unsafe { heap.try_free_pages(p.ptr, p.order, FreeFlags::NONE) }.unwrap_err();
+/// assert!(matches!(e.kind, FreeErrorKind::DoubleFree { .. }));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum FreeErrorKind {
     /// The order is above the allocator's `max_order`.
@@ -111,6 +160,23 @@ impl fmt::Display for FreeError {
 }
 
 /// Why a region or span was not added (nothing was added).
+///
+/// ```
+/// use buddy::{Buddy, Config, RegionError};
+/// use local_lock::std_platform::StdCpu;
+/// // Memory declared first: it outlives the allocator.
+/// let (mut mem, mut tiny) = (vec![0u8; 1 << 20], [0u8; 100]);
+/// let heap = Buddy::new(StdCpu, Config::new(4096, 4));
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// // SAFETY: refused, nothing is added.
+/// let again = unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) };
+/// assert_eq!(again, Err(RegionError::Overlap));
+/// // SAFETY: as for `mem`; less than a page is refused.
+/// let small = unsafe { heap.add_region(tiny.as_mut_ptr(), tiny.len(), true) };
+/// assert_eq!(small, Err(RegionError::TooSmall));
+/// assert_eq!(RegionError::Overlap.to_string().split(':').next(), Some("buddy"));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum RegionError {
     /// After trimming to whole pages (and carving a memmap) nothing is

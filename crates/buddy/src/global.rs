@@ -332,6 +332,26 @@ fn abort_bad_free(e: FreeError) -> ! {
 impl GlobalBuddy {
     /// An empty heap with [`GLOBAL_CONFIG`]; memory is reserved on first
     /// use.
+    ///
+    /// ```
+    /// # // miri cannot reserve the heap (no getrlimit, mmap).
+    /// # #[cfg(not(miri))] {
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// static HEAP: buddy::GlobalBuddy = buddy::GlobalBuddy::new();
+    /// let layout = Layout::from_size_align(3 * 4096, 4096).unwrap();
+    /// // SAFETY: a layout of non-zero size.
+    /// let p = unsafe { HEAP.alloc_zeroed(layout) };
+    /// assert!(!p.is_null());
+    /// // SAFETY: `alloc_zeroed` gave 3 pages that read as zero.
+    /// assert!(unsafe { core::slice::from_raw_parts(p, 3 * 4096) }.iter().all(|&b| b == 0));
+    /// // Rounded up to a naturally aligned block of 4 pages, from mapped heap.
+    /// let block = HEAP.buddy().owner_of(p).unwrap();
+    /// assert_eq!((block.head.as_ptr(), block.order.pages()), (p, 4));
+    /// assert!(HEAP.heap_bytes() >= 4 * 4096);
+    /// // SAFETY: allocated above with this layout, freed once.
+    /// unsafe { HEAP.dealloc(p, layout) };
+    /// # }
+    /// ```
     pub const fn new() -> Self {
         Self::with_config(GLOBAL_CONFIG)
     }

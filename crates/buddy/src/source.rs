@@ -27,6 +27,37 @@ pub const MAX_GROW_RETRIES: usize = 16;
 /// [`GlobalBuddy`](crate::GlobalBuddy), and pcp's `Pcp` and `GlobalPcp`;
 /// slub's `SlabSource` is this trait.
 ///
+/// ```
+/// use buddy::{AllocFlags, Order, PageAlloc};
+/// use core::sync::atomic::Ordering::Relaxed;
+///
+/// /// A two-page buffer from any page allocator of the family (a buddy,
+/// /// `GlobalBuddy`, pcp's lists); its owner words remember who asked.
+/// fn two_pages<A: PageAlloc>(a: &A, id: usize) -> core::ptr::NonNull<u8> {
+///     let b = a.alloc_block(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+///     b.owner.data().store(id, Relaxed);
+///     b.page.ptr
+/// }
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = two_pages(&heap, 42);
+/// assert_eq!((heap.page_size(), PageAlloc::max_order(&heap).get()), (4096, 4));
+/// // From an address inside, the block and the words its holder set.
+/// let b = heap.block_of(p.as_ptr().wrapping_add(5000)).unwrap();
+/// assert_eq!((b.head, b.order.get()), (p, 1));
+/// assert_eq!(b.owner.data().load(Relaxed), 42);
+/// b.owner.reset();
+/// // SAFETY: our block, of this order, freed once.
+/// unsafe { heap.free_block(p, Order::new(1).unwrap()) };
+/// ```
+///
 /// # Safety
 ///
 /// `alloc_block` returns blocks nobody else holds, aligned to their size,
@@ -59,6 +90,56 @@ pub unsafe trait PageAlloc: Sync {
 /// ask through [`alloc_or_grow`](Self::alloc_or_grow) or call
 /// [`grow`](Self::grow) themselves after their own refill failed; they
 /// never implement or forward it.
+///
+/// ```
+/// use buddy::{AllocFlags, Buddy, BuddySource, Config, Order, Tunables};
+/// use local_lock::std_platform::StdCpu;
+/// use std::sync::Mutex;
+///
+/// /// A buddy with a spare region it adds when it runs out (the std heap,
+/// /// `GlobalBuddy`, maps more from the OS instead).
+/// struct Reserve {
+///     // Dropped first (fields drop in order): the memory outlives it.
+///     heap: Buddy<StdCpu>,
+///     // The spare memory, and whether it was added.
+///     spare: Mutex<(Vec<u8>, bool)>,
+/// }
+/// impl BuddySource for Reserve {
+///     type P = StdCpu;
+///     fn buddy(&self) -> &Buddy<StdCpu> {
+///         &self.heap
+///     }
+///     fn grow(&self, _order: Order) -> bool {
+///         let mut spare = self.spare.lock().unwrap();
+///         let (mem, added) = &mut *spare;
+///         if *added {
+///             return false;
+///         }
+///         *added = true;
+///         // SAFETY: zeroed memory that lives as long as `heap` (its buffer
+///         // never moves), added once, used by nothing else.
+///         unsafe { self.heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.is_ok()
+///     }
+/// }
+/// let src = Reserve {
+///     heap: Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN)),
+///     spare: Mutex::new((vec![0u8; 256 << 10], false)),
+/// };
+/// // The buddy starts empty: the first request grows it.
+/// let max = Order::new(4).unwrap();
+/// assert!(src.buddy().alloc_block(max, AllocFlags::NONE).is_none());
+/// let mut held = Vec::new();
+/// while let Some(b) = src.alloc_or_grow(max, AllocFlags::NONE) {
+///     held.push(b.page);
+/// }
+/// assert!(!held.is_empty() && src.spare.lock().unwrap().1);
+/// // A plain `Buddy` is a source that never grows.
+/// assert!(!src.heap.grow(max));
+/// for p in held {
+///     // SAFETY: our blocks, each freed once.
+///     unsafe { src.heap.free_pages(p.ptr, p.order) };
+/// }
+/// ```
 pub trait BuddySource: Sync {
     /// The buddy's platform.
     type P: Platform;

@@ -36,6 +36,15 @@ use crate::{
 };
 
 /// The shape of a harness run (values are clamped into range).
+///
+/// ```
+/// use buddy::testing::{Harness, Setup};
+/// // Out-of-range values are clamped: 16-byte pages, blocks up to order 6.
+/// let h = Harness::new(Setup { page_shift: 0, max_order: 200, ..Setup::default() });
+/// assert_eq!(h.buddy().config().page_size(), 16);
+/// assert_eq!(h.buddy().config().max_order().get(), 6);
+/// h.finish();
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Setup {
     /// log2 of the page size, clamped to `4..=12` (below 8 the memmap is
@@ -52,6 +61,22 @@ pub struct Setup {
 }
 
 /// One operation.
+///
+/// ```
+/// use buddy::testing::{Harness, Op, Setup};
+/// let mut h = Harness::new(Setup { page_shift: 12, max_order: 4, two_zones: true, ..Setup::default() });
+/// // A zeroed order-1 block, the region kept back, a cold free, a double free.
+/// for op in [
+///     Op::Alloc { order: 1, flags: 1, zone: 0 },
+///     Op::AddRegion,
+///     Op::Free { idx: 0, zero: false, cold: true },
+///     Op::BadFree { kind: 4, idx: 0 },
+/// ] {
+///     h.apply(&op);
+/// }
+/// assert_eq!((h.ops, h.bad_frees), (4, 1));
+/// h.finish();
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
     /// `alloc_pages(order % (max+1), flags)`; `flags` bits: 1 zeroed,
@@ -167,6 +192,20 @@ struct Region {
 }
 
 /// The harness: a real buddy over an arena, and the model.
+///
+/// ```
+/// use buddy::testing::{Harness, Op, Setup};
+/// use buddy::ZoneId;
+/// let mut h = Harness::new(Setup { page_shift: 12, max_order: 3, min_free_pct: 5, ..Setup::default() });
+/// let free = h.buddy().nr_free_pages(ZoneId::new(0));
+/// // Checked against the model after each: free lists, contents, owner words.
+/// h.apply(&Op::AllocBulk { zone: 0, order: 0, count: 8, flags: 0 });
+/// assert_eq!(h.buddy().nr_free_pages(ZoneId::new(0)), free - 8);
+/// h.apply(&Op::FreeBulk { zone: 0, count: 8, zero: false });
+/// h.apply(&Op::Purge { decay: false, advance: 0 });
+/// // Frees what is left and checks that everything merged back.
+/// h.finish();
+/// ```
 pub struct Harness {
     buddy: Buddy<TestPlatform>,
     arena: *mut u8,

@@ -22,6 +22,17 @@ pub(crate) const ORDER_SLOTS: usize = ORDER_LIMIT as usize + 1;
 
 /// A page frame number: an address divided by the page size (absolute, so
 /// natural alignment of a block in pfns is alignment of its address).
+///
+/// ```
+/// use buddy::{Order, Pfn};
+/// let p = Pfn(0x1004);
+/// let o2 = Order::new(2).unwrap();
+/// assert_eq!(p.buddy(o2), Pfn(0x1000), "pfn ^ (1 << order)");
+/// assert_eq!(p.parent(o2), Pfn(0x1000));
+/// assert!(p.is_aligned(o2) && !p.is_aligned(Order::new(3).unwrap()));
+/// assert_eq!(p.align_down(Order::new(3).unwrap()), Pfn(0x1000));
+/// assert_eq!(p.to_string(), "pfn 0x1004");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Pfn(pub usize);
 
@@ -57,6 +68,17 @@ impl fmt::Display for Pfn {
 }
 
 /// A block order: a block of order `k` is `2^k` pages, naturally aligned.
+///
+/// ```
+/// use buddy::{Config, Order, ORDER_LIMIT};
+/// // `get_order`: 5 pages need an 8-page block.
+/// let o = Order::for_pages(5).unwrap();
+/// assert_eq!((o.get(), o.pages()), (3, 8));
+/// assert_eq!(Order::new(ORDER_LIMIT + 1), None);
+/// // A 5000-byte request takes two 4 KiB pages.
+/// assert_eq!(Config::DEFAULT.order_for(5000, 8), Order::new(1));
+/// assert_eq!(o.to_string(), "order 3");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Order(u8);
 
@@ -126,6 +148,19 @@ impl fmt::Display for Order {
 
 /// A zone, by index: zone 0 is the lowest addresses (the kernel's DMA or
 /// DMA32), the last zone the highest (NORMAL).
+///
+/// ```
+/// use buddy::{Config, ZoneId, ZoneSpec};
+/// const CFG: Config = Config::new(4096, 10).with_zones(&[
+///     ZoneSpec { name: "DMA32", end: 1 << 32 },
+///     ZoneSpec { name: "Normal", end: usize::MAX },
+/// ]);
+/// assert_eq!(CFG.zone_of_addr(0x1000), ZoneId::new(0));
+/// assert_eq!(CFG.zone_of_addr(1 << 33).index(), 1);
+/// // The highest zone wholly below 4 GiB (a 32-bit DMA engine's limit).
+/// assert_eq!(CFG.zone_below(1 << 32), Some(ZoneId::new(0)));
+/// assert_eq!(CFG.zone_below(1 << 20), None);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct ZoneId(u8);
 
@@ -163,6 +198,19 @@ impl ZoneId {
 /// | [`COLD`](Self::COLD) | `__GFP_COLD` (pre-4.15) | take the cold end (tail) of the free list |
 /// | [`COMP`](Self::COMP) | `__GFP_COMP` | stamp the tail descriptors, so [`owner_of`](crate::Buddy::owner_of) from any address is two descriptor reads |
 /// | [`zone_max`](Self::zone_max) | `gfp_zone()` | the highest zone the block may come from (e.g. a DMA32 zone for "below 4 GiB") |
+///
+/// ```
+/// use buddy::{AllocFlags, ZoneId};
+/// let f = AllocFlags::ZEROED | AllocFlags::COLD;
+/// assert!(f.contains(AllocFlags::ZEROED) && !f.contains(AllocFlags::ONLY_ZERO));
+/// assert!(AllocFlags::ONLY_ZERO.contains(AllocFlags::ZEROED));
+/// assert_eq!(AllocFlags::HIGH | AllocFlags::NONBLOCK, AllocFlags::ATOMIC);
+/// // Zone 0 and below only (e.g. DMA32 for "below 4 GiB").
+/// let dma = f.zone_max(ZoneId::new(0));
+/// assert_eq!(dma.max_zone(), Some(ZoneId::new(0)));
+/// assert_eq!(format!("{dma:?}"), "AllocFlags(ZEROED | COLD | zone_max(0))");
+/// assert_eq!(AllocFlags::from_bits_truncate(dma.bits()), dma);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AllocFlags(u32);
 
@@ -294,6 +342,25 @@ impl fmt::Debug for AllocFlags {
 }
 
 /// How a block comes back ([`free_pages_flags`](crate::Buddy::free_pages_flags)).
+///
+/// ```
+/// use buddy::{AllocFlags, FreeFlags, Order, Stat};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::ZERO, AllocFlags::ZEROED).unwrap();
+/// assert!(p.zero);
+/// // SAFETY: our order-0 block, never written (it still reads as zero), freed once.
+/// unsafe { heap.free_pages_flags(p.ptr, p.order, FreeFlags::ZERO | FreeFlags::COLD) };
+/// assert_eq!(heap.stat(Stat::FREE_ZERO), 1, "freed as still zero: it keeps PG_zero");
+/// assert!((FreeFlags::ZERO | FreeFlags::COLD).contains(FreeFlags::COLD));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
 pub struct FreeFlags(u32);
 
@@ -335,6 +402,34 @@ impl BitOr for FreeFlags {
 /// ignores it (the holder may have written to the block); only
 /// [`free_bulk_keep_zero`](crate::Buddy::free_bulk_keep_zero), whose caller
 /// states that its zero-flagged blocks still read as zero, keeps it.
+///
+/// ```
+/// use buddy::{AllocFlags, Order, ZoneId};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::ZEROED).unwrap();
+/// assert_eq!(p.order.pages(), 2);
+/// assert_eq!(p.addr() % 8192, 0, "naturally aligned");
+/// assert!(p.zero, "a ZEROED request reads as zero");
+/// // SAFETY: the block is ours: two pages.
+/// unsafe { p.ptr.as_ptr().write_bytes(0xab, 8192) };
+/// // SAFETY: our block, of its order, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+///
+/// // Bulk allocation (pcp's refill) says which blocks are known zero.
+/// let mut pages = Vec::new();
+/// let n = heap.alloc_bulk(ZoneId::new(0), Order::ZERO, AllocFlags::NONE, 8, |p| pages.push(p));
+/// assert_eq!(n, 8);
+/// // SAFETY: our blocks, freed once (`free_bulk` ignores `Page::zero`).
+/// assert_eq!(unsafe { heap.free_bulk(ZoneId::new(0), pages) }, 8);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Page {
     /// The block's first byte (with the provenance of the managed memory).
@@ -365,6 +460,18 @@ impl Page {
 // ---------------------------------------------------------------------------
 
 /// One zone of a [`Config`].
+///
+/// ```
+/// use buddy::{Config, ZoneSpec};
+/// const CFG: Config = Config::new(4096, 10).with_zones(&[
+///     ZoneSpec { name: "DMA32", end: 1 << 32 },
+///     // The last zone reaches the end of the address space whatever its `end`.
+///     ZoneSpec { name: "Normal", end: 0 },
+/// ]);
+/// assert_eq!(CFG.nr_zones(), 2);
+/// assert_eq!(CFG.zones()[0], ZoneSpec { name: "DMA32", end: 1 << 32 });
+/// assert_eq!(CFG.zones()[1].end, usize::MAX);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ZoneSpec {
     /// Name shown by `/proc/buddyinfo`-style reports ("DMA32", "Normal").
@@ -376,6 +483,22 @@ pub struct ZoneSpec {
 }
 
 /// The kernel's watermark and reserve tunables (`/proc/sys/vm`).
+///
+/// ```
+/// use buddy::{Buddy, Config, Tunables, ZoneId};
+/// use local_lock::std_platform::StdCpu;
+/// let t = Tunables { watermark_scale_factor: 100, ..Tunables::NO_MIN };
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
+/// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(t));
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// assert_eq!(heap.watermarks(ZoneId::new(0)).min, 0);
+/// // The sysctls can change at any time: the kernel's defaults give a floor.
+/// heap.set_tunables(Tunables::KERNEL);
+/// assert_eq!(heap.tunables(), Tunables::KERNEL);
+/// assert!(heap.watermarks(ZoneId::new(0)).min > 0);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Tunables {
     /// `vm.min_free_kbytes`, split over the zones by size. `None`: the
@@ -438,6 +561,29 @@ pub struct Config {
 /// thread) once free for [`decay_ms`](Self::decay_ms), while the zone keeps
 /// [`retain_pages`](Self::retain_pages) resident free pages (the kernel's
 /// high watermark by default).
+///
+/// ```
+/// use buddy::{Buddy, Config, PurgePolicy, Tunables, ZoneId};
+/// use local_lock::std_platform::StdCpu;
+/// // Only `trim` purges (no decay), from order 9: clamped to the largest order 4.
+/// let policy = PurgePolicy { decay_ms: None, ..PurgePolicy::DEFAULT };
+/// let cfg = Config::new(4096, 4).with_tunables(Tunables::NO_MIN).with_purge(policy);
+/// assert_eq!(cfg.purge_order().get(), 4);
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
+/// let heap = Buddy::new(StdCpu, cfg);
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// // A purge hook must leave the block reading as zero (the OS's
+/// // `MADV_DONTNEED` does); this one clears it.
+/// let bytes = heap.trim_with(|block, len| {
+///     // SAFETY: a free block of `len` bytes of our memory, held by the purge.
+///     unsafe { block.as_ptr().write_bytes(0, len) };
+///     true
+/// });
+/// assert!(bytes >= 64 << 10, "at least one 64 KiB block");
+/// assert_eq!(heap.nr_purged_pages(ZoneId::new(0)), bytes / 4096);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct PurgePolicy {
     /// The smallest order purged (pageblock order 9 with 4 KiB pages by
@@ -678,6 +824,21 @@ impl Default for Config {
 /// [`ATOMIC`](AllocFlags::ATOMIC) requests may go below it by the kernel's
 /// fractions; `low` is where kswapd would be woken (and what pcp derives its
 /// `high` from); `high` is the balance goal.
+///
+/// ```
+/// use buddy::{AllocFlags, Buddy, Config, Order, ZoneId};
+/// use local_lock::std_platform::StdCpu;
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
+/// // The kernel's tunables: min_free_kbytes 128 on a 1 MiB zone.
+/// let heap = Buddy::new(StdCpu, Config::new(4096, 4));
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let w = heap.watermarks(ZoneId::new(0));
+/// assert_eq!(w.min, 128 / 4, "128 KiB in 4 KiB pages");
+/// assert!(w.min < w.low && w.low < w.high);
+/// assert!(heap.watermark_ok(ZoneId::new(0), Order::ZERO, AllocFlags::NONE));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Watermarks {
     /// `WMARK_MIN`.
@@ -692,8 +853,42 @@ local_lock::stat_items! {
     /// Per-zone event counters, summed over zones on read
     /// ([`Buddy::stat`](crate::Buddy::stat)); the text names are this
     /// crate's report names.
+    ///
+    /// ```
+    /// use buddy::{AllocFlags, Order, Stat};
+    /// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+    /// # let mut mem = vec![0u8; 1 << 20];
+    /// # // A 1 MiB heap, as in `Buddy`'s example.
+    /// # let heap = buddy::Buddy::new(
+    /// #     local_lock::std_platform::StdCpu,
+    /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+    /// # );
+    /// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+    /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+    /// assert_eq!(Stat::MERGE.name(), "merge");
+    /// assert_eq!(Stat::ALL.len(), Stat::COUNT);
+    /// let p = heap.alloc_pages(Order::ZERO, AllocFlags::NONE).unwrap();
+    /// assert_eq!(heap.stat(Stat::ALLOC), 1);
+    /// assert_eq!(heap.stat(Stat::ZONE_FAIL), 0);
+    /// // SAFETY: our block, freed once.
+    /// unsafe { heap.free_pages(p.ptr, p.order) };
+    /// assert_eq!(heap.stat(Stat::FREE), 1);
+    /// ```
     pub enum Stat;
     /// One zone's counters, or their sum.
+    ///
+    /// ```
+    /// use buddy::{Stat, ZoneStats};
+    /// let mut a = ZoneStats::ZERO;
+    /// a.inc(Stat::ALLOC);
+    /// a.add(Stat::SPLIT, 3);
+    /// let mut sum = a;
+    /// sum.merge(&a); // two zones' counters
+    /// assert_eq!(sum.get(Stat::SPLIT), 6);
+    /// assert_eq!(a.delta(&sum), a, "what changed from `a` to `sum`");
+    /// // One `name value` line per item (zeros included).
+    /// assert_eq!(a.to_string().lines().count(), Stat::COUNT);
+    /// ```
     pub struct ZoneStats [width = 16, zeros = true];
     items {
         /// Blocks handed out (single and bulk).

@@ -41,6 +41,28 @@ pub struct GlobalPcp {
 
 impl GlobalPcp {
     /// An empty heap (memory is mapped on first use).
+    ///
+    /// ```
+    /// # // miri cannot reserve the heap (no getrlimit, mmap).
+    /// # #[cfg(not(miri))] {
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// static PAGES: pcp::GlobalPcp = pcp::GlobalPcp::new();
+    /// let page = Layout::from_size_align(4096, 4096).unwrap();
+    /// // SAFETY: a layout of non-zero size.
+    /// let p = unsafe { PAGES.alloc_zeroed(page) };
+    /// assert!(!p.is_null() && p as usize % 4096 == 0);
+    /// // SAFETY: `p` is a zeroed page of ours, freed once.
+    /// unsafe {
+    ///     assert_eq!(*p.add(4095), 0);
+    ///     PAGES.dealloc(p, page);
+    /// }
+    /// // The page went to this thread's lists (with the rest of the refill),
+    /// // not to the buddy; a drain returns them.
+    /// assert!(PAGES.pcp().local_lists().count > 0);
+    /// assert!(PAGES.drain() > 0);
+    /// assert_eq!(PAGES.pcp().local_lists().count, 0);
+    /// # }
+    /// ```
     pub const fn new() -> Self {
         GlobalPcp {
             pcp: Pcp::new_tuned(

@@ -40,6 +40,43 @@ pub const fn is_pcp_tag(tag: u32) -> bool {
 }
 
 /// A doubly linked list of pages, head = hot end, tail = cold end.
+///
+/// ```
+/// use buddy::{AllocFlags, FreeFlags, Order};
+/// use core::sync::atomic::Ordering::Relaxed;
+/// use pcp::list::{is_pcp_tag, list_tag, PageList};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
+/// # // `Pcp`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
+/// #     &heap,
+/// #     buddy::ZoneId::new(0),
+/// #     local_lock::std_platform::PerThread,
+/// #     pcp::Policy::Trylock,
+/// #     Some((8, 32)),
+/// # );
+/// assert_eq!(pcp.local_lists().normal[0], PageList::EMPTY);
+/// let p = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+/// // SAFETY: our page, written, then freed once.
+/// unsafe {
+///     p.ptr.as_ptr().write(1);
+///     pcp.free(p.ptr, p.order, FreeFlags::NONE);
+/// }
+/// let list = pcp.local_lists().normal[0];
+/// assert_eq!(list.len, 1);
+/// // The node is the page's descriptor (its owner words), tagged with the list.
+/// let owner = heap.owner_of(p.ptr.as_ptr()).unwrap().owner;
+/// assert_eq!((list.head, list.tail), (owner as *const _ as usize, list.head));
+/// assert_eq!(owner.tag().load(Relaxed), list_tag(0, false));
+/// assert!(is_pcp_tag(list_tag(3, true)));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PageList {
     /// First (hottest) node: the address of its page's descriptor, 0 if empty.

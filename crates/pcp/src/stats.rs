@@ -5,9 +5,52 @@
 
 local_lock::stat_items! {
     /// A pcp statistic (kernel-style upper-case names).
+    ///
+    /// ```
+    /// use buddy::{AllocFlags, FreeFlags, Order};
+    /// use pcp::PcpStat;
+    /// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+    /// # let mut mem = vec![0u8; 1 << 20];
+    /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
+    /// # // `Pcp`'s example.
+    /// # let heap = buddy::Buddy::new(
+    /// #     local_lock::std_platform::StdCpu,
+    /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+    /// # );
+    /// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+    /// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+    /// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
+    /// #     &heap,
+    /// #     buddy::ZoneId::new(0),
+    /// #     local_lock::std_platform::PerThread,
+    /// #     pcp::Policy::Trylock,
+    /// #     Some((8, 32)),
+    /// # );
+    /// assert_eq!(PcpStat::REFILL.name(), "REFILL");
+    /// assert_eq!(PcpStat::ALL.len(), PcpStat::COUNT);
+    /// let p = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+    /// // SAFETY: our page, freed once.
+    /// unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
+    /// let s = pcp.stats();
+    /// assert_eq!((s.get(PcpStat::REFILL), s.get(PcpStat::REFILL_PAGES)), (1, 8));
+    /// assert_eq!(s.get(PcpStat::FREE_HIT), 1);
+    /// ```
     pub enum PcpStat;
     /// One CPU's counters (plain adds under the CPU's local lock), or their
     /// sum.
+    ///
+    /// ```
+    /// use pcp::{PcpStat, PcpStats};
+    /// let mut a = PcpStats::ZERO;
+    /// a.inc(PcpStat::ALLOC_HIT);
+    /// a.add(PcpStat::REFILL_PAGES, 63);
+    /// let mut sum = a;
+    /// sum.merge(&a); // two CPUs' counters
+    /// assert_eq!(sum.get(PcpStat::REFILL_PAGES), 126);
+    /// assert_eq!(a.delta(&sum), a, "what changed from `a` to `sum`");
+    /// // One `NAME value` line per item (zeros included).
+    /// assert_eq!(a.to_string().lines().count(), PcpStat::COUNT);
+    /// ```
     pub struct PcpStats [width = 22, zeros = true];
     items {
         /// A page was served from the CPU's hot/cold list.

@@ -29,6 +29,23 @@ pub const MAX_ORDER: u8 = if cfg!(miri) { 4 } else { 10 };
 pub const CPUS: usize = 4;
 
 /// A buddy over `mib` MiB of heap memory (4 MiB aligned).
+///
+/// ```
+/// use buddy::{AllocFlags, FreeFlags};
+/// use local_lock::test_platform::TestPlatform;
+/// use pcp::testing::{Mem, CPUS, O0};
+/// use pcp::Policy;
+/// // 4 MiB of zeroed memory (1 MiB under miri) in a buddy over simulated CPUs.
+/// let m = Mem::new(4, true);
+/// let managed = m.buddy.total_managed_pages();
+/// let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+/// let p = pcp.alloc(O0, AllocFlags::ZEROED).unwrap();
+/// assert!(p.zero && pcp::testing::reads(p.ptr, O0, 0));
+/// // SAFETY: our page, freed once.
+/// unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
+/// pcp.drain_local();
+/// assert_eq!(m.buddy.total_free_pages(), managed);
+/// ```
 pub struct Mem {
     /// The buddy.
     pub buddy: Box<Buddy<TestPlatform>>,
@@ -103,6 +120,19 @@ pub fn reads(p: NonNull<u8>, order: Order, byte: u8) -> bool {
 // ----------------------------------------------------------------------------
 
 /// One operation of the state machine.
+///
+/// ```
+/// use pcp::testing::{run_machine, Op};
+/// use pcp::Policy;
+/// // On a locked platform (remote drains allowed), with interrupts.
+/// run_machine(Policy::Trylock, true, &[
+///     Op::Alloc { cpu: 0, order: 0, flags: 0, irq: false },
+///     Op::Alloc { cpu: 1, order: 2, flags: 1, irq: true },
+///     Op::Free { idx: 0, zero: false, cold: false, irq: false },
+///     Op::Bad { cpu: 2, kind: 2, idx: 0 },
+///     Op::DrainAll,
+/// ]);
+/// ```
 #[allow(missing_docs)]
 #[derive(Clone, Debug)]
 pub enum Op {

@@ -48,6 +48,30 @@ use crate::zone::{Zone, ZoneInner};
 /// Built empty by a `const fn`; memory comes from
 /// [`add_region`](Self::add_region) (and [`add_span`](Self::add_span) for
 /// a memmap placed by the caller).
+///
+/// ```
+/// use buddy::{AllocFlags, Buddy, Config, Order, Tunables, ZoneId};
+/// use local_lock::std_platform::StdCpu;
+///
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
+/// // 4 KiB pages, blocks up to order 4 (64 KiB), no min watermark.
+/// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+///
+/// let pages = heap.total_managed_pages();
+/// assert!(pages > 240, "1 MiB less the carved memmap and the trimmed edges");
+/// let p = heap.alloc_pages(Order::new(2).unwrap(), AllocFlags::ZEROED).unwrap();
+/// assert!(p.zero && p.addr() % (4 << 12) == 0);
+/// assert_eq!(heap.nr_free_pages(ZoneId::new(0)), pages - 4);
+/// assert!(heap.owns(p.ptr.as_ptr()));
+/// // SAFETY: our block, of its order, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// assert_eq!(heap.total_free_pages(), pages);
+/// // `/proc/buddyinfo`: free blocks per order.
+/// assert!(heap.to_string().starts_with("Node 0, zone   Normal"));
+/// ```
 pub struct Buddy<P> {
     /// Interrupts are saved around every zone-lock hold.
     platform: P,

@@ -17,6 +17,27 @@ use crate::types::{Order, Page};
 
 /// An allocated block found from an address inside it
 /// ([`Buddy::owner_of`]).
+///
+/// ```
+/// use buddy::{AllocFlags, Order};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::new(2).unwrap(), AllocFlags::NONE).unwrap();
+/// // From any address inside the block: its head and order (`virt_to_page`).
+/// let r = heap.owner_of(p.ptr.as_ptr().wrapping_add(3 * 4096 + 100)).unwrap();
+/// assert_eq!((r.head, r.order), (p.ptr, p.order));
+/// assert_eq!(r.owner.block(), Some(p.ptr));
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// assert!(heap.owner_of(p.ptr.as_ptr()).is_none(), "free blocks have no owner");
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct BlockRef<'a> {
     /// The block's first byte.
@@ -31,6 +52,29 @@ pub struct BlockRef<'a> {
 /// ([`Buddy::alloc_block`], [`PageAlloc::alloc_block`](crate::PageAlloc::alloc_block)):
 /// the descriptor the allocation had in hand, so its holder never looks it
 /// up again.
+///
+/// ```
+/// use buddy::{AllocFlags, Order};
+/// use core::sync::atomic::Ordering::Relaxed;
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let b = heap.alloc_block(Order::ZERO, AllocFlags::ZEROED).unwrap();
+/// assert!(b.page.zero);
+/// // The owner words are the holder's: no lookup needed to use them.
+/// b.owner.data().store(0x5eed, Relaxed);
+/// let r = heap.owner_of(b.page.ptr.as_ptr()).unwrap();
+/// assert_eq!(r.owner.data().load(Relaxed), 0x5eed);
+/// b.owner.reset();
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(b.page.ptr, b.page.order) };
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Block<'a> {
     /// The block (first byte, order, known zero).
@@ -40,6 +84,31 @@ pub struct Block<'a> {
 }
 
 /// What the buddy thinks of a page ([`Buddy::page_state`]).
+///
+/// ```
+/// use buddy::{AllocFlags, Order, PageState};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// assert_eq!(heap.page_state(core::ptr::null()), PageState::Unmanaged);
+/// let p = heap.alloc_pages(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+/// let head = p.ptr.as_ptr();
+/// assert_eq!(heap.page_state(head), PageState::Allocated { order: p.order });
+/// assert_eq!(heap.page_state(head.wrapping_add(4096)), PageState::Inside);
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// // Free again: a head of a free block, or merged into a larger one.
+/// assert!(matches!(
+///     heap.page_state(head),
+///     PageState::Free { .. } | PageState::Inside
+/// ));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PageState {
     /// No span covers the address.

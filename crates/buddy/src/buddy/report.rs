@@ -10,6 +10,30 @@ use super::Buddy;
 use crate::types::{Order, Pfn, Stat, Watermarks, ZoneId, MAX_ZONES, ORDER_SLOTS};
 
 /// A snapshot of one zone (`/proc/zoneinfo`-style), taken under its lock.
+///
+/// ```
+/// use buddy::{AllocFlags, Order, Stat, ZoneId};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB heap, as in `Buddy`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// let p = heap.alloc_pages(Order::ZERO, AllocFlags::NONE).unwrap();
+/// let info = heap.zone_info(ZoneId::new(0));
+/// assert_eq!(info.name, "Normal");
+/// assert_eq!(info.free, info.managed - 1);
+/// assert_eq!(info.free, heap.nr_free_pages(ZoneId::new(0)));
+/// assert_eq!(info.stat(Stat::ALLOC), 1);
+/// assert_eq!(info.max_order.get(), 4);
+/// // `/proc/zoneinfo`-style text for every zone.
+/// assert!(heap.zoneinfo().to_string().contains("Normal"));
+/// // SAFETY: our block, freed once.
+/// unsafe { heap.free_pages(p.ptr, p.order) };
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ZoneInfo {
     /// The zone.

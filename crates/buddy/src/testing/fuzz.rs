@@ -10,6 +10,30 @@ use arbitrary::Arbitrary;
 use super::Op;
 
 /// One fuzz input: the setup and the operations.
+///
+/// ```
+/// use arbitrary::{Arbitrary, Unstructured};
+/// use buddy::testing::fuzz::Input;
+/// use buddy::testing::{Harness, Setup};
+/// // What `fuzz/fuzz_targets/buddy.rs` does with the fuzzer's bytes.
+/// // Odd bytes: each "one more op?" byte says yes until the data runs out.
+/// let bytes: Vec<u8> = (0..600u32).map(|i| (i * 37 % 251) as u8 | 1).collect();
+/// // (`fuzz_target!` builds its input with `arbitrary_take_rest`.)
+/// let input = Input::arbitrary_take_rest(Unstructured::new(&bytes)).unwrap();
+/// assert!(!input.ops.is_empty());
+/// let mut h = Harness::new(Setup {
+///     page_shift: input.page_shift,
+///     max_order: input.max_order,
+///     two_zones: input.two_zones,
+///     min_free_pct: input.min_free_pct % 21,
+///     reserve_ratio: input.reserve_ratio,
+/// });
+/// for &op in input.ops.iter().take(512) {
+///     h.apply(&op.into());
+/// }
+/// assert_eq!(h.ops as usize, input.ops.len().min(512));
+/// h.finish();
+/// ```
 #[allow(missing_docs)]
 #[derive(Arbitrary, Debug)]
 pub struct Input {
@@ -23,6 +47,14 @@ pub struct Input {
 
 /// An operation as the fuzzer draws it: the [`Op`] variant of the same
 /// name with narrow fields; `From` maps it into range.
+///
+/// ```
+/// use buddy::testing::fuzz::FuzzOp;
+/// use buddy::testing::Op;
+/// // Fields are brought into range: at most a constraint to zone 1.
+/// let op = Op::from(FuzzOp::Alloc { order: 1, flags: 0, zone: 5 });
+/// assert!(matches!(op, Op::Alloc { order: 1, flags: 0, zone: 2 }));
+/// ```
 #[allow(missing_docs)]
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum FuzzOp {

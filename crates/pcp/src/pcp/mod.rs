@@ -33,10 +33,85 @@ use crate::stats::PcpStat;
 /// Where the pcp gets its pages: a buddy allocator and its growth hook,
 /// the buddy crate's [`BuddySource`](buddy::BuddySource) (one contract for
 /// every page layer, `docs/DESIGN.md`), under the name pcp has always used.
+///
+/// ```
+/// use buddy::{AllocFlags, Buddy, Config, Order, Tunables, ZoneId};
+/// use local_lock::std_platform::{PerThread, StdCpu};
+/// use pcp::{PageSource, Pcp, Policy};
+/// use std::sync::Mutex;
+///
+/// /// A buddy with a spare region it adds when its zone runs out.
+/// struct Reserve {
+///     // Dropped first (fields drop in order): the memory outlives it.
+///     heap: Buddy<StdCpu>,
+///     // The spare memory, and whether it was added.
+///     spare: Mutex<(Vec<u8>, bool)>,
+/// }
+/// impl PageSource for Reserve {
+///     type P = StdCpu;
+///     fn buddy(&self) -> &Buddy<StdCpu> {
+///         &self.heap
+///     }
+///     fn grow(&self, _order: Order) -> bool {
+///         let mut spare = self.spare.lock().unwrap();
+///         let (mem, added) = &mut *spare;
+///         if *added {
+///             return false;
+///         }
+///         *added = true;
+///         // SAFETY: zeroed memory that lives as long as `heap` (its buffer
+///         // never moves), added once, used by nothing else.
+///         unsafe { self.heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.is_ok()
+///     }
+/// }
+/// // 256 KiB first, declared before the source: it outlives it.
+/// let mut first = vec![0u8; 256 << 10];
+/// let src = Reserve {
+///     heap: Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN)),
+///     spare: Mutex::new((vec![0u8; 256 << 10], false)),
+/// };
+/// // SAFETY: `first` outlives `src`, nothing else uses it, and it reads as zero.
+/// unsafe { src.heap.add_region(first.as_mut_ptr(), first.len(), true) }.unwrap();
+/// let before = src.heap.total_managed_pages();
+/// let pcp = Pcp::<_, PerThread>::new_tuned(&src, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
+/// // Taking every page makes the pcp ask its source to grow (the pages are
+/// // never freed here: the example ends).
+/// let mut taken = 0;
+/// while pcp.alloc(Order::ZERO, AllocFlags::NONE).is_some() {
+///     taken += 1;
+/// }
+/// assert!(taken > before, "more pages than the first region: the spare was added");
+/// assert!(src.spare.lock().unwrap().1);
+/// ```
 pub use buddy::BuddySource as PageSource;
 
 /// How the per-CPU lists are protected against interrupt handlers (seed
 /// 000 and its successors).
+///
+/// ```
+/// use buddy::{AllocFlags, FreeFlags, Order, ZoneId};
+/// use local_lock::std_platform::PerThread;
+/// use pcp::{Pcp, PcpStat, Policy};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB buddy, as in `Pcp`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// // std has no interrupt handlers: every policy serves tasks from the lists.
+/// for policy in [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock] {
+///     let pcp = Pcp::<_, PerThread>::new_tuned(&heap, ZoneId::new(0), PerThread, policy, Some((4, 16)));
+///     assert_eq!(pcp.policy(), policy);
+///     let p = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+///     // SAFETY: our page, freed once.
+///     unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
+///     assert_eq!(pcp.stats().get(PcpStat::BUDDY_FALLBACK), 0);
+///     pcp.drain_local();
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
     /// Linux 5.14-5.19: `local_lock_irqsave` around every list access;
@@ -55,6 +130,40 @@ pub enum Policy {
 /// One CPU's lists (`struct per_cpu_pages`).
 ///
 /// Invariant: `count == Σ_order (normal[order].len + zero[order].len) << order`.
+///
+/// ```
+/// use buddy::{AllocFlags, FreeFlags, Order};
+/// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// # let mut mem = vec![0u8; 1 << 20];
+/// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
+/// # // `Pcp`'s example.
+/// # let heap = buddy::Buddy::new(
+/// #     local_lock::std_platform::StdCpu,
+/// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
+/// # );
+/// # // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// # unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// # let pcp = pcp::Pcp::<_, local_lock::std_platform::PerThread>::new_tuned(
+/// #     &heap,
+/// #     buddy::ZoneId::new(0),
+/// #     local_lock::std_platform::PerThread,
+/// #     pcp::Policy::Trylock,
+/// #     Some((8, 32)),
+/// # );
+/// let a = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+/// let b = pcp.alloc(Order::new(1).unwrap(), AllocFlags::NONE).unwrap();
+/// // SAFETY: our blocks, each freed once (`a` written to: not zero).
+/// unsafe {
+///     a.ptr.as_ptr().write(1);
+///     pcp.free(a.ptr, a.order, FreeFlags::NONE);
+///     pcp.free(b.ptr, b.order, FreeFlags::NONE);
+/// }
+/// let lists = pcp.local_lists();
+/// let pages = |l: &[pcp::list::PageList; 4]| l.iter().enumerate().map(|(o, l)| l.len << o).sum::<usize>();
+/// assert_eq!(lists.count, pages(&lists.normal) + pages(&lists.zero));
+/// assert_eq!(lists.normal[0].len, 1, "`a`, freed dirty");
+/// assert!(lists.high >= 32);
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct CpuPages {
     /// Pages (not blocks) on all lists of this CPU.
@@ -139,6 +248,37 @@ impl CpuCounters {
 /// `S` supplies the buddy, `L` is the platform of the per-CPU lists (it may
 /// differ from the buddy's: e.g. per-thread slots over a buddy whose zone
 /// lock uses real CPUs), `N` the number of per-CPU slots.
+///
+/// ```
+/// use buddy::{AllocFlags, Buddy, Config, FreeFlags, Order, Tunables, ZoneId};
+/// use local_lock::std_platform::{PerThread, StdCpu};
+/// use pcp::{Pcp, PcpStat, Policy};
+///
+/// // 1 MiB of zeroed memory, declared first: it outlives the allocator.
+/// let mut mem = vec![0u8; 1 << 20];
+/// // A 1 MiB buddy (4 KiB pages, blocks up to order 4), its memory leaked:
+/// // it must outlive the allocator.
+/// let heap = Buddy::new(StdCpu, Config::new(4096, 4).with_tunables(Tunables::NO_MIN));
+/// // SAFETY: `mem` outlives `heap`, nothing else uses it, and it reads as zero.
+/// unsafe { heap.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+/// // Per-thread lists over its zone: batch 8, high 32 pages.
+/// let pcp = Pcp::<_, PerThread>::new_tuned(&heap, ZoneId::new(0), PerThread, Policy::Trylock, Some((8, 32)));
+///
+/// // The first allocation refills this thread's lists with a batch.
+/// let p = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+/// assert_eq!(pcp.stats().get(PcpStat::REFILL), 1);
+/// assert_eq!(pcp.local_lists().count, 7, "a batch of 8, one handed out");
+/// // SAFETY: our page, of its order, freed once.
+/// unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
+/// // The next one comes from the list, with no zone lock.
+/// let q = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+/// assert_eq!(q.ptr, p.ptr, "the hot end: the page just freed");
+/// // SAFETY: as above.
+/// unsafe { pcp.free(q.ptr, q.order, FreeFlags::NONE) };
+/// // Pages on the lists are allocated in the buddy until a drain.
+/// assert_eq!(pcp.drain_local(), 8);
+/// assert_eq!(heap.total_free_pages(), heap.total_managed_pages());
+/// ```
 pub struct Pcp<S: PageSource, L: Platform, const N: usize = DEFAULT_SLOTS> {
     source: S,
     zone: ZoneId,

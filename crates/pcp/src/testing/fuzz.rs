@@ -10,6 +10,22 @@ use arbitrary::Arbitrary;
 use super::{Op, CPUS};
 
 /// One fuzz input: the setup and the operations.
+///
+/// ```
+/// use arbitrary::{Arbitrary, Unstructured};
+/// use pcp::testing::fuzz::Input;
+/// use pcp::testing::{run_machine, Op};
+/// use pcp::Policy;
+/// // What `fuzz/fuzz_targets/pcp.rs` does with the fuzzer's bytes.
+/// // Odd bytes: each "one more op?" byte says yes until the data runs out.
+/// let bytes: Vec<u8> = (0..600u32).map(|i| (i * 37 % 251) as u8 | 1).collect();
+/// // (`fuzz_target!` builds its input with `arbitrary_take_rest`.)
+/// let input = Input::arbitrary_take_rest(Unstructured::new(&bytes)).unwrap();
+/// assert!(!input.ops.is_empty());
+/// let policy = [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock][input.policy as usize % 3];
+/// let ops: Vec<Op> = input.ops.iter().take(300).map(|&o| o.into()).collect();
+/// run_machine(policy, input.locked, &ops);
+/// ```
 #[allow(missing_docs)]
 #[derive(Arbitrary, Debug)]
 pub struct Input {
@@ -20,6 +36,14 @@ pub struct Input {
 
 /// An operation as the fuzzer draws it: the [`Op`] variant of the same
 /// name with narrow fields; `From` maps it into range.
+///
+/// ```
+/// use pcp::testing::fuzz::FuzzOp;
+/// use pcp::testing::{Op, CPUS};
+/// // Fields are brought into range: CPUs modulo the harness's CPUS.
+/// let op = Op::from(FuzzOp::DrainLocal { cpu: 200 });
+/// assert!(matches!(op, Op::DrainLocal { cpu } if cpu < CPUS));
+/// ```
 #[allow(missing_docs)]
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum FuzzOp {
