@@ -392,8 +392,10 @@ impl GlobalBuddy {
     /// decay time are purged, keeping the retained resident free pages.
     /// Runs at most every quarter of the decay time (otherwise it costs one
     /// clock read); called on the heap's slow paths (growth, frees of
-    /// blocks at or above the purge order), and by layers above on theirs.
+    /// blocks at or above the purge order), and by layers above on theirs
+    /// ([`BuddySource::maybe_decay`]: pcp's batch frees and drains).
     /// Returns the bytes purged.
+    #[inline]
     pub fn decay(&self) -> usize {
         let Some(decay) = self.buddy.config().purge().decay_ms else {
             return 0;
@@ -413,6 +415,13 @@ impl GlobalBuddy {
         {
             return 0;
         }
+        self.decay_scan(now)
+    }
+
+    /// The scan [`decay`](Self::decay) found due, at time `now` (ms).
+    #[cold]
+    #[inline(never)]
+    fn decay_scan(&self, now: u64) -> usize {
         self.buddy.decay_with(now, |p, n| self.purge(p, n))
     }
 
@@ -743,6 +752,13 @@ impl BuddySource for GlobalBuddy {
         // took it off the free lists), whole OS pages of our private
         // anonymous heap mapping.
         unsafe { os::purge(block.as_ptr(), bytes) }
+    }
+    /// [`GlobalBuddy::decay`]: pcp's batch frees and drains reach the
+    /// buddy through `free_bulk`, not through this heap's `dealloc`, and
+    /// give the decay its chance here.
+    #[inline]
+    fn maybe_decay(&self) -> usize {
+        self.decay()
     }
 }
 

@@ -88,6 +88,19 @@ pub trait BuddySource: Sync {
     fn trim(&self) -> usize {
         self.buddy().trim_with(|p, n| self.purge(p, n))
     }
+    /// Runs the source's rate-limited decay scan if one is due
+    /// ([`Buddy::decay_with`] at most every quarter of the decay time, with
+    /// the source's clock) and returns the bytes purged. Layers above call
+    /// it on their batch slow paths (pcp's batch frees to the buddy and its
+    /// drains), outside their own locks and never on a fast path, so that
+    /// memory freed through them goes back to the OS without a
+    /// [`trim`](Self::trim). Must be cheap when no scan is due (std's
+    /// [`GlobalBuddy`](crate::GlobalBuddy): a clock read and one relaxed
+    /// load). The default does nothing (a source without a clock or a
+    /// purge hook).
+    fn maybe_decay(&self) -> usize {
+        0
+    }
     /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
     /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
     #[inline]
@@ -130,6 +143,10 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     }
     fn trim(&self) -> usize {
         (**self).trim()
+    }
+    #[inline(always)]
+    fn maybe_decay(&self) -> usize {
+        (**self).maybe_decay()
     }
 }
 
