@@ -1023,3 +1023,58 @@ fn batch_frees_and_drains_give_the_decay_its_chance() {
         assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
     }
 }
+
+/// The report shows the buddy zone's purged pages and purge counts, so a
+/// user sees memory given back (issue #17).
+#[test]
+fn report_shows_the_buddys_purges_after_a_trim() {
+    use buddy::{BuddySource, Stat};
+
+    /// Purges by clearing (what `MADV_DONTNEED` leaves behind).
+    struct Zeroing<'a>(&'a Buddy<TestPlatform>);
+    impl crate::PageSource for Zeroing<'_> {
+        type P = TestPlatform;
+        fn buddy(&self) -> &Buddy<TestPlatform> {
+            self.0
+        }
+        fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+            // SAFETY: a free block nobody holds, `bytes` long (the purge
+            // hook's contract).
+            unsafe { block.as_ptr().write_bytes(0, bytes) };
+            true
+        }
+    }
+    let m = Mem::new(8, false);
+    let src = Zeroing(&m.buddy);
+    let pcp = Pcp::<_, _, CPUS>::new(
+        &src,
+        ZoneId::new(0),
+        TestPlatform::pinned(CPUS),
+        Policy::IrqSafe,
+    );
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let s = std::format!("{}", pcp.report());
+    assert!(
+        s.contains("buddy zone 0 Normal:")
+            && s.contains("purged 0 ")
+            && s.contains("purge 0 purged_bytes 0"),
+        "{s}"
+    );
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    pcp.drain_local();
+    let bytes = src.trim();
+    assert!(bytes > 0);
+    let s = std::format!("{}", pcp.report());
+    let blocks = m.buddy.stat(Stat::PURGE);
+    let (free, purged) = (m.buddy.total_free_pages(), bytes / PAGE);
+    for want in [
+        std::format!(
+            "free {free} purged {purged} resident {} pages",
+            free - purged
+        ),
+        std::format!("purge {blocks} purged_bytes {bytes}"),
+    ] {
+        assert!(s.contains(&want), "{want:?} not in\n{s}");
+    }
+}

@@ -94,7 +94,15 @@ fn trim_purges_whole_free_blocks_at_or_above_the_order() {
     );
     assert_eq!(fx.stat(Stat::PURGE), 4);
     assert_eq!(fx.stat(Stat::PURGED_BYTES), 3 * 1024 + 512);
-    assert!(std::format!("{}", fx.zoneinfo()).contains("purged   56"));
+    let zi = std::format!("{}", fx.zoneinfo());
+    assert!(zi.contains("purged   56"));
+    for (name, n) in [("purge", 4), ("purged_bytes", 3 * 1024 + 512)] {
+        assert!(
+            zi.lines()
+                .any(|l| l.split_whitespace().eq([name, &std::format!("{n}")])),
+            "{name} {n} not in\n{zi}"
+        );
+    }
     // Nothing resident left at or above the order: a second trim purges
     // nothing.
     assert_eq!(src.trim(), 0);
