@@ -846,11 +846,13 @@ unsafe impl GlobalAlloc for GlobalBuddy {
         let Some(p) = NonNull::new(ptr) else { return };
         match self.buddy.config().order_for(layout.size(), layout.align()) {
             Some(order) => {
+                // A block at or above the release order goes back to the OS
+                // at once (`free_or_release`).
                 // SAFETY: GlobalAlloc's contract: `ptr` came from `alloc`
                 // with this layout, which the buddy served (layouts with an
                 // order never go to a direct mapping). A bad pointer is
-                // caught by the descriptor check.
-                match unsafe { self.buddy.try_free_pages(p, order, FreeFlags::NONE) } {
+                // caught by the descriptor check (before any purge).
+                match unsafe { self.free_or_release(p, order, FreeFlags::NONE) } {
                     // A large block freed: a slow path, where decay runs.
                     Ok(()) if order >= self.buddy.config().purge_order() => {
                         self.decay();

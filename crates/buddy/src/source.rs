@@ -13,8 +13,12 @@ use core::ptr::NonNull;
 
 use local_lock::Platform;
 
+use local_lock::sync::atomic::Ordering::Relaxed;
+
 use crate::buddy::{Block, BlockRef, Buddy};
-use crate::types::{AllocFlags, Order};
+use crate::desc::is_pcp_tag;
+use crate::error::FreeError;
+use crate::types::{AllocFlags, FreeFlags, Order};
 
 /// Times an allocation asks its [`BuddySource`] to grow before it fails:
 /// memory one `grow` added can be taken by other CPUs' refills before the
@@ -101,6 +105,35 @@ pub trait BuddySource: Sync {
     fn maybe_decay(&self) -> usize {
         0
     }
+    /// Frees a block the caller holds into the buddy
+    /// ([`Buddy::try_free_pages`] with `flags`), first giving its memory
+    /// back to the OS when its order is at least the policy's release order
+    /// ([`Config::release_order`](crate::Config::release_order), glibc's
+    /// mmap threshold) and [`purge`](Self::purge) agrees: it is then freed
+    /// [`FreeFlags::PURGED`] (known zero, counted as a purge). The block is
+    /// checked (an allocated block head of this order, not on a per-CPU
+    /// list) before anything is purged: a bad free purges nothing and
+    /// returns the error, changing nothing. For std heaps' frees of large
+    /// blocks (`GlobalBuddy`'s `dealloc`, pcp's frees that bypass its
+    /// lists).
+    ///
+    /// # Safety
+    ///
+    /// As [`Buddy::try_free_pages`].
+    unsafe fn free_or_release(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), FreeError> {
+        let b = self.buddy();
+        let mut flags = flags;
+        if b.config().release_order().is_some_and(|r| order >= r) {
+            flags = flags | release(self, ptr, order);
+        }
+        // SAFETY: caller's contract.
+        unsafe { b.try_free_pages(ptr, order, flags) }
+    }
     /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
     /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
     #[inline]
@@ -118,6 +151,24 @@ pub trait BuddySource: Sync {
             }
         }
         None
+    }
+}
+
+/// The purge of [`BuddySource::free_or_release`]: returns
+/// [`FreeFlags::PURGED`] if the block (checked first: an allocated block
+/// head of `order`, not on a per-CPU list) was purged, else
+/// [`FreeFlags::NONE`].
+#[cold]
+#[inline(never)]
+fn release<S: BuddySource + ?Sized>(src: &S, ptr: NonNull<u8>, order: Order) -> FreeFlags {
+    let b = src.buddy();
+    let held = b.owner_of(ptr.as_ptr()).is_some_and(|blk| {
+        blk.head == ptr && blk.order == order && !is_pcp_tag(blk.owner.tag().load(Relaxed))
+    });
+    if held && src.purge(ptr, b.config().block_size(order)) {
+        FreeFlags::PURGED
+    } else {
+        FreeFlags::NONE
     }
 }
 

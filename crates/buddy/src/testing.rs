@@ -249,6 +249,7 @@ impl Harness {
             order: max_order - 1,
             decay_ms: Some(100),
             retain_pages: Some(0),
+            release_order: None,
         });
         let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
         let carve = page_shift >= 8;

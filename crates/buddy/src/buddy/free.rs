@@ -8,7 +8,7 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use super::Buddy;
-use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL};
+use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
 use crate::error::{FreeError, FreeErrorKind};
 use crate::span::Found;
 use crate::types::{FreeFlags, Order, Stat};
@@ -99,7 +99,8 @@ impl<P: Platform> Buddy<P> {
         let addr = ptr.as_ptr() as usize;
         let (found, pfn) = self.locate(addr, order)?;
         let zone = self.cfg.zone_of_addr(addr).index();
-        let zero = flags.contains(FreeFlags::ZERO);
+        let purged = flags.contains(FreeFlags::PURGED);
+        let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
         let desc = self.check_free_locked(&found, pfn, addr, order)?;
         #[cfg(any(test, feature = "invariants"))]
@@ -109,6 +110,10 @@ impl<P: Platform> Buddy<P> {
         g.count(Stat::FREE, 1);
         if zero {
             g.count(Stat::FREE_ZERO, 1);
+        }
+        if purged {
+            g.count(Stat::PURGE, 1);
+            g.count(Stat::PURGED_BYTES, self.cfg.block_size(order) as u64);
         }
         // SAFETY: validated: `desc` heads an allocated block of `order` in
         // span `found` and this zone; the caller gives it up.
@@ -120,7 +125,11 @@ impl<P: Platform> Buddy<P> {
                 ptr.as_ptr(),
                 pfn,
                 order,
-                if zero { ZERO_FULL } else { 0 },
+                match (purged, zero) {
+                    (true, _) => ZERO_FULL | PURGED,
+                    (false, true) => ZERO_FULL,
+                    (false, false) => 0,
+                },
                 flags.contains(FreeFlags::COLD),
             )
         };

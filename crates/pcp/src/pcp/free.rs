@@ -28,6 +28,13 @@ fn bad_free(e: BadFree) -> ! {
     panic!("{e}")
 }
 
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_buddy_free(e: buddy::FreeError) -> ! {
+    panic!("{e}")
+}
+
 #[cfg(any(test, feature = "invariants"))]
 pub(super) fn verify_zero(ptr: NonNull<u8>, bytes: usize) {
     // SAFETY: the page is held by the pcp (or being freed to it) and `bytes` long.
@@ -137,8 +144,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if order.get() > PAGE_ALLOC_COSTLY_ORDER
             || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
         {
-            // SAFETY: forwarded contract.
-            unsafe { b.free_pages_flags(ptr, order, flags) };
+            // SAFETY: forwarded contract. A block at or above the release
+            // order goes back to the OS at once.
+            if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
+                bad_buddy_free(e)
+            }
             // A large block freed: a slow path, where the decay may run.
             if order >= b.config().purge_order() {
                 self.after_batch();
