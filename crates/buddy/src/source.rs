@@ -120,6 +120,7 @@ pub trait BuddySource: Sync {
     /// # Safety
     ///
     /// As [`Buddy::try_free_pages`].
+    #[inline]
     unsafe fn free_or_release(
         &self,
         ptr: NonNull<u8>,
@@ -127,12 +128,19 @@ pub trait BuddySource: Sync {
         flags: FreeFlags,
     ) -> Result<(), FreeError> {
         let b = self.buddy();
-        let mut flags = flags;
-        if b.config().release_order().is_some_and(|r| order >= r) {
-            flags = flags | release(self, ptr, order);
+        let purged =
+            b.config().release_order().is_some_and(|r| order >= r) && release(self, ptr, order);
+        // SAFETY: caller's contract (`free_inner` is `try_free_pages`, called
+        // directly so that the heaps' common frees keep `try_free_pages`
+        // inlined).
+        unsafe {
+            b.free_inner(
+                ptr,
+                order,
+                flags,
+                purged || flags.contains(FreeFlags::PURGED),
+            )
         }
-        // SAFETY: caller's contract.
-        unsafe { b.try_free_pages(ptr, order, flags) }
     }
     /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
     /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
@@ -154,22 +162,17 @@ pub trait BuddySource: Sync {
     }
 }
 
-/// The purge of [`BuddySource::free_or_release`]: returns
-/// [`FreeFlags::PURGED`] if the block (checked first: an allocated block
-/// head of `order`, not on a per-CPU list) was purged, else
-/// [`FreeFlags::NONE`].
+/// The purge of [`BuddySource::free_or_release`]: whether the block
+/// (checked first: an allocated block head of `order`, not on a per-CPU
+/// list) was purged.
 #[cold]
 #[inline(never)]
-fn release<S: BuddySource + ?Sized>(src: &S, ptr: NonNull<u8>, order: Order) -> FreeFlags {
+fn release<S: BuddySource + ?Sized>(src: &S, ptr: NonNull<u8>, order: Order) -> bool {
     let b = src.buddy();
     let held = b.owner_of(ptr.as_ptr()).is_some_and(|blk| {
         blk.head == ptr && blk.order == order && !is_pcp_tag(blk.owner.tag().load(Relaxed))
     });
-    if held && src.purge(ptr, b.config().block_size(order)) {
-        FreeFlags::PURGED
-    } else {
-        FreeFlags::NONE
-    }
+    held && src.purge(ptr, b.config().block_size(order))
 }
 
 impl<P: Platform> BuddySource for Buddy<P> {

@@ -90,16 +90,55 @@ impl<P: Platform> Buddy<P> {
     /// As [`free_pages_flags`](Self::free_pages_flags). A rejected free is
     /// harmless; the contract is about blocks that pass the check (someone
     /// else's block would be freed under them).
+    #[inline]
     pub unsafe fn try_free_pages(
         &self,
         ptr: NonNull<u8>,
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), FreeError> {
+        if flags.contains(FreeFlags::PURGED) {
+            // SAFETY: caller's contract.
+            return unsafe { self.try_free_purged(ptr, order, flags) };
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.free_inner(ptr, order, flags, false) }
+    }
+
+    /// [`try_free_pages`](Self::try_free_pages) with `FreeFlags::PURGED`,
+    /// out of line (the common free stays as small as it was, and inlined).
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_pages`](Self::try_free_pages).
+    #[cold]
+    #[inline(never)]
+    unsafe fn try_free_purged(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), FreeError> {
+        // SAFETY: caller's contract.
+        unsafe { self.free_inner(ptr, order, flags, true) }
+    }
+
+    /// The one-block free; `purged`: `flags` has `FreeFlags::PURGED`.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_pages`](Self::try_free_pages).
+    #[inline(always)]
+    pub(crate) unsafe fn free_inner(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        purged: bool,
+    ) -> Result<(), FreeError> {
         let addr = ptr.as_ptr() as usize;
         let (found, pfn) = self.locate(addr, order)?;
         let zone = self.cfg.zone_of_addr(addr).index();
-        let purged = flags.contains(FreeFlags::PURGED);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
         let desc = self.check_free_locked(&found, pfn, addr, order)?;

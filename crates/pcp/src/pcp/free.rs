@@ -144,10 +144,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if order.get() > PAGE_ALLOC_COSTLY_ORDER
             || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
         {
-            // SAFETY: forwarded contract. A block at or above the release
-            // order goes back to the OS at once.
-            if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
-                bad_buddy_free(e)
+            if b.config().release_order().is_some_and(|r| order >= r) {
+                // A block at or above the release order goes back to the OS
+                // at once.
+                // SAFETY: forwarded contract.
+                if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
+                    bad_buddy_free(e)
+                }
+            } else {
+                // SAFETY: forwarded contract.
+                unsafe { b.free_pages_flags(ptr, order, flags) };
             }
             // A large block freed: a slow path, where the decay may run.
             if order >= b.config().purge_order() {
@@ -161,9 +167,19 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             return unsafe { b.free_pages_flags(ptr, order, flags) };
         };
         if self.free_locked(&mut g, ptr, order, flags, o) {
-            drop(g);
-            self.after_batch();
+            self.unlock_after_batch(g);
         }
+    }
+
+    /// Drops the lists' lock after a batch free, then
+    /// [`after_batch`](Self::after_batch) (out of line: the free fast path
+    /// only tests the flag; dropping the guard inline there cost five
+    /// instructions per `GlobalPcp` pair).
+    #[cold]
+    #[inline(never)]
+    fn unlock_after_batch(&self, g: Guard<'_, L, N>) {
+        drop(g);
+        self.after_batch();
     }
 
     /// After pages went back to the buddy in a batch (a batch free, a
