@@ -11,9 +11,8 @@
 
 use core::ptr::NonNull;
 
-use local_lock::Platform;
-
 use local_lock::sync::atomic::Ordering::Relaxed;
+use local_lock::Platform;
 
 use crate::buddy::{Block, BlockRef, Buddy};
 use crate::desc::is_pcp_tag;
