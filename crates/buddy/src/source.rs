@@ -11,10 +11,13 @@
 
 use core::ptr::NonNull;
 
+use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
 use crate::buddy::{Block, BlockRef, Buddy};
-use crate::types::{AllocFlags, Order};
+use crate::desc::is_pcp_tag;
+use crate::error::FreeError;
+use crate::types::{AllocFlags, FreeFlags, Order};
 
 /// Times an allocation asks its [`BuddySource`] to grow before it fails:
 /// memory one `grow` added can be taken by other CPUs' refills before the
@@ -169,6 +172,56 @@ pub trait BuddySource: Sync {
     fn trim(&self) -> usize {
         self.buddy().trim_with(|p, n| self.purge(p, n))
     }
+    /// Runs the source's rate-limited decay scan if one is due
+    /// ([`Buddy::decay_with`] at most every quarter of the decay time, with
+    /// the source's clock) and returns the bytes purged. Layers above call
+    /// it on their batch slow paths (pcp's batch frees to the buddy and its
+    /// drains), outside their own locks and never on a fast path, so that
+    /// memory freed through them goes back to the OS without a
+    /// [`trim`](Self::trim). Must be cheap when no scan is due (std's
+    /// [`GlobalBuddy`](crate::GlobalBuddy): a clock read and one relaxed
+    /// load). The default does nothing (a source without a clock or a
+    /// purge hook).
+    fn maybe_decay(&self) -> usize {
+        0
+    }
+    /// Frees a block the caller holds into the buddy
+    /// ([`Buddy::try_free_pages`] with `flags`), first giving its memory
+    /// back to the OS when its order is at least the policy's release order
+    /// ([`Config::release_order`](crate::Config::release_order), glibc's
+    /// mmap threshold) and [`purge`](Self::purge) agrees: it is then freed
+    /// [`FreeFlags::PURGED`] (known zero, counted as a purge). The block is
+    /// checked (an allocated block head of this order, not on a per-CPU
+    /// list) before anything is purged: a bad free purges nothing and
+    /// returns the error, changing nothing. For std heaps' frees of large
+    /// blocks (`GlobalBuddy`'s `dealloc`, pcp's frees that bypass its
+    /// lists).
+    ///
+    /// # Safety
+    ///
+    /// As [`Buddy::try_free_pages`].
+    #[inline]
+    unsafe fn free_or_release(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), FreeError> {
+        let b = self.buddy();
+        let purged =
+            b.config().release_order().is_some_and(|r| order >= r) && release(self, ptr, order);
+        // SAFETY: caller's contract (`free_inner` is `try_free_pages`, called
+        // directly so that the heaps' common frees keep `try_free_pages`
+        // inlined).
+        unsafe {
+            b.free_inner(
+                ptr,
+                order,
+                flags,
+                purged || flags.contains(FreeFlags::PURGED),
+            )
+        }
+    }
     /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
     /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
     #[inline]
@@ -187,6 +240,19 @@ pub trait BuddySource: Sync {
         }
         None
     }
+}
+
+/// The purge of [`BuddySource::free_or_release`]: whether the block
+/// (checked first: an allocated block head of `order`, not on a per-CPU
+/// list) was purged.
+#[cold]
+#[inline(never)]
+fn release<S: BuddySource + ?Sized>(src: &S, ptr: NonNull<u8>, order: Order) -> bool {
+    let b = src.buddy();
+    let held = b.owner_of(ptr.as_ptr()).is_some_and(|blk| {
+        blk.head == ptr && blk.order == order && !is_pcp_tag(blk.owner.tag().load(Relaxed))
+    });
+    held && src.purge(ptr, b.config().block_size(order))
 }
 
 impl<P: Platform> BuddySource for Buddy<P> {
@@ -211,6 +277,10 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     }
     fn trim(&self) -> usize {
         (**self).trim()
+    }
+    #[inline(always)]
+    fn maybe_decay(&self) -> usize {
+        (**self).maybe_decay()
     }
 }
 

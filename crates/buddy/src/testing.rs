@@ -170,6 +170,32 @@ pub enum Op {
         /// Clock advance (ms) before a decay scan.
         advance: u8,
     },
+    /// Frees the `idx`-th live block (mod count) through
+    /// `BuddySource::free_or_release` with a page source that zeroes what
+    /// it purges: a block at or above the release order (the purge order)
+    /// is purged before it is freed (and then known zero, counted as a
+    /// purge), a smaller one freed as before.
+    FreeRelease {
+        /// Index into the live blocks.
+        idx: u16,
+    },
+}
+
+/// The page source of [`Op::FreeRelease`]: the harness's buddy, purging by
+/// zeroing (what `MADV_DONTNEED` leaves behind).
+struct Zeroing<'a>(&'a Buddy<TestPlatform>);
+
+impl crate::BuddySource for Zeroing<'_> {
+    type P = TestPlatform;
+    fn buddy(&self) -> &Buddy<TestPlatform> {
+        self.0
+    }
+    fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        // SAFETY: the caller holds the block (`free_or_release` checked it),
+        // `bytes` long.
+        unsafe { block.as_ptr().write_bytes(0, bytes) };
+        true
+    }
 }
 
 /// A live block in the model.
@@ -288,6 +314,7 @@ impl Harness {
             order: max_order - 1,
             decay_ms: Some(100),
             retain_pages: Some(0),
+            release_order: Some(max_order - 1),
         });
         let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
         let carve = page_shift >= 8;
@@ -717,6 +744,38 @@ impl Harness {
                 });
             }
             Op::Purge { decay, advance } => self.op_purge(decay, advance),
+            Op::FreeRelease { idx } => {
+                if self.live.is_empty() {
+                    return;
+                }
+                let i = idx as usize % self.live.len();
+                let l = self.release(i, false);
+                let order = l.page.order;
+                let released = self
+                    .buddy
+                    .config()
+                    .release_order()
+                    .is_some_and(|r| order >= r);
+                let purges = self.buddy.stat(Stat::PURGE);
+                // SAFETY: the model's block, given up.
+                unsafe {
+                    crate::BuddySource::free_or_release(
+                        &Zeroing(&self.buddy),
+                        l.page.ptr,
+                        order,
+                        FreeFlags::NONE,
+                    )
+                }
+                .expect("free_or_release of a live block");
+                assert_eq!(
+                    self.buddy.stat(Stat::PURGE),
+                    purges + released as u64,
+                    "released at once iff at or above the release order"
+                );
+                if released {
+                    self.purged_bytes += self.size_of(order) as u64;
+                }
+            }
         }
         self.check();
     }

@@ -371,6 +371,12 @@ impl FreeFlags {
     pub const ZERO: FreeFlags = FreeFlags(1 << 0);
     /// Cold: put the block at the tail of its free list (`FPI_TO_TAIL`).
     pub const COLD: FreeFlags = FreeFlags(1 << 1);
+    /// The caller gave the block's memory back to the OS before freeing it
+    /// ([`BuddySource::purge`](crate::BuddySource::purge)): it is freed as
+    /// purged and known zero, and counted in `Stat::PURGE` /
+    /// `Stat::PURGED_BYTES` (the release of a large block at once,
+    /// [`PurgePolicy::release_order`]). Implies [`ZERO`](Self::ZERO).
+    pub const PURGED: FreeFlags = FreeFlags(1 << 2);
 
     /// Whether all of `other`'s bits are set.
     #[inline(always)]
@@ -597,6 +603,16 @@ pub struct PurgePolicy {
     /// Resident free pages per zone the decay keeps (`trim` purges them
     /// too); `None`: the zone's high watermark.
     pub retain_pages: Option<usize>,
+    /// glibc's mmap threshold for blocks served from the buddy: a block of
+    /// at least this order freed through a std heap (`GlobalBuddy`'s
+    /// `dealloc`, pcp's frees that bypass its lists, so `GlobalPcp` and
+    /// `GlobalSlub` too) is purged before it is freed, so its memory goes
+    /// back at once instead of waiting for the decay
+    /// ([`BuddySource::free_or_release`](crate::BuddySource::free_or_release)).
+    /// Clamped to the largest order. `None` (the default): off; a program
+    /// that frees and reallocates large blocks would otherwise pay an
+    /// `madvise` and the page faults each time.
+    pub release_order: Option<u8>,
 }
 
 impl PurgePolicy {
@@ -606,6 +622,7 @@ impl PurgePolicy {
         order: 9,
         decay_ms: Some(5000),
         retain_pages: None,
+        release_order: None,
     };
 }
 
@@ -707,6 +724,18 @@ impl Config {
     #[inline(always)]
     pub const fn purge(&self) -> PurgePolicy {
         self.purge
+    }
+
+    /// The smallest order released at once when freed (the policy's
+    /// [`release_order`](PurgePolicy::release_order), clamped to
+    /// `max_order`), or `None`.
+    #[inline(always)]
+    pub const fn release_order(&self) -> Option<Order> {
+        match self.purge.release_order {
+            Some(o) if o < self.max_order.0 => Some(Order(o)),
+            Some(_) => Some(self.max_order),
+            None => None,
+        }
     }
 
     /// The smallest order purged (the policy's, clamped to `max_order`).

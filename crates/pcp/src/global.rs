@@ -64,9 +64,17 @@ impl GlobalPcp {
     /// # }
     /// ```
     pub const fn new() -> Self {
+        Self::with_config(buddy::GLOBAL_CONFIG)
+    }
+
+    /// An empty heap over a [`GlobalBuddy`] of another shape
+    /// ([`GlobalBuddy::with_config`]), e.g. another purge policy
+    /// ([`Config::with_purge`](buddy::Config::with_purge): a shorter
+    /// decay, no decay).
+    pub const fn with_config(config: buddy::Config) -> Self {
         GlobalPcp {
             pcp: Pcp::new_tuned(
-                GlobalBuddy::new(),
+                GlobalBuddy::with_config(config),
                 ZoneId::new(0),
                 PerThread::new(),
                 Policy::IrqSafe,

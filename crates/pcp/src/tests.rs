@@ -948,3 +948,133 @@ fn errors_are_errors_with_messages() {
     assert!(msg(&e).starts_with("buddy: bad free of 0x2000"), "{e}");
     assert!(msg(&buddy::RegionError::Overlap).starts_with("buddy: overlap"));
 }
+
+/// The source's decay (`BuddySource::maybe_decay`) runs after batch frees
+/// and drains, outside the lists' lock, and never on the fast paths
+/// (issue #17: memory freed through pcp goes back without a trim).
+#[test]
+fn batch_frees_and_drains_give_the_decay_its_chance() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::testing::MAX_ORDER;
+
+    struct Counting<'a> {
+        buddy: &'a Buddy<TestPlatform>,
+        decays: AtomicUsize,
+    }
+    impl crate::PageSource for Counting<'_> {
+        type P = TestPlatform;
+        fn buddy(&self) -> &Buddy<TestPlatform> {
+            self.buddy
+        }
+        fn maybe_decay(&self) -> usize {
+            self.decays.fetch_add(1, Ordering::Relaxed);
+            0
+        }
+    }
+    let m = Mem::new(8, false);
+    let src = Counting {
+        buddy: &m.buddy,
+        decays: AtomicUsize::new(0),
+    };
+    let decays = || src.decays.load(Ordering::Relaxed);
+    for policy in ALL_POLICIES {
+        let pcp = Pcp::<_, _, CPUS>::new(&src, ZoneId::new(0), TestPlatform::pinned(CPUS), policy);
+        pcp.set_batch_high(Some((8, 32))).unwrap();
+        let start = decays();
+        let v: Vec<_> = (0..64)
+            .map(|_| pcp.alloc(O0, AllocFlags::NONE).unwrap())
+            .collect();
+        assert_eq!(decays(), start, "{policy:?}: refills do not decay");
+        for p in v {
+            // SAFETY: allocated above, order 0.
+            unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+        }
+        let batches = pcp.stats().get(PcpStat::FREE_BATCH) as usize;
+        assert!(batches > 0, "{policy:?}: 64 frees over high 32 batch");
+        assert_eq!(
+            decays() - start,
+            batches,
+            "{policy:?}: one chance per batch free, none on the fast path"
+        );
+        // The bulk free: one chance for the whole call.
+        let v: Vec<_> = (0..64)
+            .map(|_| pcp.alloc(O0, AllocFlags::NONE).unwrap().ptr)
+            .collect();
+        let before = decays();
+        // SAFETY: allocated above, order 0.
+        unsafe { pcp.free_bulk(&v) };
+        assert_eq!(decays(), before + 1, "{policy:?}: bulk free");
+        // A drain that frees pages, then one that finds nothing.
+        assert!(pcp.total_count() > 0);
+        let before = decays();
+        assert!(pcp.drain_local() > 0);
+        assert_eq!(decays(), before + 1, "{policy:?}: drain");
+        assert_eq!(pcp.drain_local(), 0);
+        assert_eq!(decays(), before + 1, "{policy:?}: empty drain");
+        // A block at or above the purge order bypasses the lists: a slow
+        // path too.
+        let big = o(MAX_ORDER);
+        let p = pcp.alloc(big, AllocFlags::NONE).unwrap();
+        let before = decays();
+        // SAFETY: allocated above with this order.
+        unsafe { pcp.free(p.ptr, big, FreeFlags::NONE) };
+        assert_eq!(decays(), before + 1, "{policy:?}: large free");
+        assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+    }
+}
+
+/// The report shows the buddy zone's purged pages and purge counts, so a
+/// user sees memory given back (issue #17).
+#[test]
+fn report_shows_the_buddys_purges_after_a_trim() {
+    use buddy::{BuddySource, Stat};
+
+    /// Purges by clearing (what `MADV_DONTNEED` leaves behind).
+    struct Zeroing<'a>(&'a Buddy<TestPlatform>);
+    impl crate::PageSource for Zeroing<'_> {
+        type P = TestPlatform;
+        fn buddy(&self) -> &Buddy<TestPlatform> {
+            self.0
+        }
+        fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
+            // SAFETY: a free block nobody holds, `bytes` long (the purge
+            // hook's contract).
+            unsafe { block.as_ptr().write_bytes(0, bytes) };
+            true
+        }
+    }
+    let m = Mem::new(8, false);
+    let src = Zeroing(&m.buddy);
+    let pcp = Pcp::<_, _, CPUS>::new(
+        &src,
+        ZoneId::new(0),
+        TestPlatform::pinned(CPUS),
+        Policy::IrqSafe,
+    );
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let s = std::format!("{}", pcp.report());
+    assert!(
+        s.contains("buddy zone 0 Normal:")
+            && s.contains("purged 0 ")
+            && s.contains("purge 0 purged_bytes 0"),
+        "{s}"
+    );
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    pcp.drain_local();
+    let bytes = src.trim();
+    assert!(bytes > 0);
+    let s = std::format!("{}", pcp.report());
+    let blocks = m.buddy.stat(Stat::PURGE);
+    let (free, purged) = (m.buddy.total_free_pages(), bytes / PAGE);
+    for want in [
+        std::format!(
+            "free {free} purged {purged} resident {} pages",
+            free - purged
+        ),
+        std::format!("purge {blocks} purged_bytes {bytes}"),
+    ] {
+        assert!(s.contains(&want), "{want:?} not in\n{s}");
+    }
+}

@@ -27,6 +27,14 @@ fn trim_drains_and_purges() {
     }
     let purged = h.trim();
     assert!(purged >= 64 << 20, "purged {purged}");
+    // The report shows the memory returned.
+    let report = format!("{}", h.pcp().report());
+    let want = format!(
+        "purge {} purged_bytes {purged}",
+        h.buddy().stat(buddy::Stat::PURGE)
+    );
+    assert!(report.contains(&want), "{want:?} not in\n{report}");
+    eprintln!("{}", report.lines().nth(1).unwrap_or(""));
     assert_eq!(h.trim(), 0);
     // Served again as known zero.
     let l = Layout::from_size_align(16 << 10, 4096).unwrap();

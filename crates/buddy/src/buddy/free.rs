@@ -8,7 +8,7 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use super::Buddy;
-use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, ZERO_FULL};
+use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
 use crate::error::{FreeError, FreeErrorKind};
 use crate::span::Found;
 use crate::types::{FreeFlags, Order, Stat};
@@ -90,16 +90,56 @@ impl<P: Platform> Buddy<P> {
     /// As [`free_pages_flags`](Self::free_pages_flags). A rejected free is
     /// harmless; the contract is about blocks that pass the check (someone
     /// else's block would be freed under them).
+    #[inline]
     pub unsafe fn try_free_pages(
         &self,
         ptr: NonNull<u8>,
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), FreeError> {
+        if flags.contains(FreeFlags::PURGED) {
+            // SAFETY: caller's contract.
+            return unsafe { self.try_free_purged(ptr, order, flags) };
+        }
+        // SAFETY: caller's contract.
+        unsafe { self.free_inner(ptr, order, flags, false) }
+    }
+
+    /// [`try_free_pages`](Self::try_free_pages) with `FreeFlags::PURGED`,
+    /// out of line (the common free stays as small as it was, and inlined).
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_pages`](Self::try_free_pages).
+    #[cold]
+    #[inline(never)]
+    unsafe fn try_free_purged(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), FreeError> {
+        // SAFETY: caller's contract.
+        unsafe { self.free_inner(ptr, order, flags, true) }
+    }
+
+    /// The one-block free; `purged`: `flags` has `FreeFlags::PURGED`.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_pages`](Self::try_free_pages).
+    #[inline(always)]
+    pub(crate) unsafe fn free_inner(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        purged: bool,
+    ) -> Result<(), FreeError> {
         let addr = ptr.as_ptr() as usize;
         let (found, pfn) = self.locate(addr, order)?;
         let zone = self.cfg.zone_of_addr(addr).index();
-        let zero = flags.contains(FreeFlags::ZERO);
+        let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
         let desc = self.check_free_locked(&found, pfn, addr, order)?;
         #[cfg(any(test, feature = "invariants"))]
@@ -109,6 +149,10 @@ impl<P: Platform> Buddy<P> {
         g.count(Stat::FREE, 1);
         if zero {
             g.count(Stat::FREE_ZERO, 1);
+        }
+        if purged {
+            g.count(Stat::PURGE, 1);
+            g.count(Stat::PURGED_BYTES, self.cfg.block_size(order) as u64);
         }
         // SAFETY: validated: `desc` heads an allocated block of `order` in
         // span `found` and this zone; the caller gives it up.
@@ -120,7 +164,11 @@ impl<P: Platform> Buddy<P> {
                 ptr.as_ptr(),
                 pfn,
                 order,
-                if zero { ZERO_FULL } else { 0 },
+                match (purged, zero) {
+                    (true, _) => ZERO_FULL | PURGED,
+                    (false, true) => ZERO_FULL,
+                    (false, false) => 0,
+                },
                 flags.contains(FreeFlags::COLD),
             )
         };

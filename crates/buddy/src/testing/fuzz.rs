@@ -99,6 +99,9 @@ pub enum FuzzOp {
         decay: bool,
         advance: u8,
     },
+    FreeRelease {
+        idx: u16,
+    },
 }
 
 impl From<FuzzOp> for Op {
@@ -132,6 +135,7 @@ impl From<FuzzOp> for Op {
             FuzzOp::SetMinFree { pct } => Op::SetMinFree { pct },
             FuzzOp::BadAddRegion { kind, at } => Op::BadAddRegion { kind, at },
             FuzzOp::Purge { decay, advance } => Op::Purge { decay, advance },
+            FuzzOp::FreeRelease { idx } => Op::FreeRelease { idx },
         }
     }
 }

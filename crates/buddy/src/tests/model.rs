@@ -38,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::AddRegion),
         1 => (0u8..25).prop_map(|pct| Op::SetMinFree { pct }),
         1 => (any::<bool>(), 0u8..80).prop_map(|(decay, advance)| Op::Purge { decay, advance }),
+        1 => any::<u16>().prop_map(|idx| Op::FreeRelease { idx }),
     ]
 }
 

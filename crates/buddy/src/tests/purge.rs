@@ -64,6 +64,7 @@ const P3: PurgePolicy = PurgePolicy {
     order: 3,
     decay_ms: Some(100),
     retain_pages: Some(0),
+    release_order: None,
 };
 
 fn purged(fx: &Fx) -> usize {
@@ -94,7 +95,15 @@ fn trim_purges_whole_free_blocks_at_or_above_the_order() {
     );
     assert_eq!(fx.stat(Stat::PURGE), 4);
     assert_eq!(fx.stat(Stat::PURGED_BYTES), 3 * 1024 + 512);
-    assert!(std::format!("{}", fx.zoneinfo()).contains("purged   56"));
+    let zi = std::format!("{}", fx.zoneinfo());
+    assert!(zi.contains("purged   56"));
+    for (name, n) in [("purge", 4), ("purged_bytes", 3 * 1024 + 512)] {
+        assert!(
+            zi.lines()
+                .any(|l| l.split_whitespace().eq([name, &std::format!("{n}")])),
+            "{name} {n} not in\n{zi}"
+        );
+    }
     // Nothing resident left at or above the order: a second trim purges
     // nothing.
     assert_eq!(src.trim(), 0);
@@ -269,5 +278,61 @@ fn a_refused_purge_stops_the_pass_and_changes_nothing() {
     assert_eq!(purged(&fx), 16);
     assert_eq!(fx.zone_info(ZoneId::new(0)).zero_blocks[4], 1);
     assert_eq!(fx.zone_info(ZoneId::new(0)).free_blocks[4], 3);
+    fx.check_invariants();
+}
+
+/// A block at or above the release order goes back at once when freed
+/// through `free_or_release` (glibc's mmap threshold); smaller ones and
+/// sources without a release order free as before; a bad free purges
+/// nothing.
+#[test]
+fn free_or_release_purges_large_blocks_before_freeing_them() {
+    use crate::FreeFlags;
+
+    let fx = fx(
+        2,
+        PurgePolicy {
+            release_order: Some(4),
+            ..P3
+        },
+    );
+    let src = Recorder::new(&fx);
+    let big = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
+    let small = fx.alloc_pages(o(3), AllocFlags::NONE).unwrap();
+    fill(&big, 1024, 0x5a);
+    fill(&small, 512, 0x5a);
+    let off = big.ptr.as_ptr() as usize - fx.arena.addr();
+    // SAFETY: ours, order 4.
+    unsafe { src.free_or_release(big.ptr, o(4), FreeFlags::NONE) }.unwrap();
+    assert_eq!(src.log(), [(off, 1024)], "purged before it was freed");
+    assert_eq!(fx.stat(Stat::PURGE), 1);
+    assert_eq!(fx.stat(Stat::PURGED_BYTES), 1024);
+    assert_eq!(purged(&fx), 16, "freed as purged");
+    assert_eq!(fx.zone_info(ZoneId::new(0)).zero_blocks[4], 1, "and zero");
+    fx.check_invariants();
+    // Below the release order: freed as before.
+    // SAFETY: ours, order 3.
+    unsafe { src.free_or_release(small.ptr, o(3), FreeFlags::NONE) }.unwrap();
+    assert_eq!(src.log().len(), 1);
+    // A double free is refused before anything is purged.
+    // SAFETY: a rejected free changes nothing.
+    let e = unsafe { src.free_or_release(big.ptr, o(4), FreeFlags::NONE) };
+    assert!(e.is_err());
+    assert_eq!(src.log().len(), 1);
+    fx.check_invariants();
+    // Served again as known zero without clearing.
+    let z = fx.alloc_pages(o(4), AllocFlags::ZEROED).unwrap();
+    assert!(z.zero && reads(&z, 1024, 0));
+    assert_eq!(fx.stat(Stat::BYTES_CLEARED), 0);
+    // SAFETY: ours.
+    unsafe { fx.free_pages(z.ptr, o(4)) };
+    // No release order (the default): never purged at free.
+    let fx = fx_no_decay();
+    let src = Recorder::new(&fx);
+    let big = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
+    // SAFETY: ours.
+    unsafe { src.free_or_release(big.ptr, o(4), FreeFlags::NONE) }.unwrap();
+    assert!(src.log().is_empty());
+    assert_eq!(purged(&fx), 0);
     fx.check_invariants();
 }

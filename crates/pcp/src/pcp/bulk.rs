@@ -78,6 +78,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
             return;
         };
+        let mut batched = false;
         for &p in pages {
             let o = self.check_free(p, order);
             if self.buddy().config().zone_of_addr(p.as_ptr() as usize) != self.zone {
@@ -85,7 +86,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 unsafe { self.buddy().free_pages(p, order) };
                 continue;
             }
-            self.free_locked(&mut g, p, order, FreeFlags::NONE, o);
+            batched |= self.free_locked(&mut g, p, order, FreeFlags::NONE, o);
+        }
+        drop(g);
+        if batched {
+            self.after_batch();
         }
     }
 }

@@ -60,14 +60,29 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// periodically (an idle loop, a housekeeping thread); no-op when `high`
     /// is fixed. Returns the pages freed.
     pub fn decay_pcp_high(&self) -> usize {
-        let mut g = self.cpus.lock_irqsave();
-        self.decay_locked(&mut g).1
+        let n = self.decay_locked(&mut self.cpus.lock_irqsave()).1;
+        self.batched(n)
+    }
+
+    /// After `n` pages went back to the buddy with the lists' lock dropped:
+    /// the source's decay gets its chance if any did
+    /// ([`after_batch`](Self::after_batch)). Returns `n`.
+    #[inline]
+    fn batched(&self, n: usize) -> usize {
+        if n > 0 {
+            self.after_batch();
+        }
+        n
     }
 
     /// [`decay_pcp_high`](Self::decay_pcp_high) for `cpu`'s lists, from here
     /// where the platform allows (as [`drain_cpu`](Self::drain_cpu)); returns
     /// the pages freed.
     pub fn decay_pcp_high_cpu(&self, cpu: usize) -> Result<usize, DrainError> {
+        self.decay_pcp_high_cpu_inner(cpu).map(|n| self.batched(n))
+    }
+
+    fn decay_pcp_high_cpu_inner(&self, cpu: usize) -> Result<usize, DrainError> {
         if cpu == self.platform().current_cpu() {
             let mut g = self.cpus.lock_irqsave();
             if g.cpu() == cpu {
@@ -82,8 +97,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// Drains this CPU's lists (`drain_local_pages`); returns the pages freed.
     pub fn drain_local(&self) -> usize {
-        let mut g = self.cpus.lock_irqsave();
-        self.drain_locked(&mut g)
+        let n = self.drain_locked(&mut self.cpus.lock_irqsave());
+        self.batched(n)
     }
 
     /// Drains `cpu`'s lists from here (`drain_pages(cpu)`): directly under
@@ -91,6 +106,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// per-thread slot whose thread has exited), the local lists if `cpu` is
     /// this CPU, else [`DrainError::NotAllowed`].
     pub fn drain_cpu(&self, cpu: usize) -> Result<usize, DrainError> {
+        self.drain_cpu_inner(cpu).map(|n| self.batched(n))
+    }
+
+    fn drain_cpu_inner(&self, cpu: usize) -> Result<usize, DrainError> {
         if cpu == self.platform().current_cpu() {
             // Pinned platforms name the current CPU reliably only while
             // pinned; take the lock and look again.

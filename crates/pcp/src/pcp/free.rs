@@ -28,6 +28,13 @@ fn bad_free(e: BadFree) -> ! {
     panic!("{e}")
 }
 
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_buddy_free(e: buddy::FreeError) -> ! {
+    panic!("{e}")
+}
+
 #[cfg(any(test, feature = "invariants"))]
 pub(super) fn verify_zero(ptr: NonNull<u8>, bytes: usize) {
     // SAFETY: the page is held by the pcp (or being freed to it) and `bytes` long.
@@ -137,17 +144,59 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if order.get() > PAGE_ALLOC_COSTLY_ORDER
             || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
         {
-            // SAFETY: forwarded contract.
-            return unsafe { b.free_pages_flags(ptr, order, flags) };
+            if b.config().release_order().is_some_and(|r| order >= r) {
+                // A block at or above the release order goes back to the OS
+                // at once.
+                // SAFETY: forwarded contract.
+                if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
+                    bad_buddy_free(e)
+                }
+            } else {
+                // SAFETY: forwarded contract.
+                unsafe { b.free_pages_flags(ptr, order, flags) };
+            }
+            // A large block freed: a slow path, where the decay may run.
+            if order >= b.config().purge_order() {
+                self.after_batch();
+            }
+            return;
         }
         let Some(mut g) = self.lock() else {
             self.stat_unlocked(PcpStat::FREE_BUDDY_FALLBACK);
             // SAFETY: forwarded contract.
             return unsafe { b.free_pages_flags(ptr, order, flags) };
         };
-        self.free_locked(&mut g, ptr, order, flags, o);
+        if self.free_locked(&mut g, ptr, order, flags, o) {
+            self.unlock_after_batch(g);
+        }
     }
 
+    /// Drops the lists' lock after a batch free, then
+    /// [`after_batch`](Self::after_batch) (out of line: the free fast path
+    /// only tests the flag; dropping the guard inline there cost five
+    /// instructions per `GlobalPcp` pair).
+    #[cold]
+    #[inline(never)]
+    fn unlock_after_batch(&self, g: Guard<'_, L, N>) {
+        drop(g);
+        self.after_batch();
+    }
+
+    /// After pages went back to the buddy in a batch (a batch free, a
+    /// drain), outside the lists' lock: the source's rate-limited decay
+    /// ([`maybe_decay`](buddy::BuddySource::maybe_decay)) gets its chance,
+    /// so memory freed through the lists is given back to the OS in time
+    /// without a `trim`. Never on a fast path.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn after_batch(&self) {
+        self.source.maybe_decay();
+    }
+
+    /// The free after validation, under this CPU's lists' lock: push, then
+    /// the batch return when the lists reach `high`. Returns true if a
+    /// batch went back to the buddy (the caller then runs
+    /// [`after_batch`](Self::after_batch) once the lock is dropped).
     #[inline(always)]
     pub(super) fn free_locked(
         &self,
@@ -156,7 +205,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: FreeFlags,
         own: &Owner,
-    ) {
+    ) -> bool {
         let cpu = g.cpu();
         let o = order.index();
         let zero = flags.contains(FreeFlags::ZERO);
@@ -207,7 +256,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             let n = nr_pcp_free(batch, high, c, pages.free_count, free_high);
             self.free_pcppages_bulk(g, n, order.get());
             self.stat(cpu, PcpStat::FREE_BATCH, 1);
+            return true;
         }
+        false
     }
 
     /// `free_pcppages_bulk`: returns at least `pages` pages (or all) to the

@@ -7,6 +7,7 @@ use core::ptr::NonNull;
 
 #[cfg(any(test, feature = "invariants"))]
 use buddy::PageState;
+use buddy::Stat;
 #[cfg(any(test, feature = "invariants"))]
 use buddy::{Buddy, Order};
 use local_lock::sync::atomic::Ordering::Relaxed;
@@ -45,7 +46,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.counters.iter().map(|c| c.count.load(Relaxed)).sum()
     }
 
-    /// A report in the style of the buddy's (`/proc/zoneinfo`'s pagesets).
+    /// A report in the style of the buddy's (`/proc/zoneinfo`'s pagesets):
+    /// the lists' sizes, the buddy zone's free, purged and resident pages
+    /// with its purge counts (`purge`, `purged_bytes`: memory given back to
+    /// the OS), each CPU's lists, and the counters.
     pub fn report(&self) -> impl fmt::Display + '_ {
         Report(self)
     }
@@ -163,6 +167,23 @@ impl<S: PageSource, L: Platform, const N: usize> fmt::Display for Report<'_, S, 
             p.zone.index(),
             p.policy,
             p.total_count()
+        )?;
+        // The buddy zone underneath: its free pages, how many of them went
+        // back to the OS, and the purges so far (issue #17), so a report
+        // shows memory returned (`trim`, the decay).
+        let z = p.buddy().zone_info(p.zone);
+        writeln!(
+            f,
+            "  buddy zone {} {}: free {} purged {} resident {} pages; {} {} {} {}",
+            z.zone.index(),
+            z.name,
+            z.free,
+            z.purged,
+            z.free - z.purged,
+            Stat::PURGE.name(),
+            z.stat(Stat::PURGE),
+            Stat::PURGED_BYTES.name(),
+            z.stat(Stat::PURGED_BYTES),
         )?;
         for cpu in 0..N.min(p.platform().nr_cpus().max(1)) {
             let c = p.cpu_count(cpu);
