@@ -74,6 +74,24 @@ pub fn os_random_seed() -> u64 {
 /// for every std platform: a process takes no interrupts and disables no
 /// preemption (those are no-ops), and its seeds come from the OS.
 macro_rules! std_process_platform {
+    // ... and slots under the locked strategy (real CPUs, where a thread
+    // can be preempted or migrated at any instruction).
+    (locked) => {
+        std_process_platform!();
+        #[inline(always)]
+        fn default_strategy(&self) -> Strategy {
+            Strategy::Locked
+        }
+        fn spin_wait(&self, backoff: &Backoff) {
+            // The holder may have been preempted: after a short spin, give
+            // it the CPU (an RT lock would sleep here).
+            if backoff.is_completed() {
+                std::thread::yield_now();
+            } else {
+                backoff.snooze();
+            }
+        }
+    };
     () => {
         #[inline(always)]
         fn in_interrupt(&self) -> bool {
@@ -178,20 +196,7 @@ unsafe impl Platform for StdCpu {
     fn current_cpu(&self) -> usize {
         sched_getcpu()
     }
-    std_process_platform!();
-    #[inline(always)]
-    fn default_strategy(&self) -> Strategy {
-        Strategy::Locked
-    }
-    fn spin_wait(&self, backoff: &Backoff) {
-        // The holder may have been preempted: after a short spin, give it
-        // the CPU (an RT lock would sleep here).
-        if backoff.is_completed() {
-            std::thread::yield_now();
-        } else {
-            backoff.snooze();
-        }
-    }
+    std_process_platform!(locked);
 }
 
 // ---------------------------------------------------------------------------
@@ -265,18 +270,7 @@ unsafe impl Platform for RseqCpu {
         }
         sched_getcpu()
     }
-    std_process_platform!();
-    #[inline(always)]
-    fn default_strategy(&self) -> Strategy {
-        Strategy::Locked
-    }
-    fn spin_wait(&self, backoff: &Backoff) {
-        if backoff.is_completed() {
-            std::thread::yield_now();
-        } else {
-            backoff.snooze();
-        }
-    }
+    std_process_platform!(locked);
     #[inline(always)]
     fn restartable(&self) -> bool {
         rseq::available()

@@ -159,6 +159,13 @@ fn hundreds_of_threads_each_object_handed_out_once() {
     HEAP.kmalloc().validate();
 }
 
+/// A hardened cache of 64 B objects on `RseqCpu` with sheaves of 32.
+fn rseq_cache(name: &'static str) -> KmemCache<GlobalPages, RseqCpu> {
+    KmemCache::create(name, 64, 8, SlabFlags::HARDENED, GlobalPages, RseqCpu)
+        .unwrap()
+        .with_sheaves(32)
+}
+
 /// `CONFIG_SLUB_STATS` (feature `stats`): the restartable fast paths
 /// count; without it they count nothing (nothing but the pop and push).
 #[test]
@@ -167,16 +174,7 @@ fn restartable_fast_paths_count_only_with_the_stats_feature() {
     if !RseqCpu.restartable() {
         return;
     }
-    let c = KmemCache::<GlobalPages, RseqCpu>::create(
-        "st",
-        64,
-        8,
-        SlabFlags::HARDENED,
-        GlobalPages,
-        RseqCpu,
-    )
-    .unwrap()
-    .with_sheaves(32);
+    let c = rseq_cache("st");
     // Warm up: a sheaf installed, the range recorded.
     // SAFETY: ours, freed once.
     unsafe { c.free(c.alloc().unwrap()) };
@@ -205,16 +203,7 @@ fn bulk_goes_through_the_restartable_sheaves() {
     if !RseqCpu.restartable() {
         return;
     }
-    let c = KmemCache::<GlobalPages, RseqCpu>::create(
-        "bulk",
-        64,
-        8,
-        SlabFlags::HARDENED,
-        GlobalPages,
-        RseqCpu,
-    )
-    .unwrap()
-    .with_sheaves(32);
+    let c = rseq_cache("bulk");
     let before = c.stats();
     let mut out = [None; 64];
     assert_eq!(c.alloc_bulk(&mut out), 64);
