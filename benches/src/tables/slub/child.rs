@@ -182,6 +182,28 @@ pub(super) fn result_line(tag: &str, fields: &[(&str, String)]) -> String {
     s
 }
 
+/// Ends a child run: its result line on stdout, then exit without
+/// unwinding the heaps (the objects stay allocated); or, when the run had
+/// no allocator of that `name`, the error and exit status 2 for the
+/// child's `main` to return.
+pub(super) fn finish_child(
+    flag: &str,
+    name: &str,
+    tag: &str,
+    fields: Option<&[(&str, String)]>,
+) -> Option<ExitCode> {
+    match fields {
+        Some(f) => {
+            println!("{}", result_line(tag, f));
+            std::process::exit(0)
+        }
+        None => {
+            eprintln!("mm-bench {flag}: no allocator {name:?}");
+            Some(ExitCode::from(2))
+        }
+    }
+}
+
 /// The value of `key` on the first line of `out` that starts with
 /// `TAG `, parsed.
 pub(super) fn field<T: FromStr>(out: &str, tag: &str, key: &str) -> Option<T> {

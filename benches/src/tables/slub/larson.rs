@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::child::{
-    cpus_arg, field, names, parse_cpus, result_line, run_child, run_on, runner_exe, HeapJob,
+    cpus_arg, field, finish_child, names, parse_cpus, run_child, run_on, runner_exe, HeapJob,
 };
 use super::heaps::{layout, Competitors, ObjHeap, GLOBAL_SLUB_ROW, PEERS};
 use super::rss_kb;
@@ -230,29 +230,22 @@ pub fn larson_child_main() -> Option<ExitCode> {
     };
     let comp = Competitors::new();
     let pin = !cpus.is_empty();
-    match larson_in_process(&comp, &name, p, &cpus, pin, true) {
-        Some(r) => {
-            println!(
-                "{}",
-                result_line(
-                    "larson",
-                    &[
-                        ("ops", r.ops.to_string()),
-                        ("secs", r.secs.to_string()),
-                        ("live", r.live.to_string()),
-                        ("rss0_kb", r.rss0_kb.to_string()),
-                        ("hwm_kb", r.hwm_kb.to_string()),
-                    ]
-                )
-            );
-            // Exit without unwinding the heaps (the objects stay allocated).
-            std::process::exit(0)
-        }
-        None => {
-            eprintln!("mm-bench {LARSON_CHILD_FLAG}: no allocator {name:?}");
-            Some(ExitCode::from(2))
-        }
-    }
+    let r = larson_in_process(&comp, &name, p, &cpus, pin, true);
+    let fields = r.map(|r| {
+        [
+            ("ops", r.ops.to_string()),
+            ("secs", r.secs.to_string()),
+            ("live", r.live.to_string()),
+            ("rss0_kb", r.rss0_kb.to_string()),
+            ("hwm_kb", r.hwm_kb.to_string()),
+        ]
+    });
+    finish_child(
+        LARSON_CHILD_FLAG,
+        &name,
+        "larson",
+        fields.as_ref().map(|f| &f[..]),
+    )
 }
 
 /// Parses a child's `larson ...` line.

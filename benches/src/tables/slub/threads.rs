@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use local_lock::sync::CachePadded;
 
 use super::child::{
-    cpus_arg, field, names, parse_cpus, result_line, run_child, run_on, runner_exe, ChildError,
+    cpus_arg, field, finish_child, names, parse_cpus, run_child, run_on, runner_exe, ChildError,
     HeapJob,
 };
 use super::heaps::{layout, Competitors, ObjHeap, GLOBAL_SLUB_ROW, PEERS};
@@ -595,32 +595,25 @@ pub fn threads_child_main() -> Option<ExitCode> {
         cpus: &cpus,
         keep: true,
     };
-    match run_on(&comp, &name, job) {
-        Some(r) => {
-            println!(
-                "{}",
-                result_line(
-                    "threads",
-                    &[
-                        ("ops", r.ops.to_string()),
-                        ("secs", r.secs.to_string()),
-                        ("frees", r.frees.to_string()),
-                        ("remote", r.remote.to_string()),
-                        ("waits", r.waits.to_string()),
-                        ("live", r.live.to_string()),
-                        ("rss0_kb", r.rss0_kb.to_string()),
-                        ("hwm_kb", r.hwm_kb.to_string()),
-                    ]
-                )
-            );
-            // Exit without unwinding the heaps (the objects stay allocated).
-            std::process::exit(0)
-        }
-        None => {
-            eprintln!("mm-bench {THREADS_CHILD_FLAG}: no allocator {name:?}");
-            Some(ExitCode::from(2))
-        }
-    }
+    let r = run_on(&comp, &name, job);
+    let fields = r.map(|r| {
+        [
+            ("ops", r.ops.to_string()),
+            ("secs", r.secs.to_string()),
+            ("frees", r.frees.to_string()),
+            ("remote", r.remote.to_string()),
+            ("waits", r.waits.to_string()),
+            ("live", r.live.to_string()),
+            ("rss0_kb", r.rss0_kb.to_string()),
+            ("hwm_kb", r.hwm_kb.to_string()),
+        ]
+    });
+    finish_child(
+        THREADS_CHILD_FLAG,
+        &name,
+        "threads",
+        fields.as_ref().map(|f| &f[..]),
+    )
 }
 
 /// Parses a child's `threads ...` line.
