@@ -172,3 +172,31 @@ mod tests {
         assert!(p.is_null());
     }
 }
+
+/// The process's resident bytes (`/proc/self/statm`, second field, times
+/// the page size), `None` where there is no such file. Allocation-free (a
+/// stack buffer), so an allocator's tests and reports may call it from
+/// anywhere.
+///
+/// ```
+/// # #[cfg(not(miri))] {
+/// if let Some(rss) = local_lock::os::resident_bytes() {
+///     assert!(rss > 0);
+/// }
+/// # }
+/// ```
+pub fn resident_bytes() -> Option<usize> {
+    let mut buf = [0u8; 128];
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe { libc::open(c"/proc/self/statm".as_ptr(), libc::O_RDONLY) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: reads at most `buf.len()` bytes into our buffer.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: our fd, closed once.
+    unsafe { libc::close(fd) };
+    let text = core::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    let pages: usize = text.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * page_size())
+}

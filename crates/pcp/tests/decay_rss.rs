@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 use buddy::{PurgePolicy, Stat, GLOBAL_CONFIG};
 use pcp::GlobalPcp;
 
-/// Resident bytes of this process (`/proc/self/statm`, second field).
+/// Resident bytes of this process (`/proc/self/statm`), 0 where there is
+/// none.
 fn rss() -> usize {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: usize = s.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
+    local_lock::os::resident_bytes().unwrap_or(0)
 }
 
 const MIB: usize = 1 << 20;

@@ -45,10 +45,8 @@ fn trim_flushes_shrinks_drains_and_purges() {
     }
 }
 
-/// Resident bytes (`/proc/self/statm`), 0 where there is none.
+/// Resident bytes of this process (`/proc/self/statm`), 0 where there is
+/// none.
 fn rss() -> usize {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
-        .map_or(0, |p| p * 4096)
+    local_lock::os::resident_bytes().unwrap_or(0)
 }
