@@ -10,8 +10,8 @@
 //! the difference of the counts is the cost of one operation, without the
 //! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
 //! `plain` (sheaves, no hardening), `nosheaves` (neither),
-//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batch64` (64
-//! allocs then 64 frees, per object), `churn` (a ring of 64 live objects
+//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batchK` (K
+//! allocs then K frees, per object; `batch64` in CI), `churn` (a ring of 64 live objects
 //! of random sizes 16..=1024 B, one replaced per operation).
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -35,9 +35,11 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 }
             }
         }
-        "batch64" => {
-            let mut v = [core::ptr::null_mut::<u8>(); 64];
-            for _ in 0..n / 64 {
+        b if b.starts_with("batch") => {
+            // `batchK`: K allocs then K frees (per object).
+            let k: usize = b["batch".len()..].parse().expect("batch size");
+            let mut v = vec![core::ptr::null_mut::<u8>(); k];
+            for _ in 0..n / k {
                 for s in v.iter_mut() {
                     // SAFETY: as above.
                     *s = black_box(unsafe { h.alloc(l) });
@@ -74,7 +76,7 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 }
             }
         }
-        _ => panic!("unknown shape {shape:?} (pair, batch64, churn)"),
+        _ => panic!("unknown shape {shape:?} (pair, batchK, churn)"),
     }
 }
 

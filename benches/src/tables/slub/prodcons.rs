@@ -31,9 +31,11 @@ use crate::tables::Table;
 // ---------------------------------------------------------------------------
 
 /// A bounded single-producer single-consumer ring of object pointers
-/// (Lamport's queue with cached indices: each side re-reads the other's
-/// index only when the ring looks full or empty, so the two CPUs share the
-/// index lines once per lap, not once per object).
+/// (Lamport's queue with cached indices, each side re-reading the other's
+/// index only when the ring looks full or empty, and lazy index updates:
+/// each side publishes its own index every [`PUBLISH_EVERY`] entries or
+/// before it waits, so the two CPUs share the index lines once per lap or
+/// per 16 entries, not once per object).
 pub struct Ring {
     slots: Box<[AtomicPtr<u8>]>,
     mask: usize,
@@ -43,19 +45,33 @@ pub struct Ring {
     tail: CachePadded<AtomicUsize>,
 }
 
-/// The producer's end (one at a time).
+/// The producer's end (one at a time). Its tail is published every
+/// [`PUBLISH_EVERY`] pushes, before it waits, and when it is dropped.
 pub struct Producer<'a> {
     ring: &'a Ring,
     tail: usize,
     head_seen: usize,
+    published: usize,
 }
 
-/// The consumer's end (one at a time).
+/// The consumer's end (one at a time). Its head is published every
+/// [`PUBLISH_EVERY`] pops, before it waits, and when it is dropped.
 pub struct Consumer<'a> {
     ring: &'a Ring,
     head: usize,
     tail_seen: usize,
+    published: usize,
 }
+
+/// Entries a side hands over before it publishes its index (two lines of
+/// slots), unless it is about to wait or done. Publishing after every
+/// entry made the faster side, polling that index while it waited, take
+/// the line back after every store of the slower side: one cross-CPU
+/// transfer per object on the slower side alone, which is why the
+/// ring-only floor, whose producer always waits for the consumer, came out
+/// slower than GlobalSlub and snmalloc (issue #21). Lazy index updates are
+/// what FastForward and B-Queue do for the same reason.
+pub const PUBLISH_EVERY: usize = 16;
 
 /// Spins before a waiting side gives its CPU away (`yield_now`).
 const SPINS_BEFORE_YIELD: u32 = 256;
@@ -98,19 +114,23 @@ impl Ring {
     /// The producer's end. The ring is for one producer and one consumer at
     /// a time (more would lose entries, not break memory safety).
     pub fn producer(&self) -> Producer<'_> {
+        let tail = self.tail.load(Ordering::Relaxed);
         Producer {
             ring: self,
-            tail: self.tail.load(Ordering::Relaxed),
+            tail,
             head_seen: self.head.load(Ordering::Acquire),
+            published: tail,
         }
     }
 
     /// The consumer's end (see [`producer`](Self::producer)).
     pub fn consumer(&self) -> Consumer<'_> {
+        let head = self.head.load(Ordering::Relaxed);
         Consumer {
             ring: self,
-            head: self.head.load(Ordering::Relaxed),
+            head,
             tail_seen: self.tail.load(Ordering::Acquire),
+            published: head,
         }
     }
 }
@@ -124,6 +144,7 @@ impl Producer<'_> {
         let mut spins = 0;
         if self.tail.wrapping_sub(self.head_seen) > r.mask {
             let room = SLACK.min(r.mask + 1);
+            self.publish();
             loop {
                 self.head_seen = r.head.load(Ordering::Acquire);
                 if self.tail.wrapping_sub(self.head_seen) + room <= r.mask + 1 {
@@ -134,7 +155,16 @@ impl Producer<'_> {
         }
         r.slots[self.tail & r.mask].store(p, Ordering::Relaxed);
         self.tail = self.tail.wrapping_add(1);
-        r.tail.store(self.tail, Ordering::Release);
+        if self.tail.wrapping_sub(self.published) >= PUBLISH_EVERY {
+            self.publish();
+        }
+    }
+
+    /// Makes every entry pushed so far visible to the consumer.
+    #[inline(always)]
+    pub fn publish(&mut self) {
+        self.ring.tail.store(self.tail, Ordering::Release);
+        self.published = self.tail;
     }
 
     /// Appends all of `ps` (at most the ring's size) with one publication
@@ -146,6 +176,9 @@ impl Producer<'_> {
         let n = ps.len();
         assert!(n <= r.mask + 1, "mm-bench: batch larger than the ring");
         let mut spins = 0;
+        if self.tail.wrapping_sub(self.head_seen) + n > r.mask + 1 {
+            self.publish();
+        }
         while self.tail.wrapping_sub(self.head_seen) + n > r.mask + 1 {
             self.head_seen = r.head.load(Ordering::Acquire);
             if self.tail.wrapping_sub(self.head_seen) + n > r.mask + 1 {
@@ -156,7 +189,19 @@ impl Producer<'_> {
             r.slots[self.tail.wrapping_add(k) & r.mask].store(p, Ordering::Relaxed);
         }
         self.tail = self.tail.wrapping_add(n);
-        r.tail.store(self.tail, Ordering::Release);
+        self.publish();
+    }
+}
+
+impl Drop for Producer<'_> {
+    fn drop(&mut self) {
+        self.publish();
+    }
+}
+
+impl Drop for Consumer<'_> {
+    fn drop(&mut self) {
+        self.publish();
     }
 }
 
@@ -176,6 +221,7 @@ impl Consumer<'_> {
         let mut spins = 0;
         if self.head == self.tail_seen {
             let min = min.clamp(1, r.mask + 1);
+            self.publish();
             loop {
                 self.tail_seen = r.tail.load(Ordering::Acquire);
                 if self.tail_seen.wrapping_sub(self.head) >= min {
@@ -186,8 +232,17 @@ impl Consumer<'_> {
         }
         let p = r.slots[self.head & r.mask].load(Ordering::Relaxed);
         self.head = self.head.wrapping_add(1);
-        r.head.store(self.head, Ordering::Release);
+        if self.head.wrapping_sub(self.published) >= PUBLISH_EVERY {
+            self.publish();
+        }
         p
+    }
+
+    /// Hands every slot popped so far back to the producer.
+    #[inline(always)]
+    pub fn publish(&mut self) {
+        self.ring.head.store(self.head, Ordering::Release);
+        self.published = self.head;
     }
 
     /// Takes `out.len()` entries (at most the ring's size) with one
@@ -198,6 +253,9 @@ impl Consumer<'_> {
         let n = out.len();
         assert!(n <= r.mask + 1, "mm-bench: batch larger than the ring");
         let mut spins = 0;
+        if self.tail_seen.wrapping_sub(self.head) < n {
+            self.publish();
+        }
         while self.tail_seen.wrapping_sub(self.head) < n {
             self.tail_seen = r.tail.load(Ordering::Acquire);
             if self.tail_seen.wrapping_sub(self.head) < n {
@@ -208,7 +266,7 @@ impl Consumer<'_> {
             *o = r.slots[self.head.wrapping_add(k) & r.mask].load(Ordering::Relaxed);
         }
         self.head = self.head.wrapping_add(n);
-        r.head.store(self.head, Ordering::Release);
+        self.publish();
     }
 }
 
