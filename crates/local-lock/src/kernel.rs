@@ -125,6 +125,23 @@ pub unsafe trait KernelHooks: Sync + 'static {
     fn random_seed() -> u64 {
         0
     }
+    /// `nr_node_ids` ([`Platform::nr_node_ids`]): 1 unless the kernel
+    /// knows its NUMA nodes (from ACPI SRAT / the device tree).
+    const NR_NODES: usize = 1;
+    /// `cpu_to_node()` ([`Platform::cpu_to_node`]); node 0 by default.
+    fn cpu_to_node(cpu: usize) -> usize {
+        let _ = cpu;
+        0
+    }
+    /// `node_distance()` ([`Platform::node_distance`]): the SLIT entry;
+    /// by default 10 to itself and 20 to any other node.
+    fn node_distance(a: usize, b: usize) -> u8 {
+        if a == b {
+            crate::topology::LOCAL_DISTANCE
+        } else {
+            crate::topology::REMOTE_DISTANCE
+        }
+    }
 }
 
 /// The platform of a kernel described by `H`.
@@ -150,10 +167,16 @@ pub unsafe trait KernelHooks: Sync + 'static {
 ///     unsafe fn local_irq_enable() {}
 ///     fn preempt_disable() {}
 ///     unsafe fn preempt_enable() {}
+///     // Two sockets of two CPUs (from ACPI SRAT/SLIT on a real kernel).
+///     const NR_NODES: usize = 2;
+///     fn cpu_to_node(cpu: usize) -> usize { cpu / 2 }
+///     fn node_distance(a: usize, b: usize) -> u8 { if a == b { 10 } else { 21 } }
 /// }
 ///
 /// let k: Kernel<Rt> = Kernel::new();
 /// assert_eq!(k.nr_cpus(), 4);
+/// assert_eq!((k.nr_node_ids(), k.cpu_to_node(3), k.node_distance(0, 1)), (2, 1, 21));
+/// assert_eq!(k.numa_node_id(), 0, "CPU 0 is on node 0");
 /// assert_eq!(k.default_strategy(), Strategy::Locked, "RT: slots are spin locks");
 /// static PCP: LocalLock<u32, Kernel<Rt>, 4> = LocalLock::new(Kernel::new());
 /// *PCP.lock() += 1;
@@ -196,6 +219,18 @@ unsafe impl<H: KernelHooks> Platform for Kernel<H> {
     #[inline(always)]
     fn current_cpu(&self) -> usize {
         H::smp_processor_id()
+    }
+    #[inline(always)]
+    fn nr_node_ids(&self) -> usize {
+        H::NR_NODES
+    }
+    #[inline(always)]
+    fn cpu_to_node(&self, cpu: usize) -> usize {
+        H::cpu_to_node(cpu)
+    }
+    #[inline(always)]
+    fn node_distance(&self, a: usize, b: usize) -> u8 {
+        H::node_distance(a, b)
     }
     #[inline(always)]
     fn in_interrupt(&self) -> bool {

@@ -88,6 +88,7 @@ mod lock;
 pub mod platform;
 pub mod stats;
 pub mod this_cpu;
+pub mod topology;
 
 #[cfg(all(
     feature = "std",

@@ -120,9 +120,157 @@ pub fn map_aligned(len: usize, align: usize, prot: i32, extra: i32) -> *mut u8 {
     p.wrapping_add(head)
 }
 
+/// Reads a small file into `buf` with `open`/`read` (no allocation, so
+/// it may run inside a global allocator); the bytes read, or `None`.
+fn read_small(path: &core::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: reads at most `buf.len()` bytes into our buffer.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: our fd, closed once.
+    unsafe { libc::close(fd) };
+    usize::try_from(n).ok()
+}
+
+/// `/sys/devices/system/node/node<N>/<file>` as a C string in `buf`.
+fn node_path<'a>(buf: &'a mut [u8; 64], node: usize, file: &str) -> &'a core::ffi::CStr {
+    let mut w = 0;
+    let mut put = |b: &[u8]| {
+        buf[w..w + b.len()].copy_from_slice(b);
+        w += b.len();
+    };
+    put(b"/sys/devices/system/node/node");
+    let mut digits = [0u8; 4];
+    let mut k = digits.len();
+    let mut v = node;
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 || k == 0 {
+            break;
+        }
+    }
+    put(&digits[k..]);
+    put(b"/");
+    put(file.as_bytes());
+    put(b"\0");
+    match core::ffi::CStr::from_bytes_until_nul(&buf[..w]) {
+        Ok(c) => c,
+        Err(_) => c"",
+    }
+}
+
+/// The machine's NUMA topology from `/sys/devices/system/node` (Linux):
+/// the `online` nodes, each node's `cpulist` and `distance` row (whose
+/// columns are the online nodes in id order). A machine without that directory (another OS, a
+/// container hiding it) reads as one node ([`Topology::flat`]). Read once
+/// and cached; allocation-free, so a global allocator may call it.
+///
+/// ```
+/// # #[cfg(not(miri))] {
+/// let t = local_lock::os::system_topology();
+/// assert!(t.nr_nodes() >= 1);
+/// assert_eq!(t.node_distance(0, 0), local_lock::topology::LOCAL_DISTANCE);
+/// # }
+/// ```
+///
+/// [`Topology::flat`]: crate::topology::Topology::flat
+pub fn system_topology() -> &'static crate::topology::Topology {
+    static T: spin::Once<crate::topology::Topology> = spin::Once::new();
+    T.call_once(read_system_topology)
+}
+
+/// [`system_topology`] without the cache.
+pub fn read_system_topology() -> crate::topology::Topology {
+    use crate::topology::{parse_distances, parse_id_list, Topology, MAX_NUMNODES};
+    let mut t = Topology::flat();
+    let mut buf = [0u8; 4096];
+    let mut nodes = [false; MAX_NUMNODES];
+    let mut highest = None;
+    let Some(n) = read_small(c"/sys/devices/system/node/online", &mut buf) else {
+        return t;
+    };
+    if !parse_id_list(&buf[..n], |i| {
+        if i < MAX_NUMNODES {
+            nodes[i] = true;
+            highest = Some(highest.map_or(i, |h: usize| h.max(i)));
+        }
+    }) {
+        return Topology::flat();
+    }
+    let Some(h) = highest else { return t };
+    t.set_nr_nodes(h + 1);
+    let mut online = [0usize; MAX_NUMNODES];
+    let mut nr_online = 0;
+    for (node, _) in nodes.iter().enumerate().filter(|(_, &on)| on) {
+        online[nr_online] = node;
+        nr_online += 1;
+    }
+    let mut path = [0u8; 64];
+    for &node in &online[..nr_online] {
+        if let Some(n) = read_small(node_path(&mut path, node, "cpulist"), &mut buf) {
+            parse_id_list(&buf[..n], |cpu| t.set_cpu_node(cpu, node));
+        }
+        if let Some(n) = read_small(node_path(&mut path, node, "distance"), &mut buf) {
+            let mut row = [0u8; MAX_NUMNODES];
+            let mut cols = 0;
+            if parse_distances(&buf[..n], |j, d| {
+                if j < nr_online {
+                    row[j] = d;
+                    cols = cols.max(j + 1);
+                }
+            }) {
+                for (j, &d) in row.iter().enumerate().take(cols) {
+                    t = t.with_distance(node, online[j], d);
+                }
+            }
+        }
+    }
+    t
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "miri cannot open /sys")]
+    fn system_topology_agrees_with_sysfs_and_the_std_platforms() {
+        use crate::Platform;
+        let t = read_system_topology();
+        assert_eq!(*system_topology(), t);
+        assert!(t.nr_nodes() >= 1);
+        assert_eq!(t.node_distance(0, 0), crate::topology::LOCAL_DISTANCE);
+        // Every CPU this process may run on is on a node sysfs lists, and
+        // its `cpulist` names it.
+        let mut buf = [0u8; 4096];
+        let mut path = [0u8; 64];
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
+        let node = t.cpu_to_node(cpu);
+        assert!(node < t.nr_nodes());
+        if let Some(n) = read_small(node_path(&mut path, node, "cpulist"), &mut buf) {
+            let mut found = false;
+            assert!(crate::topology::parse_id_list(&buf[..n], |c| found |= c == cpu));
+            assert!(found, "CPU {cpu} not in node {node}'s cpulist");
+        }
+        assert_eq!(
+            node_path(&mut path, 12, "distance").to_bytes(),
+            b"/sys/devices/system/node/node12/distance"
+        );
+        let p = crate::std_platform::StdCpu::new();
+        assert_eq!(p.nr_node_ids(), t.nr_nodes());
+        assert_eq!(p.cpu_to_node(cpu), node);
+        assert!(p.numa_node_id() < t.nr_nodes());
+        assert_eq!(p.node_distance(0, 0), crate::topology::LOCAL_DISTANCE);
+        let q = crate::std_platform::PerThread::new();
+        assert_eq!(q.nr_node_ids(), t.nr_nodes());
+        assert!(q.numa_node_id() < t.nr_nodes());
+    }
 
     #[test]
     fn page_size_is_a_power_of_two() {

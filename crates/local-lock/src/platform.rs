@@ -208,6 +208,35 @@ pub unsafe trait Platform: Sync {
         0
     }
 
+    /// `nr_node_ids`: NUMA nodes (the highest node id + 1; see
+    /// [`topology`](crate::topology)). The default is one node.
+    fn nr_node_ids(&self) -> usize {
+        1
+    }
+
+    /// `cpu_to_node(cpu)`: the node of CPU `cpu` (node 0 by default).
+    fn cpu_to_node(&self, cpu: usize) -> usize {
+        let _ = cpu;
+        0
+    }
+
+    /// `node_distance(a, b)`: [`LOCAL_DISTANCE`](crate::topology::LOCAL_DISTANCE)
+    /// from a node to itself, [`REMOTE_DISTANCE`](crate::topology::REMOTE_DISTANCE)
+    /// between two nodes by default (a SLIT entry on a real machine).
+    fn node_distance(&self, a: usize, b: usize) -> u8 {
+        if a == b {
+            crate::topology::LOCAL_DISTANCE
+        } else {
+            crate::topology::REMOTE_DISTANCE
+        }
+    }
+
+    /// `numa_node_id()`: the node the caller runs on (a hint unless
+    /// pinned). The default is the node of [`current_cpu`](Self::current_cpu).
+    fn numa_node_id(&self) -> usize {
+        self.cpu_to_node(self.current_cpu())
+    }
+
     /// Access to another CPU's slot (for draining). `None` where the platform
     /// cannot allow it (pinned kernel: the owner may be running; per-thread:
     /// the slot's thread is alive). The default allows it on `Locked`

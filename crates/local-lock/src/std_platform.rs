@@ -78,6 +78,11 @@ macro_rules! std_process_platform {
     // can be preempted or migrated at any instruction).
     (locked) => {
         std_process_platform!();
+        /// Slots are CPUs here: their nodes are the machine's
+        /// ([`system_topology`](crate::os::system_topology)).
+        fn cpu_to_node(&self, cpu: usize) -> usize {
+            crate::os::system_topology().cpu_to_node(cpu)
+        }
         #[inline(always)]
         fn default_strategy(&self) -> Strategy {
             Strategy::Locked
@@ -118,6 +123,19 @@ macro_rules! std_process_platform {
         #[inline(always)]
         fn random_seed(&self) -> u64 {
             os_random_seed()
+        }
+        fn nr_node_ids(&self) -> usize {
+            crate::os::system_topology().nr_nodes()
+        }
+        fn node_distance(&self, a: usize, b: usize) -> u8 {
+            crate::os::system_topology().node_distance(a, b)
+        }
+        /// The node of the CPU the caller runs on (`sched_getcpu()`), for
+        /// every std platform, including those whose slots are not CPUs.
+        fn numa_node_id(&self) -> usize {
+            // SAFETY: no preconditions.
+            let cpu = unsafe { libc::sched_getcpu() };
+            crate::os::system_topology().cpu_to_node(usize::try_from(cpu).unwrap_or(0))
         }
     };
 }

@@ -21,6 +21,7 @@ use std::boxed::Box;
 use std::cell::{Cell, RefCell};
 
 use crate::platform::{IrqFlags, Pin, Platform, Strategy};
+use crate::topology::Topology;
 
 /// An armed interrupt: hook points left before it fires, and its handler.
 type Armed = (usize, Box<dyn FnMut()>);
@@ -69,6 +70,7 @@ pub struct TestPlatform {
     strategy: Strategy,
     has_irqs: bool,
     seeds: bool,
+    topology: Option<&'static Topology>,
 }
 
 impl TestPlatform {
@@ -79,6 +81,7 @@ impl TestPlatform {
             strategy: Strategy::Pinned,
             has_irqs: true,
             seeds: false,
+            topology: None,
         }
     }
 
@@ -89,6 +92,7 @@ impl TestPlatform {
             strategy: Strategy::Locked,
             has_irqs: true,
             seeds: false,
+            topology: None,
         }
     }
 
@@ -106,6 +110,26 @@ impl TestPlatform {
     /// ```
     pub const fn with_seeds(mut self) -> Self {
         self.seeds = true;
+        self
+    }
+
+    /// This platform on a NUMA machine: CPUs on the nodes `t` says, nodes
+    /// as far apart as it says (without it, one node).
+    ///
+    /// ```
+    /// use local_lock::test_platform::TestPlatform;
+    /// use local_lock::topology::Topology;
+    /// use local_lock::Platform;
+    ///
+    /// static T: Topology = Topology::uniform(2, 2).with_distance(0, 1, 21);
+    /// let p = TestPlatform::pinned(4).with_topology(&T);
+    /// assert_eq!((p.nr_node_ids(), p.cpu_to_node(2), p.node_distance(0, 1)), (2, 1, 21));
+    /// p.set_cpu(3);
+    /// assert_eq!(p.numa_node_id(), 1);
+    /// p.set_cpu(0);
+    /// ```
+    pub const fn with_topology(mut self, t: &'static Topology) -> Self {
+        self.topology = Some(t);
         self
     }
 
@@ -278,6 +302,19 @@ unsafe impl Platform for TestPlatform {
     }
     fn default_strategy(&self) -> Strategy {
         self.strategy
+    }
+    fn nr_node_ids(&self) -> usize {
+        self.topology.map_or(1, |t| t.nr_nodes())
+    }
+    fn cpu_to_node(&self, cpu: usize) -> usize {
+        self.topology.map_or(0, |t| t.cpu_to_node(cpu))
+    }
+    fn node_distance(&self, a: usize, b: usize) -> u8 {
+        match self.topology {
+            Some(t) => t.node_distance(a, b),
+            None if a == b => crate::topology::LOCAL_DISTANCE,
+            None => crate::topology::REMOTE_DISTANCE,
+        }
     }
     fn random_seed(&self) -> u64 {
         if !self.seeds {
