@@ -142,6 +142,7 @@
 //! already free, no duplicates) before it frees anything.
 #![no_std]
 #![warn(missing_docs)]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 
 #[cfg(any(feature = "std", test))]
 extern crate std;

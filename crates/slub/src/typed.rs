@@ -145,6 +145,22 @@ impl<T, S: SlabSource, P: Platform, const N: usize> TypedCache<T, S, P, N> {
     /// assert_eq!(c.uses, 1, "the same object, as its last owner left it");
     /// assert_eq!(BUILT.load(Ordering::Relaxed), CONNS.cache().layout().oo.objects as usize);
     /// ```
+    ///
+    /// A type that is not `Send` cannot have a constructor (its values
+    /// would move between threads through the free objects):
+    ///
+    /// ```compile_fail,E0277
+    /// # use std::mem::MaybeUninit;
+    /// # use std::rc::Rc;
+    /// # use local_lock::std_platform::PerThread;
+    /// # use slub::{GlobalPages, SlabFlags, TypedCache};
+    /// fn rc_ctor(slot: &mut MaybeUninit<Rc<u8>>) -> &mut Rc<u8> {
+    ///     slot.write(Rc::new(0))
+    /// }
+    /// let c = TypedCache::<Rc<u8>, _, _>::create("rc", SlabFlags::NONE, GlobalPages, PerThread)
+    ///     .unwrap()
+    ///     .with_ctor(rc_ctor);
+    /// ```
     pub const fn with_ctor(mut self, ctor: fn(&mut MaybeUninit<T>) -> &mut T) -> Self
     where
         T: Send,
@@ -340,9 +356,39 @@ impl<T> core::error::Error for OutOfMemory<T> {}
 /// };
 /// ```
 ///
+/// A box frees into the cache it came from, on drop: safe code cannot
+/// free it into another one (of another type, or of the same type),
+/// since the only ways to split a box from its cache,
+/// [`into_raw`](CacheBox::into_raw) then `KmemCache::free` or
+/// [`from_raw`](CacheBox::from_raw), are `unsafe`:
+///
+/// ```compile_fail,E0308
+/// # use local_lock::std_platform::PerThread;
+/// # use slub::{CacheBox, GlobalPages, SlabFlags, TypedCache};
+/// # static SMALL: TypedCache<u32, GlobalPages, PerThread> =
+/// #     TypedCache::new("small", SlabFlags::NONE, slub::Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+/// # static LARGE: TypedCache<u64, GlobalPages, PerThread> =
+/// #     TypedCache::new("large", SlabFlags::NONE, slub::Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+/// let b = SMALL.new_box(1);
+/// // A box of u32s is not a box of LARGE's u64s.
+/// let wrong: CacheBox<'static, u64, GlobalPages, PerThread> = b;
+/// ```
+///
+/// ```compile_fail,E0133
+/// # use local_lock::std_platform::PerThread;
+/// # use slub::{CacheBox, GlobalPages, SlabFlags, TypedCache};
+/// # static A: TypedCache<u64, GlobalPages, PerThread> =
+/// #     TypedCache::new("a", SlabFlags::NONE, slub::Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+/// # static B: TypedCache<u64, GlobalPages, PerThread> =
+/// #     TypedCache::new("b", SlabFlags::NONE, slub::Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+/// let b = A.new_box(1);
+/// // Freeing A's object into B needs `unsafe` (the caller's promise).
+/// B.cache().free(CacheBox::into_raw(b).cast());
+/// ```
+///
 /// A box of a type that is not `Send` stays on its thread:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// # use local_lock::std_platform::PerThread;
 /// # use slub::{GlobalPages, SlabFlags, TypedCache};
 /// static RCS: TypedCache<std::rc::Rc<u8>, GlobalPages, PerThread> =

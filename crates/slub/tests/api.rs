@@ -263,6 +263,19 @@ fn zero_sized_types_get_distinct_objects() {
     );
 }
 
+/// Every error type of the crate is a `core::error::Error` (and can be
+/// boxed as `Box<dyn Error + Send + Sync>`).
+#[test]
+fn every_error_type_is_a_core_error() {
+    fn is_error<E: core::error::Error + Send + Sync + 'static>() {}
+    is_error::<slub::CacheError>();
+    is_error::<slub::FreeError>();
+    is_error::<slub::CacheBusy>();
+    is_error::<slub::OutOfMemory<u64>>();
+    let e: Box<dyn core::error::Error + Send + Sync> = Box::new(slub::CacheError::ZeroSize);
+    assert_eq!(e.to_string(), "slub: object size 0");
+}
+
 #[test]
 fn krealloc_follows_the_kernel() {
     let m = Small::new(16);
