@@ -73,7 +73,9 @@ impl SlabFlags {
     pub const RED_ZONE: SlabFlags = SlabFlags(1 << 9);
     /// `SLAB_POISON` (`P`): a free object's body reads 0x6b with a final
     /// 0xa5 (checked when it is allocated again: a write after free is
-    /// caught), padding 0x5a.
+    /// caught), padding 0x5a. A cache with a constructor
+    /// ([`KmemCache::with_ctor`](crate::KmemCache::with_ctor)) poisons only
+    /// the padding: its free objects stay constructed.
     pub const POISON: SlabFlags = SlabFlags(1 << 10);
     /// `SLAB_STORE_USER` (`U`): each object records who allocated and who
     /// freed it last (call site, CPU, a counter as time), printed with any
