@@ -330,7 +330,7 @@ fn end_of_run(harts: usize) -> ! {
     for cell in [&OBJ_CACHE, &SHEAF_CACHE] {
         // SAFETY: every other hart is parked, timers are off.
         let c = unsafe { cell.get_mut() };
-        c.validate();
+        c.validate_exclusive();
         ensure!(
             c.nr_slabs() == 0,
             "slub {}: {} slabs left after flush + shrink: leak\n{}\n{}\nbarn (full, empty) sheaves: {:?}\n{}",

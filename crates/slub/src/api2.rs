@@ -25,6 +25,11 @@
 //!
 //! Zero-sized layouts get a dangling, aligned pointer and are never passed
 //! to the caches (the `Allocator` contract allows it; nothing is freed).
+//!
+//! With the `nightly` feature (nightly Rust only), each of these types also
+//! implements the standard library's unstable `core::alloc::Allocator`,
+//! forwarding to the impls here, so `std`'s `Vec::new_in(&cache)` and
+//! `Box::new_in` work too (`tests/nightly.rs`).
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
@@ -253,3 +258,78 @@ mod kmalloc_impl {
 // `&GlobalSlub`: its `GlobalAlloc` front end (example in the module docs).
 #[cfg(all(feature = "std", not(loom)))]
 local_lock::allocator_via_global_alloc!(impl[] for crate::global::GlobalSlub);
+
+/// `core::alloc::Allocator` (nightly, feature `nightly`) for a type that
+/// implements `allocator_api2`'s: every method forwards (the two traits
+/// have the same methods and contract).
+#[cfg(feature = "nightly")]
+macro_rules! forward_core_allocator {
+    (impl[$($g:tt)*] for $t:ty) => {
+        // SAFETY: every method is the `allocator_api2` impl of the same
+        // type, whose contract is `core::alloc::Allocator`'s word for word.
+        unsafe impl<$($g)*> core::alloc::Allocator for $t {
+            #[inline]
+            fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+                <$t as Allocator>::allocate(self, layout).map_err(|_| core::alloc::AllocError)
+            }
+
+            #[inline]
+            fn allocate_zeroed(
+                &self,
+                layout: Layout,
+            ) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+                <$t as Allocator>::allocate_zeroed(self, layout)
+                    .map_err(|_| core::alloc::AllocError)
+            }
+
+            #[inline]
+            unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+                // SAFETY: forwarded (the caller's contract).
+                unsafe { <$t as Allocator>::deallocate(self, ptr, layout) }
+            }
+
+            #[inline]
+            unsafe fn grow(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+                // SAFETY: forwarded (the caller's contract).
+                unsafe { <$t as Allocator>::grow(self, ptr, old, new) }
+                    .map_err(|_| core::alloc::AllocError)
+            }
+
+            #[inline]
+            unsafe fn grow_zeroed(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+                // SAFETY: forwarded (the caller's contract).
+                unsafe { <$t as Allocator>::grow_zeroed(self, ptr, old, new) }
+                    .map_err(|_| core::alloc::AllocError)
+            }
+
+            #[inline]
+            unsafe fn shrink(
+                &self,
+                ptr: NonNull<u8>,
+                old: Layout,
+                new: Layout,
+            ) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+                // SAFETY: forwarded (the caller's contract).
+                unsafe { <$t as Allocator>::shrink(self, ptr, old, new) }
+                    .map_err(|_| core::alloc::AllocError)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "nightly")]
+forward_core_allocator!(impl[S: SlabSource, P: Platform, const N: usize] for &KmemCache<S, P, N>);
+#[cfg(all(feature = "nightly", not(loom)))]
+forward_core_allocator!(impl[S: SlabSource + Copy, P: Platform + Copy, const N: usize] for &crate::kmalloc::Kmalloc<S, P, N>);
+#[cfg(all(feature = "nightly", feature = "std", not(loom)))]
+forward_core_allocator!(impl[] for &crate::global::GlobalSlub);

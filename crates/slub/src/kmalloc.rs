@@ -481,12 +481,12 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
     }
 
-    /// Checks every cache's invariants ([`KmemCache::validate_shared`]:
+    /// Checks every cache's invariants ([`KmemCache::validate`]:
     /// through `&self`, so a `GlobalSlub`'s caches can be checked) on a
     /// quiescent allocator.
     pub fn validate(&self) {
         for c in &self.caches {
-            c.validate_shared();
+            c.validate();
         }
     }
 

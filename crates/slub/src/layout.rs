@@ -73,7 +73,9 @@ impl SlabFlags {
     pub const RED_ZONE: SlabFlags = SlabFlags(1 << 9);
     /// `SLAB_POISON` (`P`): a free object's body reads 0x6b with a final
     /// 0xa5 (checked when it is allocated again: a write after free is
-    /// caught), padding 0x5a.
+    /// caught), padding 0x5a. A cache with a constructor
+    /// ([`KmemCache::with_ctor`](crate::KmemCache::with_ctor)) poisons only
+    /// the padding: its free objects stay constructed.
     pub const POISON: SlabFlags = SlabFlags(1 << 10);
     /// `SLAB_STORE_USER` (`U`): each object records who allocated and who
     /// freed it last (call site, CPU, a counter as time), printed with any
@@ -245,7 +247,9 @@ pub struct CacheLayout {
     pub size: usize,
     /// Object alignment (`align`).
     pub align: usize,
-    /// Offset of the free pointer inside an object (`offset`).
+    /// Offset of the free pointer from the start of an object's slot
+    /// (`offset`): inside the object, or after it (debug flags, a
+    /// constructor).
     pub offset: usize,
     /// Preferred slab order and objects (`oo`).
     pub oo: OrderObjects,
@@ -394,6 +398,32 @@ pub const fn calculate_layout(
     flags: SlabFlags,
     g: &Geometry,
 ) -> Result<CacheLayout, CacheError> {
+    calculate_layout_ctor(object_size, align, flags, g, false)
+}
+
+/// [`calculate_layout`] for a cache with a constructor (`ctor`: the
+/// kernel's `s->ctor`): the free pointer goes after the object (and its
+/// red zone), as `calculate_sizes` places it for `SLAB_TYPESAFE_BY_RCU`,
+/// a ctor or poisoning, so a free object keeps every byte its constructor
+/// (or its last user) left.
+///
+/// ```
+/// use slub::layout::{calculate_layout, calculate_layout_ctor};
+/// use slub::{Geometry, SlabFlags};
+///
+/// let g = Geometry::new(4);
+/// let plain = calculate_layout(64, 8, SlabFlags::HARDENED, &g).unwrap();
+/// let ctor = calculate_layout_ctor(64, 8, SlabFlags::HARDENED, &g, true).unwrap();
+/// assert_eq!((plain.offset, plain.size), (0, 64), "inside the object");
+/// assert_eq!((ctor.offset, ctor.size), (64, 72), "after the object");
+/// ```
+pub const fn calculate_layout_ctor(
+    object_size: usize,
+    align: usize,
+    flags: SlabFlags,
+    g: &Geometry,
+    ctor: bool,
+) -> Result<CacheLayout, CacheError> {
     if !g.page_size.is_power_of_two() || g.page_size < 16 {
         return Err(CacheError::BadPageSize(g.page_size));
     }
@@ -408,7 +438,8 @@ pub const fn calculate_layout(
     }
     // The free pointer sits inside the object, in the middle (away from
     // small overflows of the neighbour), word aligned; after the object (and
-    // its red zone) when poisoning or red zoning need the whole object.
+    // its red zone) when poisoning or red zoning need the whole object, or
+    // a constructor's state must survive the free.
     let align = calculate_alignment(flags, align, object_size);
     let mut size = align_up(object_size, WORD);
     if flags.contains(SlabFlags::RED_ZONE) && size == object_size {
@@ -426,7 +457,7 @@ pub const fn calculate_layout(
     } else {
         0
     };
-    if flags.contains(SlabFlags::POISON) || flags.contains(SlabFlags::RED_ZONE) {
+    if flags.contains(SlabFlags::POISON) || flags.contains(SlabFlags::RED_ZONE) || ctor {
         offset = size;
         size += WORD;
     }

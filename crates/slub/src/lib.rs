@@ -14,7 +14,10 @@
 //!   `min_partial`, the CPU partial limit. The free pointer lives inside a
 //!   free object, in its middle (at word 0 in [`SlabFlags::HARDENED`]
 //!   caches, whose decoded free pointers are all checked: the hot paths
-//!   then need no offset).
+//!   then need no offset), or after the object with red zones, poisoning
+//!   or a constructor ([`KmemCache::with_ctor`], the kernel's `ctor`: run
+//!   on each object when its slab is made; objects stay constructed across
+//!   free and alloc; hardened caches with one take the slab paths).
 //! * Per CPU (`kmem_cache_cpu`): the CPU slab, its lockless `freelist`, the
 //!   transaction id `tid` (starts at the CPU number, advances by
 //!   [`KmemCache::TID_STEP`], a power of two >= the slots, so `tid %
@@ -142,6 +145,7 @@
 //! already free, no duplicates) before it frees anything.
 #![no_std]
 #![warn(missing_docs)]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 
 #[cfg(any(feature = "std", test))]
 extern crate std;

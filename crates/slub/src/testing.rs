@@ -329,7 +329,7 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
             }
         }
         for c in &mut caches {
-            c.validate();
+            c.validate_exclusive();
         }
     }
     for l in live.drain(..) {
@@ -343,8 +343,8 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
         }
     }
     for c in &mut caches {
-        c.validate();
-        assert_eq!(c.destroy(), Ok(()));
+        c.validate_exclusive();
+        assert_eq!(c.destroy_exclusive(), Ok(()));
     }
     drop(caches);
     drop(k);

@@ -86,8 +86,8 @@ fn basic_cycle(p: TestPlatform, flags: SlabFlags, lockless: bool) {
         unsafe { c.free(o) };
     }
     let mut c = c;
-    c.validate();
-    assert_eq!(c.destroy(), Ok(()));
+    c.validate_exclusive();
+    assert_eq!(c.destroy_exclusive(), Ok(()));
     assert_eq!(c.nr_slabs(), 0);
     drop(c);
     assert!(m.all_free(), "every slab back in the buddy");
@@ -249,8 +249,8 @@ fn sheaf_cycle(p: TestPlatform) {
     // Found by the riscv kernel: shrink used to flush the CPUs before the
     // barn, leaving slabs the barn's objects froze onto a CPU partial list.
     assert_eq!(c.nr_slabs(), 0, "{}", c.slabinfo());
-    c.validate();
-    assert_eq!(c.destroy(), Ok(()));
+    c.validate_exclusive();
+    assert_eq!(c.destroy_exclusive(), Ok(()));
     drop(c);
     assert!(m.all_free(), "slabs and sheaves all back in the buddy");
 }
@@ -314,7 +314,7 @@ fn debug_caches_check_everything_and_stay_consistent() {
             })
             .collect();
         assert!(c.is_debug() && !c.lockless());
-        c.validate();
+        c.validate_exclusive();
         for (i, o) in objs.iter().enumerate() {
             assert!(holds(*o, 60, i as u8));
             if i % 2 == 0 {
@@ -322,15 +322,15 @@ fn debug_caches_check_everything_and_stay_consistent() {
                 unsafe { c.free(*o) };
             }
         }
-        c.validate();
+        c.validate_exclusive();
         for (i, o) in objs.iter().enumerate() {
             if i % 2 == 1 {
                 // SAFETY: ours.
                 unsafe { c.free(*o) };
             }
         }
-        c.validate();
-        assert_eq!(c.destroy(), Ok(()));
+        c.validate_exclusive();
+        assert_eq!(c.destroy_exclusive(), Ok(()));
         drop(c);
         assert!(m.all_free());
     }
@@ -458,7 +458,7 @@ fn remote_frees_follow_the_frozen_rule() {
         unsafe { c.free(objs[0]) };
         assert_eq!(c.stats().get(SlubStat::CPU_PARTIAL_FREE), 1);
         assert_eq!(c.slabinfo().cpu_partial_slabs, 1);
-        c.validate();
+        c.validate_exclusive();
         // CPU 1 allocates from that partial slab: it gets objs[0] back.
         let again = c.alloc().unwrap();
         assert_eq!(again, objs[0]);
@@ -473,8 +473,8 @@ fn remote_frees_follow_the_frozen_rule() {
             }
         }
         p.set_cpu(0);
-        c.validate();
-        assert_eq!(c.destroy(), Ok(()));
+        c.validate_exclusive();
+        assert_eq!(c.destroy_exclusive(), Ok(()));
         drop(c);
         assert!(m.all_free());
     }
@@ -500,7 +500,7 @@ fn empty_slabs_beyond_min_partial_are_freed() {
         unsafe { c.free(*o) };
     }
     assert!(c.stats().get(SlubStat::FREE_ADD_PARTIAL) >= (min_partial + 4) as u64);
-    c.validate();
+    c.validate_exclusive();
     for (i, o) in objs.iter().enumerate() {
         if i % per != 0 {
             // SAFETY: ours.
@@ -514,8 +514,8 @@ fn empty_slabs_beyond_min_partial_are_freed() {
     );
     assert!(c.stats().get(SlubStat::FREE_SLAB) > 0);
     assert!(c.stats().get(SlubStat::FREE_REMOVE_PARTIAL) > 0);
-    c.validate();
-    assert_eq!(c.destroy(), Ok(()));
+    c.validate_exclusive();
+    assert_eq!(c.destroy_exclusive(), Ok(()));
     drop(c);
     assert!(m.all_free());
 }
@@ -559,10 +559,10 @@ fn node_partials_are_reused_and_moved_to_cpu_partials() {
         unsafe { c.free(o) };
     }
     let mut c = c;
-    c.validate();
+    c.validate_exclusive();
     c.shrink();
-    c.validate();
-    assert_eq!(c.destroy(), Ok(()));
+    c.validate_exclusive();
+    assert_eq!(c.destroy_exclusive(), Ok(()));
 }
 
 #[test]
@@ -603,8 +603,8 @@ fn shrink_frees_empty_slabs_and_sorts_fullest_first() {
         last = st.inuse as usize;
         cur = s.next();
     }
-    c.validate();
-    let busy = c.destroy().unwrap_err();
+    c.validate_exclusive();
+    let busy = c.destroy_exclusive().unwrap_err();
     assert_eq!(busy.objects, (1..8).sum::<usize>());
     assert!(format!("{busy}").contains("still has objects"));
     for (i, o) in objs.iter().enumerate() {
@@ -613,7 +613,7 @@ fn shrink_frees_empty_slabs_and_sorts_fullest_first() {
             unsafe { c.free(*o) };
         }
     }
-    assert_eq!(c.destroy(), Ok(()));
+    assert_eq!(c.destroy_exclusive(), Ok(()));
     drop(c);
     assert!(m.all_free());
 }
@@ -682,7 +682,7 @@ fn bulk_alloc_and_free_across_slabs() {
             fill(NonNull::new(*o).unwrap(), 200, i as u8);
         }
         assert!(c.stats().get(SlubStat::ALLOC_SLAB) >= 5);
-        c.validate();
+        c.validate_exclusive();
         // Interleave the slabs so the look-ahead has work, free on CPU 2.
         let mut objs: Vec<NonNull<u8>> = out.iter().map(|o| NonNull::new(*o).unwrap()).collect();
         let (even, odd): (Vec<_>, Vec<_>) =
@@ -701,9 +701,9 @@ fn bulk_alloc_and_free_across_slabs() {
                 < mixed.len() as u64 / 2,
             "grouped per slab: {s}"
         );
-        c.validate();
+        c.validate_exclusive();
         p.set_cpu(0);
-        assert_eq!(c.destroy(), Ok(()));
+        assert_eq!(c.destroy_exclusive(), Ok(()));
         drop(c);
         assert!(m.all_free());
     }
@@ -1309,6 +1309,6 @@ fn concurrent_first_use_agrees_on_the_secret() {
             unsafe { c.free(o) };
         }
         let mut c = c;
-        c.validate();
+        c.validate_exclusive();
     }
 }

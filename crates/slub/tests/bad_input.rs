@@ -127,14 +127,14 @@ fn aba_double_free_via_kmem_cache_try_free_is_refused() {
         let x = c.alloc().unwrap();
         let y = c.alloc().unwrap();
         assert_ne!(x, y);
-        c.validate();
+        c.validate_exclusive();
         // SAFETY: live.
         unsafe {
             c.free(x);
             c.free(y);
         }
-        c.validate();
-        assert_eq!(c.destroy(), Ok(()));
+        c.validate_exclusive();
+        assert_eq!(c.destroy_exclusive(), Ok(()));
     }
 }
 
@@ -306,10 +306,10 @@ fn bulk_free_of_the_same_object_twice_is_refused_and_frees_nothing() {
                 Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree)),
                 "{flags:?} sheaves {sheaves}"
             );
-            c.validate();
+            c.validate_exclusive();
             all_still_allocated(&c, &[a]);
-            c.validate();
-            assert_eq!(c.destroy(), Ok(()));
+            c.validate_exclusive();
+            assert_eq!(c.destroy_exclusive(), Ok(()));
         }
     }
 }
@@ -329,10 +329,10 @@ fn bulk_free_of_a_b_a_is_refused_and_frees_nothing() {
                 Err(FreeError::new(addr(a), FreeErrorKind::DoubleFree)),
                 "{flags:?} sheaves {sheaves}"
             );
-            c.validate();
+            c.validate_exclusive();
             all_still_allocated(&c, &[a, b]);
-            c.validate();
-            assert_eq!(c.destroy(), Ok(()));
+            c.validate_exclusive();
+            assert_eq!(c.destroy_exclusive(), Ok(()));
         }
     }
 }
@@ -360,15 +360,15 @@ fn bulk_free_with_a_duplicate_far_apart_is_refused_frees_nothing_and_keeps_conte
                 "{flags:?} sheaves {sheaves}"
             );
             objs.pop();
-            c.validate();
+            c.validate_exclusive();
             for o in &objs {
                 // SAFETY: live (nothing was freed) 64 B objects.
                 let v = unsafe { std::slice::from_raw_parts(o.as_ptr(), 64) };
                 assert!(v.iter().all(|&b| b == 0x5c), "contents of {o:p} changed");
             }
             all_still_allocated(&c, &objs);
-            c.validate();
-            assert_eq!(c.destroy(), Ok(()));
+            c.validate_exclusive();
+            assert_eq!(c.destroy_exclusive(), Ok(()));
         }
     }
 }
@@ -387,9 +387,9 @@ fn bulk_free_of_an_already_free_object_is_refused_and_frees_nothing() {
         // SAFETY: refused before any change.
         let r = unsafe { c.try_free_bulk(&bad) };
         assert_eq!(r, Err(FreeError::new(addr(x), FreeErrorKind::DoubleFree)));
-        c.validate();
+        c.validate_exclusive();
         all_still_allocated(&c, &objs);
-        assert_eq!(c.destroy(), Ok(()));
+        assert_eq!(c.destroy_exclusive(), Ok(()));
     }
 }
 
@@ -432,11 +432,11 @@ fn bulk_free_with_a_bad_pointer_in_the_middle_frees_nothing() {
                     }
                     _ => assert_eq!(e, want),
                 }
-                c.validate();
+                c.validate_exclusive();
             }
             all_still_allocated(&c, &objs);
-            c.validate();
-            assert_eq!(c.destroy(), Ok(()));
+            c.validate_exclusive();
+            assert_eq!(c.destroy_exclusive(), Ok(()));
         }
     }
 }
@@ -614,7 +614,7 @@ fn freelist_cycle_is_reported_by_flush_not_a_hang() {
             c.free(b);
             c.free(a);
         }
-        let msg = panic_message(|| c.validate());
+        let msg = panic_message(|| c.validate_exclusive());
         assert!(msg.contains("cycle"), "{msg}");
         let msg = panic_message(|| c.flush_local());
         assert!(msg.contains("slub bad-input"), "{msg}");

@@ -78,8 +78,8 @@ fn finish(p: &LoomPlatform, c: Arc<Cache>, cpus: usize) {
     }
     p.set_cpu(0);
     let mut c = Arc::try_unwrap(c).ok().expect("all threads joined");
-    c.validate();
-    assert_eq!(c.destroy(), Ok(()));
+    c.validate_exclusive();
+    assert_eq!(c.destroy_exclusive(), Ok(()));
     assert_eq!(c.nr_slabs(), 0);
     let b = &c.source().b;
     assert_eq!(b.total_free_pages(), PAGES, "every slab back in the buddy");

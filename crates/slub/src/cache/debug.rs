@@ -81,7 +81,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// `init_object`: red zones (0xbb free / 0xcc allocated), the poisoned
-    /// body of a free object (0x6b, last byte 0xa5), padding (0x5a).
+    /// body of a free object (0x6b, last byte 0xa5; not with a constructor,
+    /// whose objects stay constructed: the kernel's `__OBJECT_POISON` is
+    /// off for them), padding (0x5a).
     fn init_object(&self, slot: usize, active: bool) {
         let (l, o, r, _ts, te) = self.debug_ranges();
         if self.flags.contains(SlabFlags::RED_ZONE) {
@@ -90,7 +92,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             Self::fill(slot, o, r, v);
         }
         if self.flags.contains(SlabFlags::POISON) {
-            if !active && o > l {
+            if !active && o > l && self.ctor.is_none() {
                 Self::fill(slot, l, o - 1, 0x6b);
                 Self::byte(slot, o - 1).store(0xa5, CoreOrdering::Relaxed);
             }
@@ -116,7 +118,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
         }
         if self.flags.contains(SlabFlags::POISON) {
-            if !active && o > l {
+            if !active && o > l && self.ctor.is_none() {
                 if let Some((i, b)) = Self::find_not(slot, l, o - 1, 0x6b) {
                     self.corruption(
                         slot,

@@ -122,6 +122,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         if m == Mode::Lockless {
             self.alloc_lockless()
+        } else if self.hardened() && self.ctor.is_some() {
+            // The free pointer is after the object: the slab path, which
+            // takes the CPU freelist first and honours the offset.
+            self.alloc_slow_locked()
         } else if self.hardened() {
             self.alloc_locked::<true>()
         } else {

@@ -209,12 +209,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         freed
     }
 
-    /// [`destroy`](Self::destroy) for a cache that stays where it is (a
-    /// `static`, shared through `&self`): [`shrink`](Self::shrink), then
-    /// [`CacheBusy`] if objects are still allocated or a CPU the platform
-    /// cannot reach still caches some (pinned kernel CPUs flush
-    /// themselves; live threads' slots on exit). The cache stays usable:
-    /// the next allocation takes new slabs.
+    /// `kmem_cache_destroy` through `&self`, so a `static` cache can be
+    /// emptied: [`shrink`](Self::shrink) (every CPU the platform lets this
+    /// context reach, the barn, the empty slabs), then [`CacheBusy`] if
+    /// objects are still allocated or a CPU the platform cannot reach
+    /// still caches some (pinned kernel CPUs flush themselves; live
+    /// threads' slots on exit); their slabs are left alone. The cache
+    /// stays usable: the next allocation takes new slabs.
+    /// [`destroy_exclusive`](Self::destroy_exclusive) reaches every CPU
+    /// through `&mut self`.
     ///
     /// ```
     /// use local_lock::std_platform::PerThread;
@@ -222,16 +225,31 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// static CACHE: KmemCache<GlobalPages, PerThread> = KmemCache::new(
     ///     "scratch", 64, 8, SlabFlags::NONE, Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
     /// let a = CACHE.alloc().unwrap();
-    /// assert!(CACHE.release().is_err(), "one object is live");
+    /// assert!(CACHE.destroy().is_err(), "one object is live");
     /// // SAFETY: ours, freed once.
     /// unsafe { CACHE.free(a) };
-    /// assert_eq!(CACHE.release(), Ok(()));
+    /// assert_eq!(CACHE.destroy(), Ok(()));
     /// assert_eq!(CACHE.nr_slabs(), 0);
-    /// CACHE.validate_shared();
+    /// CACHE.validate();
     /// ```
-    pub fn release(&self) -> Result<(), CacheBusy> {
+    pub fn destroy(&self) -> Result<(), CacheBusy> {
         self.shrink();
         self.busy()
+    }
+
+    /// [`destroy`](Self::destroy) (its name while `destroy` took
+    /// `&mut self`; kept for existing callers).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<_, _>::create("old", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(c.alloc().unwrap()) };
+    /// assert_eq!(c.release(), Ok(()));
+    /// ```
+    pub fn release(&self) -> Result<(), CacheBusy> {
+        self.destroy()
     }
 
     /// [`CacheBusy`] if the cache still has slabs.
@@ -249,11 +267,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// `kmem_cache_destroy`: flushes every CPU, frees every empty slab and
-    /// reports objects still allocated (whose slabs are then left alone).
-    /// Through `&mut self`, every CPU's state is reached whatever the
-    /// platform; a shared cache has [`release`](Self::release).
-    pub fn destroy(&mut self) -> Result<(), CacheBusy> {
+    /// [`destroy`](Self::destroy) through exclusive access: flushes every
+    /// CPU's state whatever the platform lets a context reach, frees every
+    /// empty slab and reports objects still allocated (whose slabs are
+    /// then left alone). Dropping a cache does this.
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let mut c = KmemCache::<_, _>::create("mine", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let a = c.alloc().unwrap();
+    /// assert_eq!(c.destroy_exclusive().unwrap_err().objects, 1);
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(a) };
+    /// assert_eq!(c.destroy_exclusive(), Ok(()));
+    /// ```
+    pub fn destroy_exclusive(&mut self) -> Result<(), CacheBusy> {
         self.flush_exclusive();
         self.shrink_node();
         self.busy()

@@ -28,7 +28,9 @@ use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard}
 use local_lock::this_cpu::{CpuSheaves, FreeCheck};
 use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
 
-use crate::layout::{calculate_layout, CacheError, CacheLayout, Geometry, SlabFlags};
+use crate::layout::{
+    calculate_layout, calculate_layout_ctor, CacheError, CacheLayout, Geometry, SlabFlags,
+};
 use crate::slab::{PartialList, Slab, TAG_SLAB};
 use crate::source::SlabSource;
 use crate::stats::{SlubStat, StatCells};
@@ -243,6 +245,18 @@ impl FreePtr {
 
 type Guard<'a, P, const N: usize> = LocalGuard<'a, CpuLocked, P, N>;
 
+/// A cache's constructor (`s->ctor`), run on every object of a new slab.
+#[derive(Clone, Copy)]
+pub(crate) enum Ctor {
+    /// The kernel's `void (*ctor)(void *)` ([`KmemCache::with_ctor`]).
+    Raw(fn(NonNull<u8>)),
+    /// A typed cache's `fn(&mut MaybeUninit<T>) -> &mut T`, called through
+    /// this ABI-compatible type (every argument and result a thin
+    /// pointer); the result must be the object (the proof it was
+    /// initialised).
+    Typed(fn(NonNull<u8>) -> NonNull<u8>),
+}
+
 /// A node spin lock (`list_lock`, the barn's lock) with interrupts saved
 /// (`spin_lock_irqsave`).
 struct IrqSpinGuard<'a, T, P: Platform> {
@@ -424,6 +438,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     slab_mask: CoreAtomicUsize,
     /// Stats of contexts whose CPU is beyond `N` (locked platforms).
     spill_stats: StatCells,
+    /// The constructor (`s->ctor`), if any: run on each object when a slab
+    /// is made; the free pointer then lives after the object.
+    ctor: Option<Ctor>,
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -462,6 +479,7 @@ macro_rules! build_cache {
             slab_ref: CoreAtomicUsize::new(0),
             slab_mask: CoreAtomicUsize::new(usize::MAX),
             spill_stats: StatCells::new(),
+            ctor: None,
         }
     };
 }
@@ -569,13 +587,128 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ///
     /// If `capacity` does not fit a sheaf block.
     pub const fn with_sheaves(mut self, capacity: usize) -> Self {
+        self.set_sheaves(capacity);
+        self
+    }
+
+    /// [`with_sheaves`](Self::with_sheaves) in place (typed caches).
+    pub(crate) const fn set_sheaves(&mut self, capacity: usize) {
         assert!(
             (capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
                 <= self.geometry.page_size << self.geometry.max_order,
             "KmemCache::with_sheaves: capacity too large for a sheaf block"
         );
-        self.sheaf_capacity = capacity;
+        // Hardened caches with a constructor take the slab paths (see
+        // `with_ctor`): no sheaves.
+        self.sheaf_capacity = if self.ctor.is_some() && self.flags.contains(SlabFlags::HARDENED) {
+            0
+        } else {
+            capacity
+        };
+    }
+
+    /// Gives the cache a constructor (the `ctor` of `kmem_cache_create`):
+    /// `ctor` runs on every object when a slab is made (`allocate_slab`,
+    /// outside the cache's locks), and never again while the slab lives,
+    /// so objects must be freed in their constructed state and come back
+    /// from [`alloc`](Self::alloc) as the constructor or their last user
+    /// left them (type-stable objects: a lock or list head initialised
+    /// once).
+    ///
+    /// As in the kernel, nothing of the cache's own lives in a free
+    /// object any more: the free pointer moves after the object
+    /// (`calculate_sizes`), [`SlabFlags::POISON`] no longer poisons the
+    /// object (only its padding), red zones lie outside it anyway, and
+    /// [`SlabFlags::HARDENED`] caches, whose inline paths keep their free
+    /// marker in the object's first word, take the slab paths instead
+    /// (encoded, checked free pointers after the object; no sheaves:
+    /// [`with_sheaves`](Self::with_sheaves) is then ignored).
+    /// Unhardened caches keep their sheaves, which write nothing into
+    /// objects.
+    ///
+    /// Must be called before the cache is first used.
+    ///
+    /// ```
+    /// use core::ptr::NonNull;
+    /// use core::sync::atomic::{AtomicUsize, Ordering};
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    ///
+    /// static BUILT: AtomicUsize = AtomicUsize::new(0);
+    /// fn ctor(p: NonNull<u8>) {
+    ///     // SAFETY: an object of 32 bytes of the cache, ours for now.
+    ///     unsafe { p.as_ptr().write_bytes(0x5c, 32) };
+    ///     BUILT.fetch_add(1, Ordering::Relaxed);
+    /// }
+    /// let c = KmemCache::<_, _>::create("ctor", 32, 8, SlabFlags::HARDENED, GlobalPages, PerThread)
+    ///     .unwrap()
+    ///     .with_ctor(ctor);
+    /// assert!(c.has_ctor() && c.layout().offset >= 32, "free pointer after the object");
+    /// let a = c.alloc().unwrap();
+    /// // SAFETY: a live 32-byte object of ours.
+    /// let bytes = unsafe { core::slice::from_raw_parts(a.as_ptr(), 32) };
+    /// assert!(bytes.iter().all(|&b| b == 0x5c));
+    /// assert_eq!(BUILT.load(Ordering::Relaxed), c.layout().oo.objects as usize, "once per object");
+    /// // SAFETY: ours, freed once (still constructed).
+    /// unsafe { c.free(a) };
+    /// let b = c.alloc().unwrap();
+    /// // SAFETY: as above.
+    /// assert!(unsafe { core::slice::from_raw_parts(b.as_ptr(), 32) }.iter().all(|&x| x == 0x5c));
+    /// // SAFETY: as above.
+    /// unsafe { c.free(b) };
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If the word after the object makes it too large for a slab.
+    pub const fn with_ctor(mut self, ctor: fn(NonNull<u8>)) -> Self {
+        self.set_ctor(Ctor::Raw(ctor));
         self
+    }
+
+    /// [`with_ctor`](Self::with_ctor) for any [`Ctor`] (typed caches).
+    pub(crate) const fn set_ctor(&mut self, ctor: Ctor) {
+        let lay = match calculate_layout_ctor(
+            self.lay.object_size,
+            self.lay.align,
+            self.flags,
+            &self.geometry,
+            true,
+        ) {
+            Ok(l) => l,
+            Err(_) => {
+                panic!("KmemCache::with_ctor: object too large for a slab with its free pointer")
+            }
+        };
+        self.lay = lay;
+        self.ctor = Some(ctor);
+        if self.flags.contains(SlabFlags::HARDENED) {
+            self.sheaf_capacity = 0;
+        }
+    }
+
+    /// Whether the cache has a constructor ([`with_ctor`](Self::with_ctor)).
+    pub fn has_ctor(&self) -> bool {
+        self.ctor.is_some()
+    }
+
+    /// Runs the constructor on the object at `obj` (an object of a slab
+    /// being made, or one the caller holds).
+    #[inline]
+    pub(crate) fn run_ctor(&self, obj: usize) {
+        let p = Self::obj_ptr(obj);
+        match self.ctor {
+            None => {}
+            Some(Ctor::Raw(f)) => f(p),
+            Some(Ctor::Typed(f)) => {
+                let r = f(p);
+                assert!(
+                    r == p,
+                    "slub {}: the constructor returned {r:p}, not the object {p:p} it was given",
+                    self.name
+                );
+            }
+        }
     }
 
     /// The cache's flags.
@@ -782,6 +915,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             && core::mem::size_of::<CachePadded<CpuSheaves>>() == 128
             && Sheaf::HDR == local_lock::this_cpu::SHEAF_HDR_WORDS;
         let f = match m {
+            // Their inline paths keep the free pointer at word 0: a
+            // constructor's object is the caller's (see `with_ctor`).
+            Mode::Locked if plain && h && self.ctor.is_some() => Fast::Special,
             Mode::Locked if plain && h => Fast::LockedHardened,
             Mode::Locked if plain => Fast::Locked,
             Mode::Lockless if plain => Fast::Lockless,
@@ -1080,7 +1216,7 @@ impl<S: SlabSource, P: Platform, const N: usize> Drop for KmemCache<S, P, N> {
     /// left (and leak), as `kmem_cache_destroy` leaves them.
     fn drop(&mut self) {
         if self.mode.load(CoreOrdering::Relaxed) != Mode::Unknown as u8 {
-            let _ = self.destroy();
+            let _ = self.destroy_exclusive();
         }
     }
 }

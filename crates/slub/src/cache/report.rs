@@ -220,21 +220,27 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// * the frozen rule: every CPU slab and CPU partial slab is frozen and
     ///   named by exactly one CPU, and no node partial slab is frozen;
     /// * CPU freelists lie inside their CPU slab.
-    pub fn validate(&mut self) {
-        self.validate_nodes();
-        let lockless = self.mode.load(CoreOrdering::Relaxed) == Mode::Lockless as u8;
-        let v = self.validator();
-        for (i, l) in self.cpu.iter_mut().enumerate() {
-            v.cpu(i, &self.fast[i], l, lockless);
-        }
-    }
-
-    /// [`validate`](Self::validate) through `&self` (e.g. on a
-    /// `GlobalSlub`'s caches): the node lists under the list lock, and the
-    /// CPU state of every slot the platform lets this context lock (its
-    /// own, and remote ones where [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote) can). The
-    /// cache must be quiescent as for `validate`.
-    pub fn validate_shared(&self) {
+    ///
+    /// Through `&self`, so a `static` cache can be checked: the node lists
+    /// under the list lock, and the CPU state of every slot the platform
+    /// lets this context lock (its own, and remote ones where
+    /// [`LocalLock::lock_remote`](local_lock::LocalLock::lock_remote) can:
+    /// every slot of the test and rseq platforms, a per-thread slot whose
+    /// thread has exited). [`validate_exclusive`](Self::validate_exclusive)
+    /// reaches every slot through `&mut self`.
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{Geometry, GlobalPages, KmemCache, SlabFlags};
+    /// static CACHE: KmemCache<GlobalPages, PerThread> = KmemCache::new(
+    ///     "checked", 64, 8, SlabFlags::HARDENED, Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+    /// let a = CACHE.alloc().unwrap();
+    /// CACHE.validate();
+    /// // SAFETY: ours, freed once.
+    /// unsafe { CACHE.free(a) };
+    /// CACHE.validate();
+    /// ```
+    pub fn validate(&self) {
         self.validate_nodes();
         let lockless = self.mode.load(CoreOrdering::Relaxed) == Mode::Lockless as u8;
         let v = self.validator();
@@ -248,6 +254,41 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 v.cpu(i, &self.fast[i], &g, lockless);
             }
         }
+    }
+
+    /// [`validate`](Self::validate) of every CPU slot, through exclusive
+    /// access (whatever the platform lets a context lock).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let mut c = KmemCache::<_, _>::create("mine", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let a = c.alloc().unwrap();
+    /// c.validate_exclusive();
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(a) };
+    /// c.validate_exclusive();
+    /// ```
+    pub fn validate_exclusive(&mut self) {
+        self.validate_nodes();
+        let lockless = self.mode.load(CoreOrdering::Relaxed) == Mode::Lockless as u8;
+        let v = self.validator();
+        for (i, l) in self.cpu.iter_mut().enumerate() {
+            v.cpu(i, &self.fast[i], l, lockless);
+        }
+    }
+
+    /// [`validate`](Self::validate) (its name while `validate` took
+    /// `&mut self`; kept for existing callers).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<_, _>::create("old", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// c.validate_shared();
+    /// ```
+    pub fn validate_shared(&self) {
+        self.validate()
     }
 
     /// What the freelist checks need of the cache.

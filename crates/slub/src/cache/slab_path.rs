@@ -318,6 +318,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             let next = if k + 1 < objects { obj(k + 1) } else { 0 };
             self.set_fp(obj(k), next);
         }
+        if self.ctor.is_some() {
+            // `setup_object`: the constructor on every object, which no
+            // one else can reach yet (the free pointers lie after the
+            // objects; debug caches initialise only what is outside them).
+            for i in 0..objects {
+                self.run_ctor(base.addr() + i * size + self.lay.red_left_pad);
+            }
+        }
         s.store_state(SlabState {
             freelist: 0,
             counters: Counters {
