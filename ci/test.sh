@@ -9,6 +9,8 @@ step cargo test --workspace
 # and examples (the typed caches' run in the workspace pass above too).
 step cargo test -p slub --features allocator-api2 --test api
 step cargo test -p slub --features stats --test rseq
+# The nightly `core::alloc::Allocator` impls (slub feature `nightly`).
+step cargo +nightly test -p slub --features nightly --test nightly
 for c in buddy pcp percpu-bitmap slub; do
     step cargo test -p "$c" --features allocator-api2 --doc
 done
