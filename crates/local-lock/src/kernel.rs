@@ -125,6 +125,13 @@ pub unsafe trait KernelHooks: Sync + 'static {
     fn random_seed() -> u64 {
         0
     }
+    /// CPUs online (`num_online_cpus()`, [`Platform::nr_online_cpus`]):
+    /// what per-CPU caches divide memory by. The default, `NR_CPUS`, suits a
+    /// kernel that brings every possible CPU up; a kernel that boots fewer
+    /// says how many.
+    fn nr_online_cpus() -> usize {
+        Self::NR_CPUS
+    }
 }
 
 /// The platform of a kernel described by `H`.
@@ -192,6 +199,9 @@ unsafe impl<H: KernelHooks> Platform for Kernel<H> {
     #[inline(always)]
     fn nr_cpus(&self) -> usize {
         H::NR_CPUS
+    }
+    fn nr_online_cpus(&self) -> usize {
+        H::nr_online_cpus().clamp(1, H::NR_CPUS.max(1))
     }
     #[inline(always)]
     fn current_cpu(&self) -> usize {

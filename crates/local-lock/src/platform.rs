@@ -128,6 +128,19 @@ pub unsafe trait Platform: Sync {
     /// Number of possible CPUs (slots in use).
     fn nr_cpus(&self) -> usize;
 
+    /// Number of CPUs that run (the kernel's `num_online_cpus()`, or
+    /// `cpumask_weight(cpumask_of_node(nid))` on one node): what per-CPU
+    /// caches divide a zone's memory by (pcp's `zone_highsize`), as opposed
+    /// to [`nr_cpus`](Self::nr_cpus), the slots an id may name. Read when
+    /// caches are sized, not on fast paths. The default is `nr_cpus()`; std
+    /// platforms give the CPUs the process may run on
+    /// ([`online_cpus`](crate::std_platform::online_cpus)), kernels their
+    /// booted CPUs ([`KernelHooks::nr_online_cpus`](crate::kernel::KernelHooks::nr_online_cpus)).
+    /// At least 1.
+    fn nr_online_cpus(&self) -> usize {
+        self.nr_cpus()
+    }
+
     /// The CPU the caller runs on: only a hint unless pinned.
     fn current_cpu(&self) -> usize;
 
