@@ -9,8 +9,7 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{CachePadded, SpinLock};
 
 use crate::desc::{
-    kind, make_state, order_of, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI,
-    ZERO_LO,
+    is_head, make_state, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI, ZERO_LO,
 };
 use crate::span::Found;
 use crate::types::{AllocFlags, Config, Order, Stat, Watermarks, MAX_ZONES, ORDER_SLOTS};
@@ -357,6 +356,7 @@ impl ZoneInner {
     /// and is on no list (allocated and validated, or fresh memory);
     /// `desc` is its head descriptor and `p` its first byte.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) unsafe fn free_one(
         &mut self,
         cfg: &Config,
@@ -383,7 +383,7 @@ impl ZoneInner {
             let Some(bd) = span.desc_ptr(bpfn) else { break };
             // SAFETY: in the span's memmap.
             let bs = unsafe { (*bd).load_state() };
-            if kind(bs) != KIND_FREE || order_of(bs) != order {
+            if !is_head(bs, KIND_FREE, order) {
                 break;
             }
             let bz = bs & ZERO_FULL;
@@ -558,7 +558,7 @@ fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
     match span.desc(higher_buddy) {
         Some(d) => {
             let s = d.load_state();
-            kind(s) == KIND_FREE && order_of(s) == order.plus(1)
+            is_head(s, KIND_FREE, order.plus(1))
         }
         None => false,
     }
