@@ -579,17 +579,26 @@ pub(crate) struct Zone {
 
 impl Zone {
     local_lock::const_fn! {
-        /// An empty zone.
-        pub(crate) fn new() -> Zone {
+        /// An empty zone; its lock is a raw spin lock if `raw`
+        /// ([`Platform::RAW_SPINLOCKS`](local_lock::Platform::RAW_SPINLOCKS)).
+        pub(crate) fn new(raw: bool) -> Zone {
             #[cfg(not(loom))]
             return Zone {
-                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                lock: CachePadded::new(if raw {
+                    SpinLock::new_raw(ZoneInner::new())
+                } else {
+                    SpinLock::new(ZoneInner::new())
+                }),
                 managed: AtomicUsize::new(0),
                 wmark: [const { AtomicUsize::new(0) }; 3],
             };
             #[cfg(loom)]
             return Zone {
-                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                lock: CachePadded::new(if raw {
+                    SpinLock::new_raw(ZoneInner::new())
+                } else {
+                    SpinLock::new(ZoneInner::new())
+                }),
                 managed: AtomicUsize::new(0),
                 wmark: core::array::from_fn(|_| AtomicUsize::new(0)),
             };

@@ -195,6 +195,8 @@ impl<H> Copy for Kernel<H> {}
 unsafe impl<H: KernelHooks> Platform for Kernel<H> {
     const MIN_SLOTS: usize = H::NR_CPUS;
     const HAS_IRQS: bool = H::HAS_IRQS;
+    // spin_lock_irqsave on !PREEMPT_RT: the holder runs until it unlocks.
+    const RAW_SPINLOCKS: bool = !H::PREEMPT_RT;
 
     #[inline(always)]
     fn nr_cpus(&self) -> usize {

@@ -125,6 +125,15 @@ pub unsafe trait Platform: Sync {
     /// Whether this platform has interrupts at all (std processes do not).
     const HAS_IRQS: bool;
 
+    /// Whether the allocators' zone locks (taken with interrupts saved,
+    /// `spin_lock_irqsave(&zone->lock)`) are raw spin locks
+    /// ([`SpinLock::new_raw`](crate::sync::SpinLock::new_raw)): true where a
+    /// holder cannot be preempted, as in a kernel without PREEMPT_RT, so
+    /// waiters spin and the unlock is a plain store; false (the default)
+    /// where it can (std threads, PREEMPT_RT's sleeping spinlocks), so
+    /// contended waiters sleep and the unlock swaps to find them.
+    const RAW_SPINLOCKS: bool = false;
+
     /// Number of possible CPUs (slots in use).
     fn nr_cpus(&self) -> usize;
 
