@@ -568,7 +568,9 @@ fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
 /// sizes pcp reads (`managed`, watermarks).
 pub(crate) struct Zone {
     /// `zone->lock`, taken with IRQs saved (`spin_lock_irqsave`), in its
-    /// own cache line.
+    /// own cache line: a raw spin lock (plain-store unlock) where the
+    /// platform's holders cannot be preempted (`Platform::RAW_SPINLOCKS`:
+    /// a kernel without PREEMPT_RT), else the adaptive futex lock.
     pub(crate) lock: CachePadded<SpinLock<ZoneInner>>,
     /// Copy of `managed` (written under the resize lock).
     pub(crate) managed: AtomicUsize,
