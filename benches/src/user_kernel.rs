@@ -64,6 +64,13 @@ impl UserHooks {
 unsafe impl KernelHooks for UserHooks {
     const NR_CPUS: usize = DEFAULT_SLOTS;
 
+    /// The machine's CPUs (the virtual CPUs are slots; the memory is shared
+    /// by the CPUs that run them), so pcp's `high_max` is the kernel's for
+    /// this machine.
+    fn nr_online_cpus() -> usize {
+        local_lock::std_platform::online_cpus()
+    }
+
     #[inline(always)]
     fn smp_processor_id() -> usize {
         CPU.get()

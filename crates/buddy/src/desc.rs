@@ -80,6 +80,12 @@ pub(crate) const fn order_of(state: u32) -> Order {
         None => Order::ZERO,
     }
 }
+/// Whether `state` is a head of `kind` and `order` (one mask and compare:
+/// the hot checks of a free and a merge).
+#[inline(always)]
+pub(crate) const fn is_head(state: u32, kind: u32, order: Order) -> bool {
+    state & (KIND_MASK | ORDER_MASK) == kind | ((order.get() as u32) << ORDER_SHIFT)
+}
 #[inline(always)]
 pub(crate) const fn make_state(kind: u32, order: Order, zero: u32) -> u32 {
     kind | ((order.get() as u32) << ORDER_SHIFT) | (zero & FLAGS)

@@ -9,8 +9,7 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{CachePadded, SpinLock};
 
 use crate::desc::{
-    kind, make_state, order_of, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI,
-    ZERO_LO,
+    is_head, make_state, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI, ZERO_LO,
 };
 use crate::span::Found;
 use crate::types::{AllocFlags, Config, Order, Stat, Watermarks, MAX_ZONES, ORDER_SLOTS};
@@ -357,6 +356,7 @@ impl ZoneInner {
     /// and is on no list (allocated and validated, or fresh memory);
     /// `desc` is its head descriptor and `p` its first byte.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(crate) unsafe fn free_one(
         &mut self,
         cfg: &Config,
@@ -383,7 +383,7 @@ impl ZoneInner {
             let Some(bd) = span.desc_ptr(bpfn) else { break };
             // SAFETY: in the span's memmap.
             let bs = unsafe { (*bd).load_state() };
-            if kind(bs) != KIND_FREE || order_of(bs) != order {
+            if !is_head(bs, KIND_FREE, order) {
                 break;
             }
             let bz = bs & ZERO_FULL;
@@ -558,7 +558,7 @@ fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
     match span.desc(higher_buddy) {
         Some(d) => {
             let s = d.load_state();
-            kind(s) == KIND_FREE && order_of(s) == order.plus(1)
+            is_head(s, KIND_FREE, order.plus(1))
         }
         None => false,
     }
@@ -568,7 +568,9 @@ fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
 /// sizes pcp reads (`managed`, watermarks).
 pub(crate) struct Zone {
     /// `zone->lock`, taken with IRQs saved (`spin_lock_irqsave`), in its
-    /// own cache line.
+    /// own cache line: a raw spin lock (plain-store unlock) where the
+    /// platform's holders cannot be preempted (`Platform::RAW_SPINLOCKS`:
+    /// a kernel without PREEMPT_RT), else the adaptive futex lock.
     pub(crate) lock: CachePadded<SpinLock<ZoneInner>>,
     /// Copy of `managed` (written under the resize lock).
     pub(crate) managed: AtomicUsize,
@@ -579,17 +581,26 @@ pub(crate) struct Zone {
 
 impl Zone {
     local_lock::const_fn! {
-        /// An empty zone.
-        pub(crate) fn new() -> Zone {
+        /// An empty zone; its lock is a raw spin lock if `raw`
+        /// ([`Platform::RAW_SPINLOCKS`](local_lock::Platform::RAW_SPINLOCKS)).
+        pub(crate) fn new(raw: bool) -> Zone {
             #[cfg(not(loom))]
             return Zone {
-                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                lock: CachePadded::new(if raw {
+                    SpinLock::new_raw(ZoneInner::new())
+                } else {
+                    SpinLock::new(ZoneInner::new())
+                }),
                 managed: AtomicUsize::new(0),
                 wmark: [const { AtomicUsize::new(0) }; 3],
             };
             #[cfg(loom)]
             return Zone {
-                lock: CachePadded::new(SpinLock::new(ZoneInner::new())),
+                lock: CachePadded::new(if raw {
+                    SpinLock::new_raw(ZoneInner::new())
+                } else {
+                    SpinLock::new(ZoneInner::new())
+                }),
                 managed: AtomicUsize::new(0),
                 wmark: core::array::from_fn(|_| AtomicUsize::new(0)),
             };

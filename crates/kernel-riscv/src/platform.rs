@@ -117,4 +117,9 @@ unsafe impl KernelHooks for Hooks {
         debug_assert!(v > 0, "preempt_enable without preempt_disable");
         c.store(v.wrapping_sub(1), Relaxed);
     }
+    fn nr_online_cpus() -> usize {
+        // The harts taking part (from the device tree), set before any
+        // allocator is sized: pcp's `high_max` divides by them.
+        crate::N_HARTS.load(Relaxed)
+    }
 }

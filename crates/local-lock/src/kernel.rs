@@ -142,6 +142,13 @@ pub unsafe trait KernelHooks: Sync + 'static {
             crate::topology::REMOTE_DISTANCE
         }
     }
+    /// CPUs online (`num_online_cpus()`, [`Platform::nr_online_cpus`]):
+    /// what per-CPU caches divide memory by. The default, `NR_CPUS`, suits a
+    /// kernel that brings every possible CPU up; a kernel that boots fewer
+    /// says how many.
+    fn nr_online_cpus() -> usize {
+        Self::NR_CPUS
+    }
 }
 
 /// The platform of a kernel described by `H`.
@@ -211,10 +218,15 @@ impl<H> Copy for Kernel<H> {}
 unsafe impl<H: KernelHooks> Platform for Kernel<H> {
     const MIN_SLOTS: usize = H::NR_CPUS;
     const HAS_IRQS: bool = H::HAS_IRQS;
+    // spin_lock_irqsave on !PREEMPT_RT: the holder runs until it unlocks.
+    const RAW_SPINLOCKS: bool = !H::PREEMPT_RT;
 
     #[inline(always)]
     fn nr_cpus(&self) -> usize {
         H::NR_CPUS
+    }
+    fn nr_online_cpus(&self) -> usize {
+        H::nr_online_cpus().clamp(1, H::NR_CPUS.max(1))
     }
     #[inline(always)]
     fn current_cpu(&self) -> usize {

@@ -125,8 +125,30 @@ pub unsafe trait Platform: Sync {
     /// Whether this platform has interrupts at all (std processes do not).
     const HAS_IRQS: bool;
 
+    /// Whether the allocators' zone locks (taken with interrupts saved,
+    /// `spin_lock_irqsave(&zone->lock)`) are raw spin locks
+    /// ([`SpinLock::new_raw`](crate::sync::SpinLock::new_raw)): true where a
+    /// holder cannot be preempted, as in a kernel without PREEMPT_RT, so
+    /// waiters spin and the unlock is a plain store; false (the default)
+    /// where it can (std threads, PREEMPT_RT's sleeping spinlocks), so
+    /// contended waiters sleep and the unlock swaps to find them.
+    const RAW_SPINLOCKS: bool = false;
+
     /// Number of possible CPUs (slots in use).
     fn nr_cpus(&self) -> usize;
+
+    /// Number of CPUs that run (the kernel's `num_online_cpus()`, or
+    /// `cpumask_weight(cpumask_of_node(nid))` on one node): what per-CPU
+    /// caches divide a zone's memory by (pcp's `zone_highsize`), as opposed
+    /// to [`nr_cpus`](Self::nr_cpus), the slots an id may name. Read when
+    /// caches are sized, not on fast paths. The default is `nr_cpus()`; std
+    /// platforms give the CPUs the process may run on
+    /// ([`online_cpus`](crate::std_platform::online_cpus)), kernels their
+    /// booted CPUs ([`KernelHooks::nr_online_cpus`](crate::kernel::KernelHooks::nr_online_cpus)).
+    /// At least 1.
+    fn nr_online_cpus(&self) -> usize {
+        self.nr_cpus()
+    }
 
     /// The CPU the caller runs on: only a hint unless pinned.
     fn current_cpu(&self) -> usize;

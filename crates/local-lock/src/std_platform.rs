@@ -166,6 +166,34 @@ impl StdCpu {
     }
 }
 
+/// The CPUs this process may run on (`sched_getaffinity`, less any cgroup
+/// quota: `std::thread::available_parallelism`), read once and cached; 1 if
+/// the OS cannot tell. The std platforms' [`Platform::nr_online_cpus`]
+/// (at most their `nr_cpus`), and the figure a user-space stand-in for a
+/// kernel ([`KernelHooks::nr_online_cpus`](crate::kernel::KernelHooks::nr_online_cpus))
+/// can give.
+///
+/// ```
+/// use local_lock::std_platform::{online_cpus, PerThread, StdCpu};
+/// use local_lock::Platform;
+///
+/// let n = online_cpus();
+/// assert!(n >= 1);
+/// assert!(StdCpu::new().nr_online_cpus() <= StdCpu::new().nr_cpus());
+/// // Per-thread slots: the memory is shared by the CPUs, not the threads.
+/// assert_eq!(PerThread.nr_online_cpus(), n.min(PerThread::OWNED_SLOTS + 1));
+/// ```
+pub fn online_cpus() -> usize {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.load(Ordering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    N.store(n, Ordering::Relaxed);
+    n
+}
+
 fn configured_cpus() -> usize {
     static N: AtomicUsize = AtomicUsize::new(0);
     let n = N.load(Ordering::Relaxed);
@@ -209,6 +237,9 @@ unsafe impl Platform for StdCpu {
 
     fn nr_cpus(&self) -> usize {
         configured_cpus()
+    }
+    fn nr_online_cpus(&self) -> usize {
+        online_cpus().min(configured_cpus())
     }
     #[inline(always)]
     fn current_cpu(&self) -> usize {
@@ -276,6 +307,9 @@ unsafe impl Platform for RseqCpu {
 
     fn nr_cpus(&self) -> usize {
         configured_cpus()
+    }
+    fn nr_online_cpus(&self) -> usize {
+        online_cpus().min(configured_cpus())
     }
     #[inline(always)]
     fn current_cpu(&self) -> usize {
@@ -533,6 +567,11 @@ unsafe impl Platform for PerThread {
 
     fn nr_cpus(&self) -> usize {
         Self::OWNED_SLOTS + 1
+    }
+    fn nr_online_cpus(&self) -> usize {
+        // The slots are threads; the memory is shared by the CPUs that run
+        // them.
+        online_cpus().min(Self::OWNED_SLOTS + 1)
     }
     #[inline(always)]
     fn current_cpu(&self) -> usize {

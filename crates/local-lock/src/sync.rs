@@ -298,6 +298,10 @@ pub struct SpinLock<T: ?Sized> {
     /// `UNLOCKED`, `LOCKED` or `CONTENDED` (a futex word on Linux).
     #[cfg(not(loom))]
     state: core::sync::atomic::AtomicU32,
+    /// A raw spin lock ([`new_raw`](SpinLock::new_raw)): never sleeps, so
+    /// the unlock is a plain store.
+    #[cfg(not(loom))]
+    raw: bool,
     #[cfg(not(loom))]
     data: core::cell::UnsafeCell<T>,
     #[cfg(loom)]
@@ -413,6 +417,37 @@ impl<T> SpinLock<T> {
                 #[cfg(not(loom))]
                 state: core::sync::atomic::AtomicU32::new(UNLOCKED),
                 #[cfg(not(loom))]
+                raw: false,
+                #[cfg(not(loom))]
+                data: core::cell::UnsafeCell::new(value),
+                #[cfg(loom)]
+                inner: loom::sync::Mutex::new(value),
+            }
+        }
+    }
+
+    const_fn! {
+        /// A new, unlocked *raw* spin lock (the kernel's `raw_spinlock_t`):
+        /// contended waiters only spin (with `std`, yielding the CPU after a
+        /// while), never sleep, so the unlock is a plain store instead of
+        /// the swap a sleeping lock needs to see its waiters (one atomic
+        /// read-modify-write less per lock hold). For locks whose holders
+        /// cannot be preempted ([`Platform::RAW_SPINLOCKS`](crate::Platform::RAW_SPINLOCKS)).
+        ///
+        /// ```
+        /// use local_lock::sync::SpinLock;
+        ///
+        /// let l = SpinLock::new_raw(1u32);
+        /// *l.lock() += 1;
+        /// assert_eq!(*l.lock(), 2);
+        /// ```
+        pub fn new_raw(value: T) -> Self {
+            SpinLock {
+                #[cfg(not(loom))]
+                state: core::sync::atomic::AtomicU32::new(UNLOCKED),
+                #[cfg(not(loom))]
+                raw: true,
+                #[cfg(not(loom))]
                 data: core::cell::UnsafeCell::new(value),
                 #[cfg(loom)]
                 inner: loom::sync::Mutex::new(value),
@@ -493,7 +528,7 @@ impl<T: ?Sized> SpinLock<T> {
     #[inline(never)]
     fn lock_contended(&self) {
         use core::sync::atomic::Ordering::{Acquire, Relaxed};
-        if SLEEPS {
+        if SLEEPS && !self.raw {
             let mut state = self.spin();
             // Free now: try to take it without marking waiters.
             if state == UNLOCKED {
@@ -579,7 +614,7 @@ impl<T: ?Sized> SpinLock<T> {
     #[inline]
     unsafe fn unlock(&self) {
         use core::sync::atomic::Ordering::Release;
-        if SLEEPS {
+        if SLEEPS && !self.raw {
             if self.state.swap(UNLOCKED, Release) == CONTENDED {
                 self.wake();
             }
@@ -862,6 +897,30 @@ mod tests {
         assert_eq!(a.load(Relaxed), DWord::new(usize::MAX, 7));
         a.store(DWord::new(0, usize::MAX), Release);
         assert_eq!(a.load(Acquire), DWord::new(0, usize::MAX));
+    }
+
+    #[test]
+    fn raw_spin_lock_excludes_and_never_marks_waiters() {
+        // Two threads hammer a raw lock: every increment is kept, and the
+        // word only ever holds UNLOCKED or LOCKED (no sleeper to wake).
+        let l = SpinLock::new_raw(0u64);
+        let seen_contended = core::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        let mut g = l.lock();
+                        *g += 1;
+                        if l.state.load(Relaxed) == CONTENDED {
+                            seen_contended.store(true, Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(*l.lock(), 40_000);
+        assert!(!seen_contended.load(Relaxed));
+        assert!(!l.is_locked());
     }
 
     #[test]

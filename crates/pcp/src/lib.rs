@@ -44,7 +44,10 @@
 //!   the orders, under **one** zone-lock acquisition (`free_pcppages_bulk`).
 //! * **Auto-tuned high** (Linux 6.7+): each CPU's `high` lives in
 //!   `[high_min, high_max]` (`zone_highsize` of the low watermark, and of an
-//!   eighth of the zone). A CPU whose frees fill its lists gets `high` raised
+//!   eighth of the zone, each shared out between the platform's **online**
+//!   CPUs, [`Platform::nr_online_cpus`](local_lock::Platform::nr_online_cpus),
+//!   as the kernel divides by the node's online CPUs, not the possible
+//!   slots). A CPU whose frees fill its lists gets `high` raised
 //!   to `free_count + batch` (up to `high_max`), so a burst of frees costs a
 //!   few large batches; `decay_pcp_high` (the kernel's vmstat refresh: call
 //!   it periodically, the prezero helper thread does) lowers it by an eighth

@@ -395,6 +395,65 @@ fn default_high_max_is_an_eighth_of_the_zone() {
     unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
 }
 
+/// A kernel of `CPUS` possible CPUs of which one is online (the others
+/// not brought up), for `nr_online_cpus`.
+struct OneOnline;
+
+// SAFETY: one thread (the test's) as CPU 0; no interrupts; preemption is
+// not modelled (a single-threaded test never migrates).
+unsafe impl local_lock::kernel::KernelHooks for OneOnline {
+    const NR_CPUS: usize = CPUS;
+    const HAS_IRQS: bool = false;
+    fn smp_processor_id() -> usize {
+        0
+    }
+    fn in_interrupt() -> bool {
+        false
+    }
+    fn irqs_disabled() -> bool {
+        false
+    }
+    fn local_irq_save() -> local_lock::IrqFlags {
+        local_lock::IrqFlags(0)
+    }
+    unsafe fn local_irq_restore(_: local_lock::IrqFlags) {}
+    fn local_irq_disable() {}
+    unsafe fn local_irq_enable() {}
+    fn preempt_disable() {}
+    unsafe fn preempt_enable() {}
+    fn nr_online_cpus() -> usize {
+        1
+    }
+}
+
+#[test]
+fn high_is_shared_between_the_online_cpus_not_the_possible_ones() {
+    // The kernel's zone_highsize divides by the node's online CPUs
+    // (`cpumask_weight(cpumask_of_node)`): one online CPU of CPUS possible
+    // ones gets the whole eighth of the zone as high_max.
+    let m = Mem::new(64, false);
+    let k: local_lock::kernel::Kernel<OneOnline> = local_lock::kernel::Kernel::new();
+    assert_eq!((k.nr_cpus(), k.nr_online_cpus()), (CPUS, 1));
+    let pcp: Pcp<_, _, CPUS> = Pcp::new(&*m.buddy, ZoneId::new(0), k, Policy::IrqSafe);
+    let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+    let managed = m.buddy.managed_pages(ZoneId::new(0));
+    let (batch, lo) = pcp.batch_high();
+    let (_, hi) = pcp.high_range();
+    assert_eq!(
+        hi,
+        crate::sizing::zone_highsize_max(managed, 1, batch).max(lo)
+    );
+    assert!(
+        hi > crate::sizing::zone_highsize_max(managed, CPUS, batch),
+        "high_max {hi} not above the CPUS-way share"
+    );
+    // SAFETY: ours.
+    unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+    // The test platform says its CPUs are all online.
+    let t = TestPlatform::pinned(CPUS);
+    assert_eq!(t.nr_online_cpus(), t.nr_cpus());
+}
+
 #[test]
 fn consecutive_high_order_frees_free_high() {
     // free_high: a CPU freeing order-1..=3 blocks without allocating frees

@@ -8,7 +8,9 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use super::Buddy;
-use crate::desc::{is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
+use crate::desc::{
+    is_head, is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL,
+};
 use crate::error::{FreeError, FreeErrorKind};
 use crate::span::Found;
 use crate::types::{FreeFlags, Order, Stat};
@@ -178,23 +180,41 @@ impl<P: Platform> Buddy<P> {
     /// Order, alignment and span checks that need no lock.
     #[inline(always)]
     pub(super) fn locate(&self, addr: usize, order: Order) -> Result<(Found, usize), FreeError> {
-        let err = |kind| FreeError {
+        // The common case returns an `Option` (no error value to build and
+        // move through the free path); the error is worked out apart, cold.
+        match self.locate_ok(addr, order) {
+            Some(f) => Ok(f),
+            None => Err(self.locate_err(addr, order)),
+        }
+    }
+
+    /// [`locate`](Self::locate) without the diagnosis.
+    #[inline(always)]
+    fn locate_ok(&self, addr: usize, order: Order) -> Option<(Found, usize)> {
+        if order > self.cfg.max_order() || addr & (self.cfg.block_size(order) - 1) != 0 {
+            return None;
+        }
+        let shift = self.cfg.page_shift();
+        let found = self.spans.find(addr, shift)?;
+        Some((found, addr >> shift))
+    }
+
+    /// Why [`locate`](Self::locate) refused `addr`.
+    #[cold]
+    #[inline(never)]
+    fn locate_err(&self, addr: usize, order: Order) -> FreeError {
+        let kind = if order > self.cfg.max_order() {
+            FreeErrorKind::BadOrder
+        } else if addr & (self.cfg.block_size(order) - 1) != 0 {
+            FreeErrorKind::Misaligned
+        } else {
+            FreeErrorKind::NotOwned
+        };
+        FreeError {
             addr,
             order: order.get(),
             kind,
-        };
-        if order > self.cfg.max_order() {
-            return Err(err(FreeErrorKind::BadOrder));
         }
-        if addr & (self.cfg.block_size(order) - 1) != 0 {
-            return Err(err(FreeErrorKind::Misaligned));
-        }
-        let shift = self.cfg.page_shift();
-        let found = self
-            .spans
-            .find(addr, shift)
-            .ok_or(err(FreeErrorKind::NotOwned))?;
-        Ok((found, addr >> shift))
     }
 
     /// The descriptor check every free does (zone lock held): the address
@@ -213,10 +233,7 @@ impl<P: Platform> Buddy<P> {
             let s = d_ref.load_state();
             // A page on a per-CPU list is held by the lists, not the caller.
             // The tag shares the state's cache line: one more load.
-            if kind(s) == KIND_ALLOC
-                && order_of(s) == order
-                && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed))
-            {
+            if is_head(s, KIND_ALLOC, order) && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed)) {
                 return Ok(d);
             }
         }

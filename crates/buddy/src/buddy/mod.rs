@@ -129,9 +129,9 @@ impl<P: Platform> Buddy<P> {
         /// `config`.
         pub fn new(platform: P, config: Config) -> Self {
             #[cfg(not(loom))]
-            let zones = [const { Zone::new() }; MAX_ZONES];
+            let zones = [const { Zone::new(P::RAW_SPINLOCKS) }; MAX_ZONES];
             #[cfg(loom)]
-            let zones = core::array::from_fn(|_| Zone::new());
+            let zones = core::array::from_fn(|_| Zone::new(P::RAW_SPINLOCKS));
             Buddy {
                 platform,
                 cfg: config,

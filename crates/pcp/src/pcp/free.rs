@@ -63,6 +63,21 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// owner words, which the lists then link through.
     #[inline(always)]
     fn validate_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
+        // The common case: `ptr` heads an allocated block of `order` (one
+        // descriptor read), not on a pcp list.
+        if let Some(o) = self.buddy().head_owner(ptr.as_ptr(), order) {
+            if !is_pcp_tag(o.tag().load(Relaxed)) {
+                return Ok(o);
+            }
+        }
+        self.diagnose_free(ptr, order)
+    }
+
+    /// Why [`validate_free`](Self::validate_free) refused `ptr` (the full
+    /// lookup from any address).
+    #[cold]
+    #[inline(never)]
+    fn diagnose_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
         match self.buddy().owner_of(ptr.as_ptr()) {
             Some(b)
                 if b.head == ptr

@@ -464,7 +464,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let b = self.buddy();
         let managed = b.managed_pages(self.zone);
         let batch = zone_batchsize(managed, b.config().page_size());
-        let cpus = self.platform().nr_cpus();
+        // The kernel divides by the node's online CPUs
+        // (`cpumask_weight(cpumask_of_node)`), not by the possible ones.
+        let cpus = self.platform().nr_online_cpus().max(1);
         let high_min = zone_highsize(b.watermarks(self.zone).low, cpus, batch).min(MAX_HIGH);
         let high_max = zone_highsize_max(managed, cpus, batch).max(high_min);
         self.batch.store(batch, Relaxed);

@@ -1,0 +1,73 @@
+//! Instruction counts of the page path (issue #22), for callgrind: rounds
+//! of "allocate N order-0 pages, then free them", as the `pages` table
+//! does, on one allocator:
+//!
+//! ```sh
+//! cargo build --release -p mm-bench --example page_count
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/page_count buddy 1024 20
+//! ```
+//!
+//! Run it twice with different round counts: the difference of the totals
+//! over the difference of the pages (`N * rounds`) is the cost of one page
+//! (alloc + free), without the start-up. Allocators: `buddy`
+//! (`Buddy<Kernel<UserHooks>>` directly), `pcp-irqsafe`, `pcp-taskonly`,
+//! `pcp-perthread` (pcp over that buddy), `bsa` (`buddy_system_allocator`),
+//! `rpmalloc`. The first round is not timed apart: it warms the
+//! allocator up (run both lengths with at least one round more than the
+//! shorter one's).
+
+use std::hint::black_box;
+use std::ptr::NonNull;
+
+use mm_bench::tables::pages::{
+    kernel_pcp, per_thread_pcp, Arena, BsaPages, BuddyPages, Global, PageAlloc, ARENA_BYTES,
+};
+use pcp::Policy;
+
+fn churn<A: PageAlloc>(a: &A, n: usize, rounds: usize) {
+    let mut v: Vec<NonNull<u8>> = Vec::with_capacity(n);
+    for _ in 0..rounds {
+        for _ in 0..n {
+            v.push(black_box(a.alloc(0)));
+        }
+        for p in v.drain(..) {
+            // SAFETY: allocated above with order 0, freed once.
+            unsafe { a.free(p, 0) };
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!("usage: page_count ALLOCATOR N ROUNDS");
+        std::process::exit(2);
+    }
+    let n: usize = args[2].parse().expect("N");
+    let rounds: usize = args[3].parse().expect("ROUNDS");
+    match args[1].as_str() {
+        "buddy" => churn(&BuddyPages(Arena::new(ARENA_BYTES, true)), n, rounds),
+        "pcp-irqsafe" => churn(
+            &kernel_pcp(&Arena::new(ARENA_BYTES, true), Policy::IrqSafe),
+            n,
+            rounds,
+        ),
+        "pcp-taskonly" => churn(
+            &kernel_pcp(&Arena::new(ARENA_BYTES, true), Policy::TaskOnly),
+            n,
+            rounds,
+        ),
+        "pcp-perthread" => churn(
+            &per_thread_pcp(&Arena::new(ARENA_BYTES, true), Policy::IrqSafe),
+            n,
+            rounds,
+        ),
+        "bsa" => churn(&BsaPages::new(ARENA_BYTES), n, rounds),
+        "rpmalloc" => churn(&Global(rpmalloc::RpMalloc), n, rounds),
+        other => {
+            eprintln!("page_count: unknown allocator {other}");
+            std::process::exit(2);
+        }
+    }
+}
