@@ -308,6 +308,10 @@ impl DirectTable {
     }
 }
 
+/// `GlobalBuddy::next_decay` while the decay is paused
+/// ([`GlobalBuddy::set_decay_paused`]): no clock reading reaches it.
+const DECAY_PAUSED: u64 = u64::MAX;
+
 /// A monotonic clock in milliseconds (`CLOCK_MONOTONIC`; 0 if it fails).
 fn now_ms() -> u64 {
     let mut t = libc::timespec {
@@ -419,8 +423,11 @@ impl GlobalBuddy {
         let Some(decay) = self.buddy.config().purge().decay_ms else {
             return 0;
         };
-        let now = now_ms();
         let due = self.next_decay.load(Ordering::Relaxed);
+        if due == DECAY_PAUSED {
+            return 0;
+        }
+        let now = now_ms();
         if now < due
             || self
                 .next_decay
@@ -435,6 +442,24 @@ impl GlobalBuddy {
             return 0;
         }
         self.decay_scan(now)
+    }
+
+    /// Pauses (`true`) or resumes (`false`) the automatic decay
+    /// ([`decay`](Self::decay) and the [`BuddySource::maybe_decay`] calls
+    /// of the layers above then return at once, before reading the clock):
+    /// for a latency-critical phase, and for benchmarks that compare
+    /// purging on and off in one process (`mm-bench --table
+    /// memory-return`). [`trim`](Self::trim) and the policy's
+    /// `release_order` still purge. A resumed decay scans at its next
+    /// chance.
+    pub fn set_decay_paused(&self, paused: bool) {
+        let v = if paused { DECAY_PAUSED } else { 0 };
+        self.next_decay.store(v, Ordering::Relaxed);
+    }
+
+    /// Whether the decay is paused ([`set_decay_paused`](Self::set_decay_paused)).
+    pub fn decay_paused(&self) -> bool {
+        self.next_decay.load(Ordering::Relaxed) == DECAY_PAUSED
     }
 
     /// The scan [`decay`](Self::decay) found due, at time `now` (ms).
