@@ -466,7 +466,62 @@ impl GlobalBuddy {
     #[cold]
     #[inline(never)]
     fn decay_scan(&self, now: u64) -> usize {
-        self.buddy.decay_with(now, |p, n| self.purge(p, n))
+        self.buddy.decay_with(now, |p, n| self.purge_free(p, n))
+    }
+
+    /// The purge of a free block the buddy's purge pass isolated
+    /// ([`trim`](Self::trim), the decay): the block's memory
+    /// ([`BuddySource::purge`]), then the memmap pages that hold only the
+    /// descriptors of its tail pages ([`purge_memmap`](Self::purge_memmap)).
+    fn purge_free(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        let ok = self.purge(block, bytes);
+        if ok {
+            self.purge_memmap(block.as_ptr() as usize, bytes);
+        }
+        ok
+    }
+
+    /// Gives back the memmap pages that hold only descriptors of the tail
+    /// pages of the free block `[addr, addr + bytes)` (every page but the
+    /// first, whose descriptor heads the block): 64-byte descriptors cost
+    /// 1/64 of the heap (16 MiB per GiB), and a tail descriptor of a free
+    /// block may read as zero (kind `NONE`: see `desc.rs`), which is what a
+    /// purged memmap page reads as. Only for blocks isolated by a purge
+    /// pass (nobody holds them, nothing writes their descriptors until the
+    /// block is back on a free list and split or handed out, which faults
+    /// the page in again, zero); a block of 64 pages or less has no such
+    /// memmap page. Returns the memmap bytes purged.
+    fn purge_memmap(&self, addr: usize, bytes: usize) -> usize {
+        let shift = self.buddy.config().page_shift();
+        let desc = core::mem::size_of::<crate::desc::PageDesc>();
+        let page = os::page_size();
+        let g = self.lock_grow();
+        for r in g.res[..g.nr].iter().flatten() {
+            let heap = r.heap as usize;
+            if addr < heap || addr + bytes > heap + r.populated {
+                continue;
+            }
+            let first = (addr - heap) >> shift;
+            let n = bytes >> shift;
+            let base = r.base as usize;
+            let Some(lo) = checked_align_up(base + (first + 1) * desc, page) else {
+                return 0;
+            };
+            let hi = (base + (first + n) * desc) & !(page - 1);
+            if hi <= lo {
+                return 0;
+            }
+            // SAFETY: whole pages of this reservation's mapped memmap
+            // (below `base + populated pages * desc`), private anonymous
+            // memory, holding only descriptors of tail pages of a free
+            // block the purge pass holds (see above).
+            return if unsafe { os::purge(lo as *mut u8, hi - lo) } {
+                hi - lo
+            } else {
+                0
+            };
+        }
+        0
     }
 
     /// The grow lock (held across `mmap`): contended, it spins briefly and
@@ -796,6 +851,12 @@ impl BuddySource for GlobalBuddy {
         // took it off the free lists), whole OS pages of our private
         // anonymous heap mapping.
         unsafe { os::purge(block.as_ptr(), bytes) }
+    }
+    /// The buddy's purge pass with [`purge`](Self::purge) and, for each
+    /// block purged, its tail pages' memmap pages (see
+    /// `GlobalBuddy::purge_memmap`).
+    fn trim(&self) -> usize {
+        self.buddy.trim_with(|p, n| self.purge_free(p, n))
     }
     /// [`GlobalBuddy::decay`]: pcp's batch frees and drains reach the
     /// buddy through `free_bulk`, not through this heap's `dealloc`, and

@@ -50,6 +50,7 @@ fn trim_and_decay_give_memory_back() {
         ..PurgePolicy::DEFAULT
     }));
     let n = 64; // 256 MiB
+    let start = rss();
     let v = touch_blocks(&h, n);
     let live = rss();
     free_blocks(&h, v);
@@ -70,6 +71,14 @@ fn trim_and_decay_give_memory_back() {
         after + n * BLOCK - 16 * MIB <= freed,
         "RSS {freed} -> {after}: did not drop by ~{} MiB",
         n * 4
+    );
+    // The memmap too: the descriptors of the purged blocks' tail pages
+    // (4 MiB of descriptors for 256 MiB of heap) went back with them.
+    assert!(
+        after <= start + 2 * MIB,
+        "RSS {} KiB after trim, {} KiB before the heap: the memmap stayed?",
+        after >> 10,
+        start >> 10
     );
     let zi = h.buddy().zone_info(buddy::ZoneId::new(0));
     assert_eq!(zi.purged * 4096, h.heap_bytes());
@@ -127,4 +136,25 @@ fn trim_and_decay_give_memory_back() {
     );
     assert!(purged >= 16 * BLOCK);
     assert!(after + 16 * BLOCK - 8 * MIB <= before);
+
+    // Paused, the decay purges nothing (and reads no clock); resumed, it
+    // does at its next chance.
+    h.set_decay_paused(true);
+    assert!(h.decay_paused());
+    let v = touch_blocks(&h, 4);
+    free_blocks(&h, v);
+    for _ in 0..6 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(h.decay(), 0, "paused");
+    }
+    h.set_decay_paused(false);
+    let mut purged = h.decay();
+    for _ in 0..20 {
+        if purged >= 4 * BLOCK {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        purged += h.decay();
+    }
+    assert!(purged >= 4 * BLOCK, "resumed: purged {purged}");
 }
