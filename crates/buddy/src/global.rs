@@ -46,7 +46,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicPtr, AtomicU64};
 
 use local_lock::bits::checked_align_up;
 use local_lock::os;
@@ -58,7 +58,7 @@ use crate::buddy::{Block, BlockRef, Buddy};
 use crate::error::FreeError;
 use crate::source::{BuddySource, PageAlloc};
 use crate::span::MAX_SPANS;
-use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
+use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS};
 
 /// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min
 /// watermark (the heap grows instead of keeping a reserve).
@@ -152,6 +152,12 @@ pub struct GlobalBuddy {
     /// The clock time (ms) before which no decay scan runs (scans run at
     /// most every quarter of the decay time).
     next_decay: AtomicU64,
+    /// A `fn()` run at each due decay tick before the scan (null: none):
+    /// the layers above's idle shrink ([`set_decay_hook`](Self::set_decay_hook)).
+    decay_hook: AtomicPtr<()>,
+    /// The clock time (ms) before which no check of the policy's
+    /// `max_resident_pages` runs.
+    next_cap: AtomicU64,
     /// Address → length of every live direct mapping (innermost lock: no
     /// other lock is taken under it).
     direct_table: SpinLock<DirectTable>,
@@ -375,6 +381,8 @@ impl GlobalBuddy {
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
             next_decay: AtomicU64::new(0),
+            decay_hook: AtomicPtr::new(ptr::null_mut()),
+            next_cap: AtomicU64::new(0),
             direct_table: SpinLock::new(DirectTable::new()),
         }
     }
@@ -418,16 +426,35 @@ impl GlobalBuddy {
     /// clock read); called on the heap's slow paths (growth, frees of
     /// blocks at or above the purge order), and by layers above on theirs
     /// ([`BuddySource::maybe_decay`]: pcp's batch frees and drains).
+    /// On the same calls, at most every [`CAP_CHECK_MS`] ms, the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages) is
+    /// enforced: resident free blocks beyond it are purged at once.
     /// Returns the bytes purged.
     pub fn decay(&self) -> usize {
-        let Some(decay) = self.buddy.config().purge().decay_ms else {
+        let policy = self.buddy.config().purge();
+        if policy.decay_ms.is_none() && policy.max_resident_pages.is_none() {
             return 0;
-        };
+        }
         let due = self.next_decay.load(Ordering::Relaxed);
         if due == DECAY_PAUSED {
             return 0;
         }
         let now = now_ms();
+        let mut purged = 0;
+        if let Some(cap) = policy.max_resident_pages {
+            let c = self.next_cap.load(Ordering::Relaxed);
+            if now >= c
+                && self
+                    .next_cap
+                    .compare_exchange(c, now + CAP_CHECK_MS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                purged = self.purge_over_cap(cap);
+            }
+        }
+        let Some(decay) = policy.decay_ms else {
+            return purged;
+        };
         if now < due
             || self
                 .next_decay
@@ -439,9 +466,49 @@ impl GlobalBuddy {
                 )
                 .is_err()
         {
+            return purged;
+        }
+        self.decay_tick();
+        purged + self.decay_scan(now)
+    }
+
+    /// The policy's `max_resident_pages`: purges down to `cap` resident
+    /// free pages per zone if a zone has more (one zone-lock acquisition
+    /// per zone when it has not).
+    #[cold]
+    #[inline(never)]
+    fn purge_over_cap(&self, cap: usize) -> usize {
+        let over = (0..self.buddy.config().nr_zones())
+            .any(|z| self.buddy.nr_resident_free_pages(crate::ZoneId::new(z)) > cap);
+        if !over {
             return 0;
         }
-        self.decay_scan(now)
+        self.buddy.purge_to_with(cap, |p, n| self.purge_free(p, n))
+    }
+
+    /// Sets the `fn()` run at each due decay tick (at most every quarter of
+    /// the decay time, on the slow path that found the tick due, before
+    /// the buddy's own scan): the layers above hook their idle shrink here
+    /// (slub's `GlobalSlub` marks its caches' idle check due; its next
+    /// slow path shrinks the caches that stayed idle, whose empty slabs
+    /// then decay here). The hook runs wherever [`decay`](Self::decay)
+    /// runs, possibly under the callers' locks (a slab being discarded), so
+    /// it must take no lock and allocate nothing: set a flag. One hook per
+    /// heap; the last set wins.
+    pub fn set_decay_hook(&self, hook: fn()) {
+        self.decay_hook.store(hook as *mut (), Ordering::Release);
+    }
+
+    /// Runs the decay hook, if one is set.
+    #[cold]
+    fn decay_tick(&self) {
+        let h = self.decay_hook.load(Ordering::Acquire);
+        if !h.is_null() {
+            // SAFETY: only `set_decay_hook` stores a non-null value, and it
+            // stores a `fn()`.
+            let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(h) };
+            f();
+        }
     }
 
     /// Pauses (`true`) or resumes (`false`) the automatic decay

@@ -44,9 +44,10 @@ fn trim_and_decay_give_memory_back() {
     if !std::path::Path::new("/proc/self/statm").exists() {
         return;
     }
-    // No decay here: only trim purges.
+    // No decay and no cap here: only trim purges.
     let h = GlobalBuddy::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
         decay_ms: None,
+        max_resident_pages: None,
         ..PurgePolicy::DEFAULT
     }));
     let n = 64; // 256 MiB
@@ -136,6 +137,27 @@ fn trim_and_decay_give_memory_back() {
     );
     assert!(purged >= 16 * BLOCK);
     assert!(after + 16 * BLOCK - 8 * MIB <= before);
+
+    // The default policy's cap on resident free pages (32 MiB): a burst of
+    // large frees goes back at once, beyond the cap, with no trim and no
+    // waiting for the decay.
+    let h2 = GlobalBuddy::new();
+    let start = rss();
+    let v = touch_blocks(&h2, 32); // 128 MiB
+    free_blocks(&h2, v);
+    std::thread::sleep(std::time::Duration::from_millis(buddy::CAP_CHECK_MS + 5));
+    let purged = h2.decay(); // what the next large free or pcp batch runs
+    let capped = rss();
+    eprintln!(
+        "default cap: 32 x 4 MiB freed: RSS {} MiB above the start (purged {} MiB at once)",
+        capped.saturating_sub(start) / MIB,
+        purged / MIB
+    );
+    assert!(purged >= 90 * MIB, "purged {purged}");
+    assert!(capped <= start + 40 * MIB, "RSS {capped}, start {start}");
+    let zi = h2.buddy().zone_info(buddy::ZoneId::new(0));
+    assert!((zi.free - zi.purged) * 4096 <= 32 * MIB);
+    drop(h2);
 
     // Paused, the decay purges nothing (and reads no clock); resumed, it
     // does at its next chance.

@@ -65,6 +65,7 @@ const P3: PurgePolicy = PurgePolicy {
     decay_ms: Some(100),
     retain_pages: Some(0),
     release_order: None,
+    max_resident_pages: None,
 };
 
 fn purged(fx: &Fx) -> usize {

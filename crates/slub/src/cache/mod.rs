@@ -424,6 +424,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     slab_mask: CoreAtomicUsize,
     /// Stats of contexts whose CPU is beyond `N` (locked platforms).
     spill_stats: StatCells,
+    /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
+    /// [`shrink_if_idle`](Self::shrink_if_idle)).
+    idle: AtomicU8,
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -462,6 +465,7 @@ macro_rules! build_cache {
             slab_ref: CoreAtomicUsize::new(0),
             slab_mask: CoreAtomicUsize::new(usize::MAX),
             spill_stats: StatCells::new(),
+            idle: AtomicU8::new(0),
         }
     };
 }
