@@ -229,6 +229,29 @@ impl GlobalSlub {
         PAGES.trim()
     }
 
+    /// The whole heap's report: the kmalloc caches' (`/proc/slabinfo`
+    /// lines and the summed counters, [`Kmalloc::report`]), then the
+    /// pages' ([`Pcp::report`](pcp::Pcp::report): the per-CPU lists, and
+    /// the buddy zone's free, purged and resident pages with its purge
+    /// counts: the memory given back to the OS by `trim`, the decay and
+    /// the resident cap).
+    ///
+    /// ```
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let l = Layout::from_size_align(100, 8).unwrap();
+    /// // SAFETY: a valid layout; freed once below.
+    /// let p = unsafe { HEAP.alloc(l) };
+    /// // SAFETY: as above.
+    /// unsafe { HEAP.dealloc(p, l) };
+    /// HEAP.trim();
+    /// let r = HEAP.report().to_string();
+    /// assert!(r.contains("kmalloc-128 ") && r.contains("purged_bytes"));
+    /// ```
+    pub fn report(&self) -> impl core::fmt::Display + '_ {
+        GlobalReport(self)
+    }
+
     /// The idle shrink (the kernel's cache shrinking under memory
     /// pressure, here by time): every kmalloc cache that stopped allocating
     /// and discarding slabs since the last call is shrunk once
@@ -401,6 +424,16 @@ impl Drop for GlobalSlub {
                 Ordering::Acquire,
             );
         }
+    }
+}
+
+/// See [`GlobalSlub::report`].
+struct GlobalReport<'a>(&'a GlobalSlub);
+
+impl core::fmt::Display for GlobalReport<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.0.k.report())?;
+        write!(f, "{}", PAGES.pcp().report())
     }
 }
 
