@@ -472,6 +472,26 @@ impl GlobalBuddy {
         purged + self.decay_scan(now)
     }
 
+    /// After a block at or above the purge order was freed (this heap's
+    /// `dealloc`, and pcp's large frees through
+    /// [`BuddySource::after_large_free`]): the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages)
+    /// checked now (one zone-lock acquisition when under it; a free of
+    /// 2 MiB or more is worth it), then [`decay`](Self::decay). Returns the
+    /// bytes purged.
+    #[cold]
+    #[inline(never)]
+    pub fn decay_large(&self) -> usize {
+        if self.decay_paused() {
+            return 0;
+        }
+        let purged = match self.buddy.config().purge().max_resident_pages {
+            Some(cap) => self.purge_over_cap(cap),
+            None => 0,
+        };
+        purged + self.decay()
+    }
+
     /// The policy's `max_resident_pages`: purges down to `cap` resident
     /// free pages per zone if a zone has more (one zone-lock acquisition
     /// per zone when it has not).
@@ -932,6 +952,10 @@ impl BuddySource for GlobalBuddy {
     fn maybe_decay(&self) -> usize {
         self.decay()
     }
+    /// [`GlobalBuddy::decay_large`].
+    fn after_large_free(&self) -> usize {
+        self.decay_large()
+    }
 }
 
 // SAFETY: the buddy's blocks and owner words (growing the heap through its
@@ -1038,9 +1062,10 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                     }
                 };
                 match r {
-                    // A large block freed: a slow path, where decay runs.
+                    // A large block freed: a slow path, where the resident
+                    // cap is checked and the decay runs.
                     Ok(()) if order >= self.buddy.config().purge_order() => {
-                        self.decay();
+                        self.decay_large();
                     }
                     Ok(()) => {}
                     Err(e) => {
