@@ -886,8 +886,11 @@ impl Table for MemoryReturn {
         }
         notes.push(
             "cost: purging on = the default policy (decay after 5 s, scans at most every 1.25 s, from the slow paths: pcp batch frees and drains, \
-             frees of blocks of the purge order and up, heap growth); off = the decay paused (GlobalBuddy::set_decay_paused: it returns before \
-             reading the clock, as a policy without decay). Same process, interleaved (the measuring engine's rounds; larson: alternate runs)."
+             frees of blocks of the purge order and up, heap growth; the resident cap of 32 MiB checked at every free of 2 MiB or more and at most \
+             every 10 ms on those slow paths; GlobalSlub's idle shrink on the decay tick); off = all of it paused (GlobalBuddy::set_decay_paused: \
+             the hooks return before reading the clock, as a policy without decay or cap). Same process, interleaved (the measuring engine's \
+             rounds; larson: alternate runs). Neither the pairs nor the page churns reach a decay call on their fast paths: their on/off \
+             difference is the run's noise."
                 .to_string(),
         );
 
