@@ -185,17 +185,18 @@ pub trait BuddySource: Sync {
     fn maybe_decay(&self) -> usize {
         0
     }
-    /// Called after a block at or above the purge order went back into the
-    /// buddy (a std heap's large free, pcp's frees that bypass its lists),
-    /// outside the callers' locks: the source's bound on resident free
-    /// memory is checked now, not rate-limited (std's
-    /// [`GlobalBuddy`](crate::GlobalBuddy): the policy's
-    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages), one
-    /// zone-lock acquisition when under it), then
+    /// Called after a block of `order`, at or above the purge order, went
+    /// back into the buddy (a std heap's large free, pcp's frees that
+    /// bypass its lists), outside the callers' locks: the source's bound on
+    /// resident free memory gets checked by the bytes freed, not only by
+    /// time (std's [`GlobalBuddy`](crate::GlobalBuddy): the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages),
+    /// checked once half of it was freed in large blocks), then
     /// [`maybe_decay`](Self::maybe_decay). So a burst of large frees goes
     /// back to the OS beyond the bound even when nothing follows it.
     /// Returns the bytes purged. The default is `maybe_decay`.
-    fn after_large_free(&self) -> usize {
+    fn after_large_free(&self, order: Order) -> usize {
+        let _ = order;
         self.maybe_decay()
     }
     /// Frees a block the caller holds into the buddy
@@ -295,8 +296,8 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     fn maybe_decay(&self) -> usize {
         (**self).maybe_decay()
     }
-    fn after_large_free(&self) -> usize {
-        (**self).after_large_free()
+    fn after_large_free(&self, order: Order) -> usize {
+        (**self).after_large_free(order)
     }
 }
 

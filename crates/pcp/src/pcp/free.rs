@@ -158,7 +158,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // A large block freed: a slow path, where the source bounds its
             // resident free memory and the decay may run.
             if order >= b.config().purge_order() {
-                self.after_large_free();
+                self.after_large_free(order);
             }
             return;
         }
@@ -200,8 +200,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// path.
     #[cold]
     #[inline(never)]
-    fn after_large_free(&self) {
-        self.source.after_large_free();
+    fn after_large_free(&self, order: Order) {
+        self.source.after_large_free(order);
     }
 
     /// The free after validation, under this CPU's lists' lock: push, then
