@@ -13,6 +13,9 @@
 //! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batchK` (K
 //! allocs then K frees, per object; `batch64` in CI), `churn` (a ring of 64 live objects
 //! of random sizes 16..=1024 B, one replaced per operation).
+//! `PAIR_COUNT_PURGE=off` pauses the pages' automatic purging (issue #17's
+//! on/off cost: sizes above 8 KiB are page blocks, 4 MiB ones freed
+//! straight to the buddy, where the decay and the resident cap run).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
@@ -101,6 +104,11 @@ fn main() {
         // SAFETY: single-threaded, before any of the counted caches is used.
         let ok = unsafe { local_lock::rseq::assume_cpu0_for_counting() };
         eprintln!("pair_count: rseq unavailable (valgrind?): counted as CPU 0: {ok}");
+    }
+    // `PAIR_COUNT_PURGE=off`: the pages' automatic purging (decay, resident
+    // cap, idle shrink) paused, for the on/off cost of issue #17.
+    if std::env::var("PAIR_COUNT_PURGE").as_deref() == Ok("off") {
+        h.pages().pcp().source().set_decay_paused(true);
     }
     let l = Layout::from_size_align(size, 8).expect("layout");
     // Warm up: first use, slabs, sheaves.

@@ -94,9 +94,10 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
-    // The slub-larson and slub-threads tables run each allocator in a
-    // child: this binary with a hidden first argument (not in --help).
-    if let Some(code) = mm_bench::tables::slub::child_main() {
+    // The slub-larson, slub-threads and memory-return tables run each
+    // allocator in a child: this binary with a hidden first argument (not
+    // in --help).
+    if let Some(code) = mm_bench::tables::child_main() {
         return code;
     }
     let args = match parse_args(std::env::args().skip(1)) {

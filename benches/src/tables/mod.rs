@@ -28,6 +28,7 @@
 
 use crate::measure::{Ctx, Report};
 
+pub mod memory_return;
 pub mod pages;
 pub mod percpu;
 pub mod primitives;
@@ -65,7 +66,15 @@ pub static TABLES: &[&dyn Table] = &[
     &slub::SlubLarson,
     &slub::SlubThreads,
     &slub_debug::SlubDebug,
+    &memory_return::MemoryReturn,
 ];
+
+/// The runner's hidden child modes (the tables that run each allocator in
+/// a child process: `slub-larson`, `slub-threads`, `memory-return`);
+/// `None` when the arguments are not a child's.
+pub fn child_main() -> Option<std::process::ExitCode> {
+    slub::child_main().or_else(memory_return::memory_return_child_main)
+}
 
 /// The table called `name`.
 pub fn find(name: &str) -> Option<&'static dyn Table> {

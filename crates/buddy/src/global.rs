@@ -46,7 +46,7 @@
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicPtr, AtomicU64};
 
 use local_lock::bits::checked_align_up;
 use local_lock::os;
@@ -58,7 +58,7 @@ use crate::buddy::{Block, BlockRef, Buddy};
 use crate::error::FreeError;
 use crate::source::{BuddySource, PageAlloc};
 use crate::span::MAX_SPANS;
-use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables};
+use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS};
 
 /// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min
 /// watermark (the heap grows instead of keeping a reserve).
@@ -152,6 +152,15 @@ pub struct GlobalBuddy {
     /// The clock time (ms) before which no decay scan runs (scans run at
     /// most every quarter of the decay time).
     next_decay: AtomicU64,
+    /// A `fn()` run at each due decay tick before the scan (null: none):
+    /// the layers above's idle shrink ([`set_decay_hook`](Self::set_decay_hook)).
+    decay_hook: AtomicPtr<()>,
+    /// The clock time (ms) before which no check of the policy's
+    /// `max_resident_pages` runs.
+    next_cap: AtomicU64,
+    /// Pages of large blocks freed since the last check of the resident
+    /// cap by bytes ([`decay_large`](Self::decay_large)).
+    large_freed: AtomicUsize,
     /// Address → length of every live direct mapping (innermost lock: no
     /// other lock is taken under it).
     direct_table: SpinLock<DirectTable>,
@@ -308,14 +317,22 @@ impl DirectTable {
     }
 }
 
-/// A monotonic clock in milliseconds (`CLOCK_MONOTONIC`; 0 if it fails).
+/// `GlobalBuddy::next_decay` while the decay is paused
+/// ([`GlobalBuddy::set_decay_paused`]): no clock reading reaches it.
+const DECAY_PAUSED: u64 = u64::MAX;
+
+/// A monotonic clock in milliseconds (`CLOCK_MONOTONIC_COARSE`: the
+/// kernel's tick, a few ms of resolution, enough for the decay's seconds
+/// and the cap's 10 ms; measured 5-6 ns a read here against 47-73 ns for
+/// `CLOCK_MONOTONIC` on this VM, whose clock source is slow to read).
+/// 0 if it fails.
 fn now_ms() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the struct we own.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) } != 0 {
         return 0;
     }
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
@@ -371,6 +388,9 @@ impl GlobalBuddy {
             gen: AtomicUsize::new(0),
             direct: AtomicUsize::new(0),
             next_decay: AtomicU64::new(0),
+            decay_hook: AtomicPtr::new(ptr::null_mut()),
+            next_cap: AtomicU64::new(0),
+            large_freed: AtomicUsize::new(0),
             direct_table: SpinLock::new(DirectTable::new()),
         }
     }
@@ -414,13 +434,35 @@ impl GlobalBuddy {
     /// clock read); called on the heap's slow paths (growth, frees of
     /// blocks at or above the purge order), and by layers above on theirs
     /// ([`BuddySource::maybe_decay`]: pcp's batch frees and drains).
+    /// On the same calls, at most every [`CAP_CHECK_MS`] ms, the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages) is
+    /// enforced: resident free blocks beyond it are purged at once.
     /// Returns the bytes purged.
     pub fn decay(&self) -> usize {
-        let Some(decay) = self.buddy.config().purge().decay_ms else {
+        let policy = self.buddy.config().purge();
+        if policy.decay_ms.is_none() && policy.max_resident_pages.is_none() {
             return 0;
-        };
-        let now = now_ms();
+        }
         let due = self.next_decay.load(Ordering::Relaxed);
+        if due == DECAY_PAUSED {
+            return 0;
+        }
+        let now = now_ms();
+        let mut purged = 0;
+        if let Some(cap) = policy.max_resident_pages {
+            let c = self.next_cap.load(Ordering::Relaxed);
+            if now >= c
+                && self
+                    .next_cap
+                    .compare_exchange(c, now + CAP_CHECK_MS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                purged = self.purge_over_cap(cap);
+            }
+        }
+        let Some(decay) = policy.decay_ms else {
+            return purged;
+        };
         if now < due
             || self
                 .next_decay
@@ -432,16 +474,166 @@ impl GlobalBuddy {
                 )
                 .is_err()
         {
+            return purged;
+        }
+        self.decay_tick();
+        purged + self.decay_scan(now)
+    }
+
+    /// After a block of `order`, at or above the purge order, was freed
+    /// (this heap's `dealloc`, and pcp's large frees through
+    /// [`BuddySource::after_large_free`]): the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages) is
+    /// checked whenever the large blocks freed since the last such check
+    /// reach half of it (one atomic add per large free; the check takes
+    /// the zone lock), besides the time-based check of
+    /// [`decay`](Self::decay), which runs next. A burst of large frees
+    /// thus leaves at most the cap and half of it resident, whatever
+    /// follows. Returns the bytes purged.
+    #[cold]
+    #[inline(never)]
+    pub fn decay_large(&self, order: Order) -> usize {
+        if self.decay_paused() {
             return 0;
         }
-        self.decay_scan(now)
+        let mut purged = 0;
+        if let Some(cap) = self.buddy.config().purge().max_resident_pages {
+            let n = order.pages();
+            if self.large_freed.fetch_add(n, Ordering::Relaxed) + n >= (cap / 2).max(1) {
+                self.large_freed.store(0, Ordering::Relaxed);
+                purged = self.purge_over_cap(cap);
+            }
+        }
+        purged + self.decay()
+    }
+
+    /// The policy's `max_resident_pages`: purges down to `cap` resident
+    /// free pages per zone if a zone has more (one zone-lock acquisition
+    /// per zone when it has not).
+    #[cold]
+    #[inline(never)]
+    fn purge_over_cap(&self, cap: usize) -> usize {
+        let over = (0..self.buddy.config().nr_zones())
+            .any(|z| self.buddy.nr_resident_free_pages(crate::ZoneId::new(z)) > cap);
+        if !over {
+            return 0;
+        }
+        self.buddy.purge_to_with(cap, |p, n| self.purge_free(p, n))
+    }
+
+    /// Sets the `fn()` run at each due decay tick (at most every quarter of
+    /// the decay time, on the slow path that found the tick due, before
+    /// the buddy's own scan): the layers above hook their idle shrink here
+    /// (slub's `GlobalSlub` marks its caches' idle check due; its next
+    /// slow path shrinks the caches that stayed idle, whose empty slabs
+    /// then decay here). The hook runs wherever [`decay`](Self::decay)
+    /// runs, possibly under the callers' locks (a slab being discarded), so
+    /// it must take no lock and allocate nothing: set a flag. One hook per
+    /// heap; the last set wins.
+    pub fn set_decay_hook(&self, hook: fn()) {
+        self.decay_hook.store(hook as *mut (), Ordering::Release);
+    }
+
+    /// Runs the decay hook, if one is set.
+    #[cold]
+    fn decay_tick(&self) {
+        let h = self.decay_hook.load(Ordering::Acquire);
+        if !h.is_null() {
+            // SAFETY: only `set_decay_hook` stores a non-null value, and it
+            // stores a `fn()`.
+            let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(h) };
+            f();
+        }
+    }
+
+    /// Pauses (`true`) or resumes (`false`) the automatic decay
+    /// ([`decay`](Self::decay) and the [`BuddySource::maybe_decay`] calls
+    /// of the layers above then return at once, before reading the clock):
+    /// for a latency-critical phase, and for benchmarks that compare
+    /// purging on and off in one process (`mm-bench --table
+    /// memory-return`). [`trim`](Self::trim) and the policy's
+    /// `release_order` still purge. A resumed decay scans at its next
+    /// chance.
+    pub fn set_decay_paused(&self, paused: bool) {
+        if paused {
+            self.next_decay.store(DECAY_PAUSED, Ordering::Relaxed);
+        } else {
+            // Resumes only a paused decay (a running one keeps its
+            // schedule).
+            let _ = self.next_decay.compare_exchange(
+                DECAY_PAUSED,
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Whether the decay is paused ([`set_decay_paused`](Self::set_decay_paused)).
+    pub fn decay_paused(&self) -> bool {
+        self.next_decay.load(Ordering::Relaxed) == DECAY_PAUSED
     }
 
     /// The scan [`decay`](Self::decay) found due, at time `now` (ms).
     #[cold]
     #[inline(never)]
     fn decay_scan(&self, now: u64) -> usize {
-        self.buddy.decay_with(now, |p, n| self.purge(p, n))
+        self.buddy.decay_with(now, |p, n| self.purge_free(p, n))
+    }
+
+    /// The purge of a free block the buddy's purge pass isolated
+    /// ([`trim`](Self::trim), the decay): the block's memory
+    /// ([`BuddySource::purge`]), then the memmap pages that hold only the
+    /// descriptors of its tail pages ([`purge_memmap`](Self::purge_memmap)).
+    fn purge_free(&self, block: NonNull<u8>, bytes: usize) -> bool {
+        let ok = self.purge(block, bytes);
+        if ok {
+            self.purge_memmap(block.as_ptr() as usize, bytes);
+        }
+        ok
+    }
+
+    /// Gives back the memmap pages that hold only descriptors of the tail
+    /// pages of the free block `[addr, addr + bytes)` (every page but the
+    /// first, whose descriptor heads the block): 64-byte descriptors cost
+    /// 1/64 of the heap (16 MiB per GiB), and a tail descriptor of a free
+    /// block may read as zero (kind `NONE`: see `desc.rs`), which is what a
+    /// purged memmap page reads as. Only for blocks isolated by a purge
+    /// pass (nobody holds them, nothing writes their descriptors until the
+    /// block is back on a free list and split or handed out, which faults
+    /// the page in again, zero); a block of 64 pages or less has no such
+    /// memmap page. Returns the memmap bytes purged.
+    fn purge_memmap(&self, addr: usize, bytes: usize) -> usize {
+        let shift = self.buddy.config().page_shift();
+        let desc = core::mem::size_of::<crate::desc::PageDesc>();
+        let page = os::page_size();
+        let g = self.lock_grow();
+        for r in g.res[..g.nr].iter().flatten() {
+            let heap = r.heap as usize;
+            if addr < heap || addr + bytes > heap + r.populated {
+                continue;
+            }
+            let first = (addr - heap) >> shift;
+            let n = bytes >> shift;
+            let base = r.base as usize;
+            let Some(lo) = checked_align_up(base + (first + 1) * desc, page) else {
+                return 0;
+            };
+            let hi = (base + (first + n) * desc) & !(page - 1);
+            if hi <= lo {
+                return 0;
+            }
+            // SAFETY: whole pages of this reservation's mapped memmap
+            // (below `base + populated pages * desc`), private anonymous
+            // memory, holding only descriptors of tail pages of a free
+            // block the purge pass holds (see above).
+            return if unsafe { os::purge(lo as *mut u8, hi - lo) } {
+                hi - lo
+            } else {
+                0
+            };
+        }
+        0
     }
 
     /// The grow lock (held across `mmap`): contended, it spins briefly and
@@ -772,12 +964,22 @@ impl BuddySource for GlobalBuddy {
         // anonymous heap mapping.
         unsafe { os::purge(block.as_ptr(), bytes) }
     }
+    /// The buddy's purge pass with [`purge`](Self::purge) and, for each
+    /// block purged, its tail pages' memmap pages (see
+    /// `GlobalBuddy::purge_memmap`).
+    fn trim(&self) -> usize {
+        self.buddy.trim_with(|p, n| self.purge_free(p, n))
+    }
     /// [`GlobalBuddy::decay`]: pcp's batch frees and drains reach the
     /// buddy through `free_bulk`, not through this heap's `dealloc`, and
     /// give the decay its chance here.
     #[inline]
     fn maybe_decay(&self) -> usize {
         self.decay()
+    }
+    /// [`GlobalBuddy::decay_large`].
+    fn after_large_free(&self, order: Order) -> usize {
+        self.decay_large(order)
     }
 }
 
@@ -885,9 +1087,10 @@ unsafe impl GlobalAlloc for GlobalBuddy {
                     }
                 };
                 match r {
-                    // A large block freed: a slow path, where decay runs.
+                    // A large block freed: a slow path, where the resident
+                    // cap is checked and the decay runs.
                     Ok(()) if order >= self.buddy.config().purge_order() => {
-                        self.decay();
+                        self.decay_large(order);
                     }
                     Ok(()) => {}
                     Err(e) => {

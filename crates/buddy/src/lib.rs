@@ -220,7 +220,7 @@ pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, PurgePolicy, Stat, Tunables, Watermarks,
-    ZoneId, ZoneSpec, ZoneStats, MAX_ZONES, ORDER_LIMIT,
+    ZoneId, ZoneSpec, ZoneStats, CAP_CHECK_MS, MAX_ZONES, ORDER_LIMIT,
 };
 
 #[cfg(all(test, not(loom)))]

@@ -185,6 +185,20 @@ pub trait BuddySource: Sync {
     fn maybe_decay(&self) -> usize {
         0
     }
+    /// Called after a block of `order`, at or above the purge order, went
+    /// back into the buddy (a std heap's large free, pcp's frees that
+    /// bypass its lists), outside the callers' locks: the source's bound on
+    /// resident free memory gets checked by the bytes freed, not only by
+    /// time (std's [`GlobalBuddy`](crate::GlobalBuddy): the policy's
+    /// [`max_resident_pages`](crate::PurgePolicy::max_resident_pages),
+    /// checked once half of it was freed in large blocks), then
+    /// [`maybe_decay`](Self::maybe_decay). So a burst of large frees goes
+    /// back to the OS beyond the bound even when nothing follows it.
+    /// Returns the bytes purged. The default is `maybe_decay`.
+    fn after_large_free(&self, order: Order) -> usize {
+        let _ = order;
+        self.maybe_decay()
+    }
     /// Frees a block the caller holds into the buddy
     /// ([`Buddy::try_free_pages`] with `flags`), first giving its memory
     /// back to the OS when its order is at least the policy's release order
@@ -281,6 +295,9 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     #[inline(always)]
     fn maybe_decay(&self) -> usize {
         (**self).maybe_decay()
+    }
+    fn after_large_free(&self, order: Order) -> usize {
+        (**self).after_large_free(order)
     }
 }
 

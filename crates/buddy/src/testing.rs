@@ -315,6 +315,7 @@ impl Harness {
             decay_ms: Some(100),
             retain_pages: Some(0),
             release_order: Some(max_order - 1),
+            max_resident_pages: None,
         });
         let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
         let carve = page_shift >= 8;

@@ -613,7 +613,22 @@ pub struct PurgePolicy {
     /// that frees and reallocates large blocks would otherwise pay an
     /// `madvise` and the page faults each time.
     pub release_order: Option<u8>,
+    /// The most resident free pages a zone keeps between decay scans
+    /// (jemalloc's limit on dirty pages, glibc's `M_TRIM_THRESHOLD`): a
+    /// std heap that finds more after a free (its decay hook, at most every
+    /// [`CAP_CHECK_MS`] ms, on the same slow paths) purges blocks at or
+    /// above the purge order, largest first, down to it at once, whatever
+    /// their age. So a burst of large frees goes back within milliseconds,
+    /// while a program that frees and reallocates less than this keeps its
+    /// pages resident (no `madvise`, no page faults). `None`: no cap (only
+    /// the decay and `trim` purge). Default 8192 pages (32 MiB with 4 KiB
+    /// pages: the bound on RSS above the live data).
+    pub max_resident_pages: Option<usize>,
 }
+
+/// How often (ms, at most) a std heap checks
+/// [`PurgePolicy::max_resident_pages`] (one zone-lock acquisition each).
+pub const CAP_CHECK_MS: u64 = 10;
 
 impl PurgePolicy {
     /// The default: order 9, 5 s decay (purged within 7.5 s), keep the
@@ -623,6 +638,7 @@ impl PurgePolicy {
         decay_ms: Some(5000),
         retain_pages: None,
         release_order: None,
+        max_resident_pages: Some(8192),
     };
 }
 

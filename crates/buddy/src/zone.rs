@@ -468,6 +468,13 @@ pub(crate) enum PurgeScan {
         /// Resident free pages to keep.
         retain: usize,
     },
+    /// Any resident free block, largest first, while the zone keeps more
+    /// than `retain` resident free pages (the policy's
+    /// `max_resident_pages`).
+    Cap {
+        /// Resident free pages to keep.
+        retain: usize,
+    },
 }
 
 impl ZoneInner {
@@ -503,6 +510,12 @@ impl ZoneInner {
                     } else {
                         match scan {
                             PurgeScan::All => true,
+                            PurgeScan::Cap { retain } => {
+                                if self.free - self.purged <= retain {
+                                    return n;
+                                }
+                                true
+                            }
                             PurgeScan::Decay { now, decay, retain } => {
                                 if self.free - self.purged <= retain {
                                     return n;

@@ -44,12 +44,14 @@ fn trim_and_decay_give_memory_back() {
     if !std::path::Path::new("/proc/self/statm").exists() {
         return;
     }
-    // No decay here: only trim purges.
+    // No decay and no cap here: only trim purges.
     let h = GlobalBuddy::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
         decay_ms: None,
+        max_resident_pages: None,
         ..PurgePolicy::DEFAULT
     }));
     let n = 64; // 256 MiB
+    let start = rss();
     let v = touch_blocks(&h, n);
     let live = rss();
     free_blocks(&h, v);
@@ -70,6 +72,14 @@ fn trim_and_decay_give_memory_back() {
         after + n * BLOCK - 16 * MIB <= freed,
         "RSS {freed} -> {after}: did not drop by ~{} MiB",
         n * 4
+    );
+    // The memmap too: the descriptors of the purged blocks' tail pages
+    // (4 MiB of descriptors for 256 MiB of heap) went back with them.
+    assert!(
+        after <= start + 2 * MIB,
+        "RSS {} KiB after trim, {} KiB before the heap: the memmap stayed?",
+        after >> 10,
+        start >> 10
     );
     let zi = h.buddy().zone_info(buddy::ZoneId::new(0));
     assert_eq!(zi.purged * 4096, h.heap_bytes());
@@ -107,6 +117,8 @@ fn trim_and_decay_give_memory_back() {
             .with_purge(PurgePolicy {
                 decay_ms: Some(40),
                 retain_pages: Some(0),
+                // The decay alone (no resident cap).
+                max_resident_pages: None,
                 ..PurgePolicy::DEFAULT
             }),
     );
@@ -127,4 +139,47 @@ fn trim_and_decay_give_memory_back() {
     );
     assert!(purged >= 16 * BLOCK);
     assert!(after + 16 * BLOCK - 8 * MIB <= before);
+
+    // The default policy's cap on resident free pages (32 MiB): a burst of
+    // large frees goes back at once, beyond the cap, with no trim and no
+    // waiting for the decay.
+    let h2 = GlobalBuddy::new();
+    let start = rss();
+    let v = touch_blocks(&h2, 32); // 128 MiB
+                                   // Each large free checks the cap (`decay_large`): nothing needs to
+                                   // follow the burst.
+    free_blocks(&h2, v);
+    let purged = h2.buddy().stat(Stat::PURGED_BYTES) as usize;
+    let capped = rss();
+    eprintln!(
+        "default cap: 32 x 4 MiB freed: RSS {} MiB above the start (purged {} MiB at once)",
+        capped.saturating_sub(start) / MIB,
+        purged / MIB
+    );
+    assert!(purged >= 90 * MIB, "purged {purged}");
+    assert!(capped <= start + 40 * MIB, "RSS {capped}, start {start}");
+    let zi = h2.buddy().zone_info(buddy::ZoneId::new(0));
+    assert!((zi.free - zi.purged) * 4096 <= 32 * MIB);
+    drop(h2);
+
+    // Paused, the decay purges nothing (and reads no clock); resumed, it
+    // does at its next chance.
+    h.set_decay_paused(true);
+    assert!(h.decay_paused());
+    let v = touch_blocks(&h, 4);
+    free_blocks(&h, v);
+    for _ in 0..6 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(h.decay(), 0, "paused");
+    }
+    h.set_decay_paused(false);
+    let mut purged = h.decay();
+    for _ in 0..20 {
+        if purged >= 4 * BLOCK {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        purged += h.decay();
+    }
+    assert!(purged >= 4 * BLOCK, "resumed: purged {purged}");
 }

@@ -25,6 +25,8 @@ fn large_blocks_go_back_when_freed() {
     let h = GlobalBuddy::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
         decay_ms: None,
         release_order: Some(10),
+        // Not the cap: this tests the path above alone.
+        max_resident_pages: None,
         ..PurgePolicy::DEFAULT
     }));
     let big = Layout::from_size_align(4 * MIB, 4096).unwrap();

@@ -16,7 +16,9 @@ use std::ptr::NonNull;
 use std::vec;
 use std::vec::Vec;
 
-use buddy::{AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, Tunables, ZoneId};
+use buddy::{
+    AllocFlags, Buddy, Config, FreeErrorKind, FreeFlags, Order, PurgePolicy, Tunables, ZoneId,
+};
 use local_lock::test_platform::TestPlatform;
 
 use crate::{Pcp, Policy};
@@ -67,7 +69,15 @@ impl Mem {
             // SAFETY: ours.
             unsafe { ptr.write_bytes(0x77, layout.size()) };
         }
-        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
+        // Purges (`Op::Purge`, trim only) from order 1.
+        let purge = PurgePolicy {
+            order: 1,
+            decay_ms: None,
+            ..PurgePolicy::DEFAULT
+        };
+        let cfg = Config::new(PAGE, MAX_ORDER)
+            .with_tunables(Tunables::NO_MIN)
+            .with_purge(purge);
         let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
         // SAFETY: the memory lives as long as `Mem` and is used by nothing else.
         unsafe { buddy.add_region(ptr, layout.size(), zeroed).unwrap() };
@@ -152,6 +162,12 @@ pub enum Op {
         cpu: usize,
     },
     DrainAll,
+    /// A purge pass of the buddy underneath (`trim_with`, purge order 1)
+    /// with a page source that zeroes what it purges, as `MADV_DONTNEED`
+    /// leaves it: its free blocks become known zero while the lists hold
+    /// pages of the same zone; later zeroed requests served from them must
+    /// read zero.
+    Purge,
     Prezero {
         cpu: usize,
         budget: usize,
@@ -297,6 +313,16 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
             }
             Op::DrainLocal { cpu } => {
                 plat.on_cpu(cpu, || pcp.drain_local());
+            }
+            Op::Purge => {
+                let purged = m.buddy.trim_with(|p, n| {
+                    // SAFETY: a free block the purge pass isolated: nobody
+                    // holds it, `n` bytes of the arena.
+                    unsafe { p.as_ptr().write_bytes(0, n) };
+                    true
+                });
+                assert_eq!(purged % (PAGE << 1), 0, "blocks of order 1 and up");
+                assert_eq!(m.buddy.trim_with(|_, _| true), 0, "nothing left");
             }
             Op::DrainAll => {
                 if locked {

@@ -831,6 +831,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
         1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => Just(Op::DrainAll),
+        1 => Just(Op::Purge),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
         1 => (0..CPUS, 1usize..12).prop_map(|(cpu, n)| Op::Bulk { cpu, n }),
     ]
@@ -845,6 +846,7 @@ fn bad_op() -> impl Strategy<Value = Op> {
         1 => (0..CPUS, 0..CPUS).prop_map(|(cpu, from)| Op::Decay { cpu, from }),
         1 => any::<bool>().prop_map(|auto| Op::SetHigh { auto }),
         1 => (0..CPUS, 0usize..6).prop_map(|(cpu, budget)| Op::Prezero { cpu, budget }),
+        1 => Just(Op::Purge),
         5 => (0..CPUS, 0u8..7, any::<usize>()).prop_map(|(cpu, kind, idx)| Op::Bad { cpu, kind, idx }),
     ]
 }

@@ -29,6 +29,8 @@ fn batch_frees_run_the_decay() {
     let h = GlobalPcp::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
         decay_ms: Some(DECAY_MS),
         retain_pages: Some(0),
+        // Not the cap: this tests the path above alone.
+        max_resident_pages: None,
         ..PurgePolicy::DEFAULT
     }));
     let small = Layout::from_size_align(4096, 4096).unwrap();

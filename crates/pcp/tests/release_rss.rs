@@ -24,6 +24,8 @@ fn large_blocks_freed_through_pcp_go_back_at_once() {
     let h = GlobalPcp::with_config(GLOBAL_CONFIG.with_purge(PurgePolicy {
         decay_ms: None,
         release_order: Some(10),
+        // Not the cap: this tests the path above alone.
+        max_resident_pages: None,
         ..PurgePolicy::DEFAULT
     }));
     let big = Layout::from_size_align(4 * MIB, 4096).unwrap();

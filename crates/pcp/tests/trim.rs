@@ -8,6 +8,8 @@ use pcp::GlobalPcp;
 #[test]
 fn trim_drains_and_purges() {
     let h = GlobalPcp::new();
+    // The trim alone: the automatic purges (decay, resident cap) paused.
+    h.pcp().source().set_decay_paused(true);
     let mut v = Vec::new();
     // 32 MiB in 16 KiB blocks (the per-CPU lists' orders) and 8 x 4 MiB.
     for (size, n) in [(16 << 10, 2048), (4 << 20, 8)] {

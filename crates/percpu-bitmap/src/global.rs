@@ -67,6 +67,35 @@ impl GlobalBitmap {
         &self.heap
     }
 
+    /// Gives free memory back to the OS now (`malloc_trim`, issue #17):
+    /// runs the balance work ([`PcpuAllocator::balance`]: fully free chunks
+    /// beyond one unmapped, the empty pages of isolated chunks
+    /// depopulated), which otherwise runs when a free asks for it. Large
+    /// blocks are mappings of their own, unmapped when freed. Returns the
+    /// bytes of populated pages given back.
+    ///
+    /// ```
+    /// # // miri cannot map chunks.
+    /// # #[cfg(not(miri))] {
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// static HEAP: percpu_bitmap::GlobalBitmap = percpu_bitmap::GlobalBitmap::new();
+    /// let l = Layout::from_size_align(4096, 8).unwrap();
+    /// // SAFETY: a valid layout; freed once below.
+    /// let v: Vec<*mut u8> = (0..1024).map(|_| unsafe { HEAP.alloc(l) }).collect();
+    /// for p in v {
+    ///     // SAFETY: from `alloc` with this layout.
+    ///     unsafe { HEAP.dealloc(p, l) };
+    /// }
+    /// HEAP.trim();
+    /// assert!(HEAP.allocator().stats().nr_chunks <= 1, "one free chunk kept");
+    /// # }
+    /// ```
+    pub fn trim(&self) -> usize {
+        let before = self.heap.stats().nr_populated;
+        self.heap.balance();
+        before.saturating_sub(self.heap.stats().nr_populated) * PAGE_SIZE
+    }
+
     /// Live large blocks (mappings of their own).
     pub fn large_blocks(&self) -> usize {
         self.large.live()

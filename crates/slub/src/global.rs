@@ -129,6 +129,24 @@ pub struct GlobalSlub {
     /// code as the hardened one without its checks, so `slub-debug`
     /// compares like with like) before the full one.
     plain_sheaves: bool,
+    /// Set by the pages' decay tick ([`decay_tick`]): the next slow path
+    /// runs the idle shrink ([`shrink_idle`](Self::shrink_idle)).
+    shrink_due: AtomicBool,
+}
+
+/// The pages' decay hook ([`GlobalBuddy::set_decay_hook`](buddy::GlobalBuddy::set_decay_hook),
+/// at most every quarter of the decay time, from a slow path that may hold
+/// a cache's locks): marks every registered instance's idle shrink due,
+/// nothing else.
+fn decay_tick() {
+    for i in &INSTANCES {
+        let p = i.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: only `'static` instances are registered (see
+            // `INSTANCES`).
+            unsafe { &*p }.shrink_due.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl GlobalSlub {
@@ -182,6 +200,7 @@ impl GlobalSlub {
             plain_sheaves: !flags.contains(SlabFlags::HARDENED)
                 && !flags.is_debug()
                 && sheaf_capacity != 0,
+            shrink_due: AtomicBool::new(false),
         }
     }
 
@@ -208,6 +227,52 @@ impl GlobalSlub {
         self.k.flush_all();
         self.k.shrink();
         PAGES.trim()
+    }
+
+    /// The whole heap's report: the kmalloc caches' (`/proc/slabinfo`
+    /// lines and the summed counters, [`Kmalloc::report`]), then the
+    /// pages' ([`Pcp::report`](pcp::Pcp::report): the per-CPU lists, and
+    /// the buddy zone's free, purged and resident pages with its purge
+    /// counts: the memory given back to the OS by `trim`, the decay and
+    /// the resident cap).
+    ///
+    /// ```
+    /// use core::alloc::{GlobalAlloc, Layout};
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let l = Layout::from_size_align(100, 8).unwrap();
+    /// // SAFETY: a valid layout; freed once below.
+    /// let p = unsafe { HEAP.alloc(l) };
+    /// // SAFETY: as above.
+    /// unsafe { HEAP.dealloc(p, l) };
+    /// HEAP.trim();
+    /// let r = HEAP.report().to_string();
+    /// assert!(r.contains("kmalloc-128 ") && r.contains("purged_bytes"));
+    /// ```
+    pub fn report(&self) -> impl core::fmt::Display + '_ {
+        GlobalReport(self)
+    }
+
+    /// The idle shrink (the kernel's cache shrinking under memory
+    /// pressure, here by time): every kmalloc cache that stopped allocating
+    /// and discarding slabs since the last call is shrunk once
+    /// ([`Kmalloc::shrink_idle`]: its sheaves and slabs flushed, its empty
+    /// slabs back to the pages, whose decay gives them back to the OS).
+    /// Runs by itself: the pages' decay tick (at most every quarter of the
+    /// decay time, 1.25 s by default) marks it due for every registered
+    /// instance (the `static` ones), and the instance's next allocation or
+    /// free beyond the fast path runs it. Returns the slabs freed.
+    pub fn shrink_idle(&self) -> usize {
+        self.shrink_due.store(false, Ordering::Relaxed);
+        self.k.shrink_idle()
+    }
+
+    /// The due idle shrink, from a slow path (no lock held).
+    #[cold]
+    #[inline(never)]
+    fn shrink_idle_due(&self) {
+        if self.shrink_due.swap(false, Ordering::Relaxed) {
+            self.k.shrink_idle();
+        }
     }
 
     /// Registers a `static` instance (its fork handlers) on first use
@@ -254,6 +319,8 @@ impl GlobalSlub {
         // pages underneath.
         crate::fork::register_pages();
         crate::fork::register_instance(self);
+        // The idle shrink rides on the pages' decay tick.
+        PAGES.pcp().source().set_decay_hook(decay_tick);
         let me = self as *const GlobalSlub as *mut GlobalSlub;
         if INSTANCES.iter().any(|i| i.load(Ordering::Acquire) == me) {
             return true;
@@ -299,6 +366,9 @@ impl GlobalSlub {
     /// allocations.
     #[inline(never)]
     unsafe fn alloc_slow(&self, layout: Layout) -> *mut u8 {
+        if self.shrink_due.load(Ordering::Relaxed) {
+            self.shrink_idle_due();
+        }
         match self.class(layout) {
             Some(i) => {
                 self.register();
@@ -316,6 +386,9 @@ impl GlobalSlub {
     /// bad input precisely), page frees.
     #[inline(never)]
     unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout) {
+        if self.shrink_due.load(Ordering::Relaxed) {
+            self.shrink_idle_due();
+        }
         match self.class(layout) {
             Some(i) => {
                 let Some(p) = NonNull::new(ptr) else { return };
@@ -351,6 +424,16 @@ impl Drop for GlobalSlub {
                 Ordering::Acquire,
             );
         }
+    }
+}
+
+/// See [`GlobalSlub::report`].
+struct GlobalReport<'a>(&'a GlobalSlub);
+
+impl core::fmt::Display for GlobalReport<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}", self.0.k.report())?;
+        write!(f, "{}", PAGES.pcp().report())
     }
 }
 

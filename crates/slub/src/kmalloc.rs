@@ -507,6 +507,13 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         self.caches.iter().map(|c| c.shrink()).sum()
     }
 
+    /// The idle shrink of every cache ([`KmemCache::shrink_if_idle`]: those
+    /// that stopped allocating and discarding slabs since the last call
+    /// are shrunk once); returns the slabs freed.
+    pub fn shrink_idle(&self) -> usize {
+        self.caches.iter().map(|c| c.shrink_if_idle()).sum()
+    }
+
     /// Statistics summed over caches and CPUs.
     pub fn stats(&self) -> SlubStats {
         let mut s = SlubStats::default();

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::vec::Vec;
 
-use buddy::{Buddy, Config, Tunables};
+use buddy::{Buddy, Config, PurgePolicy, Tunables};
 use local_lock::test_platform::TestPlatform;
 
 use crate::cache::KmemCache;
@@ -46,7 +46,15 @@ impl Mem {
         // SAFETY: non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null());
-        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
+        // Purges (`Op::Shrink`'s trim) from order 1.
+        let purge = PurgePolicy {
+            order: 1,
+            decay_ms: None,
+            ..PurgePolicy::DEFAULT
+        };
+        let cfg = Config::new(PAGE, MAX_ORDER)
+            .with_tunables(Tunables::NO_MIN)
+            .with_purge(purge);
         let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
         // SAFETY: the memory lives as long as `Mem` and nothing else uses it.
         unsafe { buddy.add_region(ptr, bytes, true).unwrap() };
@@ -105,7 +113,8 @@ pub enum Op {
     /// Bulk-free up to `n` live objects of cache `c` (the most recent
     /// ones first, interleaved with older ones: several slabs per call).
     FreeBulk { c: usize, n: usize, cpu: usize },
-    /// Shrink cache `c`.
+    /// Shrink cache `c`; then the idle shrink of every cache, and a purge
+    /// of the buddy's free blocks (zeroed, as `MADV_DONTNEED` leaves them).
     Shrink { c: usize },
     /// Bad input (`kind` mod [`BAD_KINDS`]) around live object `i` (mod the
     /// live count), on `cpu`: a double free, an ABA double free (with the
@@ -309,6 +318,22 @@ pub fn run_machine(ops: &[Op], p: TestPlatform) {
             }
             Op::Shrink { c } => {
                 caches[c % caches.len()].shrink();
+                // The idle shrink of every cache (each is shrunk once it
+                // saw no slab activity for a call), then a purge of the
+                // buddy's free blocks (order 1 and up) with a page source
+                // that zeroes them, as `MADV_DONTNEED` does: slabs built
+                // later from those known-zero pages must still hold what
+                // is written into them.
+                for c in &caches {
+                    c.shrink_if_idle();
+                }
+                k.shrink_idle();
+                m.buddy.trim_with(|p, n| {
+                    // SAFETY: a free block the purge pass isolated: nobody
+                    // holds it, `n` bytes of the arena.
+                    unsafe { p.as_ptr().write_bytes(0, n) };
+                    true
+                });
             }
             Op::KmallocBad { which, zero, cpu } => {
                 let (size, align) = BAD_KMALLOC[which % BAD_KMALLOC.len()];

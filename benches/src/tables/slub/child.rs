@@ -94,7 +94,7 @@ pub(super) fn names(comp: &Competitors) -> Vec<&'static str> {
 
 /// This executable if it is the runner (`mm-bench`, or a renamed copy such
 /// as `mm-bench-old`; the test binaries, `mm_bench-<hash>`, are not).
-pub(super) fn runner_exe() -> Option<PathBuf> {
+pub(crate) fn runner_exe() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let is_runner = exe
         .file_stem()
@@ -104,7 +104,7 @@ pub(super) fn runner_exe() -> Option<PathBuf> {
 
 /// Why a child gave no result line.
 #[derive(Debug)]
-pub(super) enum ChildError {
+pub(crate) enum ChildError {
     /// It could not be started.
     Spawn(String),
     /// It failed (its exit status and standard error).
@@ -133,7 +133,7 @@ fn read_all(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String
 
 /// Runs `exe` with `args` and returns its standard output; kills it if it
 /// is still running after `timeout`.
-pub(super) fn run_child(
+pub(crate) fn run_child(
     exe: &Path,
     args: &[String],
     timeout: Duration,
@@ -171,7 +171,7 @@ pub(super) fn run_child(
 }
 
 /// The result line `TAG k1=v1 k2=v2 ...` a child prints.
-pub(super) fn result_line(tag: &str, fields: &[(&str, String)]) -> String {
+pub(crate) fn result_line(tag: &str, fields: &[(&str, String)]) -> String {
     let mut s = tag.to_string();
     for (k, v) in fields {
         s.push(' ');
@@ -206,7 +206,7 @@ pub(super) fn finish_child(
 
 /// The value of `key` on the first line of `out` that starts with
 /// `TAG `, parsed.
-pub(super) fn field<T: FromStr>(out: &str, tag: &str, key: &str) -> Option<T> {
+pub(crate) fn field<T: FromStr>(out: &str, tag: &str, key: &str) -> Option<T> {
     let line = out
         .lines()
         .find(|l| l.strip_prefix(tag).is_some_and(|r| r.starts_with(' ')))?;

@@ -75,7 +75,7 @@
 //! `prodcons` uses `stats`; `larson` and `threads` use `child`.
 
 mod batch;
-mod child;
+pub(crate) mod child;
 mod heaps;
 mod larson;
 mod pairs;

@@ -60,6 +60,27 @@ impl<P: Platform> Buddy<P> {
         )
     }
 
+    /// Purges resident free blocks at or above the purge order, largest
+    /// first, until each zone keeps at most `retain` resident free pages
+    /// (as [`trim_with`](Self::trim_with), with a floor): the enforcement
+    /// of [`PurgePolicy::max_resident_pages`](crate::PurgePolicy::max_resident_pages).
+    /// Returns the bytes purged.
+    pub fn purge_to_with(
+        &self,
+        retain: usize,
+        purge: impl FnMut(NonNull<u8>, usize) -> bool,
+    ) -> usize {
+        self.purge_pass(PurgeScan::Cap { retain }, purge)
+    }
+
+    /// Resident free pages of `zone` (free pages not purged): what
+    /// [`PurgePolicy::max_resident_pages`](crate::PurgePolicy::max_resident_pages)
+    /// bounds. Takes the zone lock.
+    pub fn nr_resident_free_pages(&self, zone: ZoneId) -> usize {
+        let g = self.lock_zone(zone.index());
+        g.free - g.purged
+    }
+
     fn purge_pass(
         &self,
         scan: PurgeScan,

@@ -59,6 +59,8 @@ pub struct ZoneInfo {
     pub stats: [u64; Stat::COUNT],
     /// The allocator's largest order.
     pub max_order: Order,
+    /// The page size in bytes (for the byte figures).
+    pub page_size: usize,
 }
 
 impl ZoneInfo {
@@ -75,6 +77,16 @@ impl fmt::Display for ZoneInfo {
         writeln!(f, "  pages free     {}", self.free)?;
         writeln!(f, "        purged   {}", self.purged)?;
         writeln!(f, "        resident {}", self.free - self.purged)?;
+        // The same in bytes: what the zone maps (managed: a std heap maps
+        // every page it manages), holds free and resident, and gave back.
+        let b = |pages: usize| pages * self.page_size;
+        writeln!(
+            f,
+            "  bytes managed {} free_resident {} purged {}",
+            b(self.managed),
+            b(self.free - self.purged),
+            b(self.purged)
+        )?;
         writeln!(f, "        min      {}", self.watermarks.min)?;
         writeln!(f, "        low      {}", self.watermarks.low)?;
         writeln!(f, "        high     {}", self.watermarks.high)?;
@@ -190,6 +202,7 @@ impl<P: Platform> Buddy<P> {
             zero_blocks,
             stats: g.stats,
             max_order: self.cfg.max_order(),
+            page_size: self.cfg.page_size(),
         }
     }
 

@@ -65,6 +65,7 @@ const P3: PurgePolicy = PurgePolicy {
     decay_ms: Some(100),
     retain_pages: Some(0),
     release_order: None,
+    max_resident_pages: None,
 };
 
 fn purged(fx: &Fx) -> usize {
@@ -97,6 +98,11 @@ fn trim_purges_whole_free_blocks_at_or_above_the_order() {
     assert_eq!(fx.stat(Stat::PURGED_BYTES), 3 * 1024 + 512);
     let zi = std::format!("{}", fx.zoneinfo());
     assert!(zi.contains("purged   56"));
+    let page = fx.config().page_size();
+    assert!(
+        zi.contains(&std::format!(" purged {}\n", 56 * page)),
+        "{zi}"
+    );
     for (name, n) in [("purge", 4), ("purged_bytes", 3 * 1024 + 512)] {
         assert!(
             zi.lines()

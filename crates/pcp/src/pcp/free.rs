@@ -170,9 +170,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 // SAFETY: forwarded contract.
                 unsafe { b.free_pages_flags(ptr, order, flags) };
             }
-            // A large block freed: a slow path, where the decay may run.
+            // A large block freed: a slow path, where the source bounds its
+            // resident free memory and the decay may run.
             if order >= b.config().purge_order() {
-                self.after_batch();
+                self.after_large_free(order);
             }
             return;
         }
@@ -206,6 +207,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline(never)]
     pub(super) fn after_batch(&self) {
         self.source.maybe_decay();
+    }
+
+    /// After a block at or above the purge order bypassed the lists into
+    /// the buddy: the source's [`after_large_free`](buddy::BuddySource::after_large_free)
+    /// (its resident bound checked now, then its decay). Never on a fast
+    /// path.
+    #[cold]
+    #[inline(never)]
+    fn after_large_free(&self, order: Order) {
+        self.source.after_large_free(order);
     }
 
     /// The free after validation, under this CPU's lists' lock: push, then

@@ -63,6 +63,7 @@ pub enum FuzzOp {
         cpu: u8,
     },
     DrainAll,
+    Purge,
     Prezero {
         cpu: u8,
         budget: u8,
@@ -113,6 +114,7 @@ impl From<FuzzOp> for Op {
             },
             FuzzOp::DrainLocal { cpu: c } => Op::DrainLocal { cpu: cpu(c) },
             FuzzOp::DrainAll => Op::DrainAll,
+            FuzzOp::Purge => Op::Purge,
             FuzzOp::Prezero { cpu: c, budget } => Op::Prezero {
                 cpu: cpu(c),
                 budget: budget as usize % 8,

@@ -15,6 +15,13 @@ use crate::stats::SlubStat;
 
 use super::{Guard, KmemCache, Mode};
 
+/// `KmemCache::idle`: a slab was allocated or discarded since the last
+/// idle check.
+const IDLE_ACTIVE: u8 = 1;
+/// `KmemCache::idle`: a slab was allocated or discarded since the last
+/// shrink.
+const IDLE_DIRTY: u8 = 2;
+
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Detaches a CPU's slab and partial chain under its lock, then gives
     /// them back outside it.
@@ -162,6 +169,65 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.flush_barn();
         self.flush_all();
         self.shrink_node()
+    }
+
+    /// Notes slab-level activity (a slab allocated or discarded) for
+    /// [`shrink_if_idle`](Self::shrink_if_idle): one load, and a store only
+    /// for the first since the last idle check. Slow paths only.
+    #[inline(always)]
+    pub(super) fn note_active(&self) {
+        if self.idle.load(CoreOrdering::Relaxed) & IDLE_ACTIVE == 0 {
+            self.idle
+                .fetch_or(IDLE_ACTIVE | IDLE_DIRTY, CoreOrdering::Relaxed);
+        }
+    }
+
+    /// The idle shrink (the kernel shrinks caches under memory pressure;
+    /// here a periodic tick, e.g. the page heap's decay, calls this): a
+    /// cache that allocated or discarded a slab since its last shrink, and
+    /// none since the previous call, is [`shrink`](Self::shrink)ed: every
+    /// CPU's sheaves and slabs it can reach flushed, the barn emptied, the
+    /// empty slabs given back to the pages (whose decay then gives them
+    /// back to the OS). A cache in use is left alone (it is shrunk one tick
+    /// after it stops), and so is one already shrunk (no flush every tick
+    /// for a cache whose live objects just stay). Returns the slabs freed.
+    /// Call it at a point where the caller holds none of the cache's locks
+    /// (never from a fast path).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{Geometry, GlobalPages, KmemCache, SlabFlags};
+    /// static CACHE: KmemCache<GlobalPages, PerThread> = KmemCache::new(
+    ///     "idle", 64, 8, SlabFlags::NONE, Geometry::new(PerThread::OWNED_SLOTS + 1), GlobalPages, PerThread);
+    /// let objs: Vec<_> = (0..10_000).map(|_| CACHE.alloc().unwrap()).collect();
+    /// for o in objs {
+    ///     // SAFETY: ours, freed once.
+    ///     unsafe { CACHE.free(o) };
+    /// }
+    /// assert_eq!(CACHE.shrink_if_idle(), 0, "active since the last tick");
+    /// assert!(CACHE.shrink_if_idle() > 0, "idle for a tick: shrunk");
+    /// assert_eq!(CACHE.nr_slabs(), 0);
+    /// assert_eq!(CACHE.shrink_if_idle(), 0, "already shrunk");
+    /// ```
+    pub fn shrink_if_idle(&self) -> usize {
+        let s = self.idle.load(CoreOrdering::Relaxed);
+        if s & IDLE_ACTIVE != 0 {
+            // Active since the last tick: look again at the next.
+            self.idle.fetch_and(!IDLE_ACTIVE, CoreOrdering::Relaxed);
+            return 0;
+        }
+        if s & IDLE_DIRTY == 0
+            || self
+                .idle
+                .compare_exchange(IDLE_DIRTY, 0, CoreOrdering::Relaxed, CoreOrdering::Relaxed)
+                .is_err()
+        {
+            return 0;
+        }
+        let freed = self.shrink();
+        // Its own discards are not activity.
+        self.idle.store(0, CoreOrdering::Relaxed);
+        freed
     }
 
     fn shrink_node(&self) -> usize {

@@ -441,6 +441,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// The constructor (`s->ctor`), if any: run on each object when a slab
     /// is made; the free pointer then lives after the object.
     ctor: Option<Ctor>,
+    /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
+    /// [`shrink_if_idle`](Self::shrink_if_idle)).
+    idle: AtomicU8,
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -480,6 +483,7 @@ macro_rules! build_cache {
             slab_mask: CoreAtomicUsize::new(usize::MAX),
             spill_stats: StatCells::new(),
             ctor: None,
+            idle: AtomicU8::new(0),
         }
     };
 }

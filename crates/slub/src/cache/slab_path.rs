@@ -337,6 +337,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.nr_slabs.fetch_add(1, CoreOrdering::Relaxed);
         self.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
         self.stat_here(SlubStat::ALLOC_SLAB);
+        self.note_active();
         Some((s, head))
     }
 
@@ -377,6 +378,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
         self.total_objects
             .fetch_sub(st.counters.objects as usize, CoreOrdering::Relaxed);
+        self.note_active();
         // SAFETY: we held the block since new_slab and nothing uses it.
         unsafe { self.source.free_block(NonNull::new_unchecked(base), order) };
     }
