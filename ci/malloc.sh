@@ -17,6 +17,7 @@ SCALE="${MALLOC_CI_SCALE:-1}"
 
 need=()
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+[[ -x /usr/bin/time ]] || need+=(time)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
@@ -36,6 +37,9 @@ fi
 step cargo build --release -p mm-malloc
 so="$(realpath "$TARGET_BASE/release/libmm_malloc.so")"
 
+# GNU time for the figures (wall time, peak RSS).
+timer=(/usr/bin/time -f '%e %M' -o)
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=()
@@ -52,19 +56,28 @@ compare() {
         d="$work/$name.$mode"
         rm -rf "$d"
         cp -r "$work/input" "$d"
-        local t0=$SECONDS rc=0
+        local rc=0 pre=()
         if [[ $mode == mm ]]; then
-            (cd "$d" && LD_PRELOAD="$so" "$@" >"$d.out" 2>"$d.err") || rc=$?
-        else
-            (cd "$d" && "$@" >"$d.out" 2>"$d.err") || rc=$?
+            pre=(env "LD_PRELOAD=$so")
         fi
+        (cd "$d" && "${timer[@]}" "$d.time" "${pre[@]}" "$@" >"$d.out" 2>"$d.err") || rc=$?
         echo "$rc" >"$d.rc"
-        echo "  $name ($mode): exit $rc, $((SECONDS - t0)) s, $(wc -c <"$d.out") bytes of output"
+        # wall seconds and peak RSS (KiB) of the program (the largest
+        # process of the run, as GNU time reports it)
+        read -r secs rss < <(tail -1 "$d.time" 2>/dev/null || echo "? ?")
+        echo "$secs $rss" >"$d.stat"
+        echo "  $name ($mode): exit $rc, $secs s, peak RSS $rss KiB, $(wc -c <"$d.out") bytes of output"
     done
+    local p m
+    read -r -a p <"$work/$name.plain.stat"
+    read -r -a m <"$work/$name.mm.stat"
+    local fig
+    fig=$(awk -v ps="${p[0]}" -v pr="${p[1]}" -v ms="${m[0]}" -v mr="${m[1]}" 'BEGIN {
+        if (pr + 0 > 0) printf "glibc %5.2f s %7.1f MiB   mm-malloc %5.2f s %7.1f MiB (RSS %.2fx)", ps, pr / 1024, ms, mr / 1024, mr / pr }')
     if cmp -s "$work/$name.plain.out" "$work/$name.mm.out" &&
         cmp -s "$work/$name.plain.rc" "$work/$name.mm.rc" &&
         [[ $(cat "$work/$name.plain.rc") == 0 ]]; then
-        summary+=("$(printf '  %-16s identical' "$name")")
+        summary+=("$(printf '  %-16s identical   %s' "$name" "$fig")")
     else
         summary+=("$(printf '  %-16s DIFFERENT' "$name")")
         fails+=("$name")
@@ -109,7 +122,7 @@ cat >script.sql <<'SQL'
 PRAGMA cache_size = -20000;
 CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
-INSERT INTO t SELECT i, hex(randomblob(i % 50 + 1)) || printf('%08d', i), i * 0.5 FROM n;
+INSERT INTO t SELECT i, substr(printf('%x%x%x%x', i * 2654435761 % 4294967296, i * 40503, i * 7919, i), 1, i % 50 + 1) || printf('%08d', i), i * 0.5 FROM n;
 CREATE INDEX tb ON t(b);
 SELECT count(*), sum(length(b)), sum(c) FROM t;
 SELECT a, substr(b, -8) FROM t WHERE a % 20000 = 0 ORDER BY b;
@@ -153,17 +166,19 @@ cd - >/dev/null
 
 export PYTHONMALLOC=malloc
 compare python-workload python3 workload.py "$SCALE"
-compare python-stdlib python3 -m test -q test_json test_re test_collections test_dict test_set test_threading_local
+# (the random seed, load average and durations vary from run to run)
+compare python-stdlib sh -c 'python3 -m test -q --randseed=1 test_json test_re test_collections test_dict test_set test_threading_local 2>&1 | grep -vE "random seed|load avg|duration|^[0-9:]+ "'
 compare sqlite3 sqlite3 :memory: -init /dev/null ".read script.sql"
 compare git bash git.sh
 compare sort sort big.txt
 compare sort-parallel sort --parallel=2 -S 32M -k2,2n -k1,1 big.txt
-compare xz-T2 sh -c 'xz -T2 -6 -c big.txt | xz -d | sha256sum'
+compare xz-T2 sh -c 'head -c 6000000 big.txt | xz -T2 -3 -c | xz -d | sha256sum'
 compare forks bash forks.sh
 
 # The preload is in effect (its report at exit), and glibc's malloc is not
 # behind it (kmalloc-128: glibc's usable size for 100 bytes is 104).
-if ! MM_STATS=1 LD_PRELOAD="$so" python3 -c 'print(1)' 2>&1 >/dev/null | grep -q '^kmalloc-64 '; then
+report=$(MM_STATS=1 LD_PRELOAD="$so" python3 -c 'print(1)' 2>&1 >/dev/null)
+if ! grep -q '^kmalloc-64 ' <<<"$report"; then
     echo "FAIL: no MM_STATS report under LD_PRELOAD"
     fails+=(mm-stats)
 fi
