@@ -34,10 +34,14 @@ use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use buddy::PageAlloc;
 use libc::size_t;
-use local_lock::std_platform::{die, PerThread};
+use local_lock::fork::ForkLocks;
+use local_lock::std_platform::{die, PerThread, RseqCpu};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{kmalloc_index, GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+use slub::{
+    kmalloc_index, kmalloc_sheaf_capacity, Geometry, GlobalPages, GlobalSlub,
+    KMALLOC_MAX_CACHE_SIZE,
+};
 
 /// The heap behind every entry point: [`GlobalSlub::new`] (hardened
 /// caches with per-CPU sheaves).
@@ -48,7 +52,149 @@ pub static HEAP: GlobalSlub = GlobalSlub::new();
 pub const MALLOC_ALIGNMENT: usize = 16;
 
 /// A kmalloc cache of [`HEAP`].
-type Cache = slub::KmemCache<GlobalPages, local_lock::std_platform::RseqCpu, 64>;
+type Cache = slub::KmemCache<GlobalPages, RseqCpu, 64>;
+
+/// The intermediate classes' object sizes: quarter steps between the
+/// kmalloc classes from 1 KiB to 8 KiB (jemalloc's spacing: 4 classes per
+/// doubling), where a power-of-two class wastes up to half of each object
+/// (sqlite's page cache asks for 4.1-4.4 KiB per page: 8 KiB each in
+/// kmalloc-8k, 5 KiB here). Their slabs are of `slub_max_order` 3 at most
+/// (32 KiB: 4 objects of 7 KiB, 25 of 1.25 KiB). Above 8 KiB a slab holds
+/// too few objects to beat the buddy's power-of-two blocks, so those stay
+/// whole pages.
+///
+/// 4608 is an extra step (an eighth): it is the one size between 4 and 5
+/// KiB that fills a 32 KiB slab (7 objects, 512 bytes left), and it serves
+/// what sqlite asks most (measured: a page cache of 4.1-4.5 KiB entries,
+/// 10% less peak RSS than with 5120 alone).
+pub const MID_SIZES: [usize; MID] = [1280, 1536, 1792, 2560, 3072, 3584, 4608, 5120, 6144, 7168];
+/// Their cache names.
+pub const MID_NAMES: [&str; MID] = [
+    "malloc-1280",
+    "malloc-1536",
+    "malloc-1792",
+    "malloc-2560",
+    "malloc-3072",
+    "malloc-3584",
+    "malloc-4608",
+    "malloc-5120",
+    "malloc-6144",
+    "malloc-7168",
+];
+/// How many intermediate classes.
+const MID: usize = 10;
+/// Their kmalloc indexes (after kmalloc's 13): slab tags name them, so
+/// `free` finds the cache from the address as for kmalloc's.
+const MID_BASE: usize = 13;
+
+macro_rules! mid_cache {
+    ($j:expr) => {
+        Cache::new(
+            MID_NAMES[$j],
+            MID_SIZES[$j],
+            8,
+            GlobalSlub::DEFAULT_FLAGS,
+            Geometry::new(64),
+            GlobalPages,
+            RseqCpu::new(),
+        )
+        .with_kmalloc_index(MID_BASE + $j)
+        .with_sheaves(kmalloc_sheaf_capacity(
+            // the kmalloc class above: the same bytes per sheaf
+            kmalloc_index(MID_SIZES[$j]),
+            GlobalSlub::DEFAULT_SHEAVES,
+        ))
+    };
+}
+
+/// The intermediate-class caches (hardened, with sheaves, as
+/// [`HEAP`]'s), over the same pages.
+pub static MIDS: [Cache; MID] = [
+    mid_cache!(0),
+    mid_cache!(1),
+    mid_cache!(2),
+    mid_cache!(3),
+    mid_cache!(4),
+    mid_cache!(5),
+    mid_cache!(6),
+    mid_cache!(7),
+    mid_cache!(8),
+    mid_cache!(9),
+];
+
+/// `MID_CLASS[(size + 255) / 256]`: the intermediate class for a size up
+/// to 7168 bytes (every class is a multiple of 256), or `NONE` where the
+/// kmalloc class is as small.
+const MID_CLASS: [u8; 29] = {
+    let mut t = [NONE; 29];
+    let mut k = 1;
+    while k < 29 {
+        let size = k * 256;
+        let kmalloc = slub::KMALLOC_SIZES[kmalloc_index(size)];
+        let mut j = 0;
+        while j < MID {
+            if MID_SIZES[j] >= size && MID_SIZES[j] < kmalloc {
+                t[k] = j as u8;
+                break;
+            }
+            j += 1;
+        }
+        k += 1;
+    }
+    t
+};
+const NONE: u8 = u8::MAX;
+
+/// The intermediate class for `size`, if it is smaller than the kmalloc
+/// class (1025..=7168 bytes, except sizes kmalloc serves as well).
+#[inline(always)]
+fn mid_class(size: usize) -> Option<usize> {
+    if size <= 1024 || size > 7168 {
+        return None;
+    }
+    match MID_CLASS[size.div_ceil(256)] {
+        NONE => None,
+        j => Some(j as usize),
+    }
+}
+
+/// The cache named by a slab tag's kmalloc index (1-based), kmalloc's or
+/// an intermediate one.
+#[inline(always)]
+fn cache_of_index(i: usize) -> Option<&'static Cache> {
+    match i {
+        1..=13 => Some(&HEAP.kmalloc().caches()[i - 1]),
+        14..=23 => Some(&MIDS[i - 1 - MID_BASE]),
+        _ => None,
+    }
+}
+
+/// Fork handlers of the intermediate caches (as slub's for `GlobalSlub`).
+struct MidFork;
+
+impl ForkLocks for MidFork {
+    fn fork_prepare(&self) {
+        for c in &MIDS {
+            // SAFETY: RseqCpu locks every slot.
+            unsafe { c.fork_lock(0..64) };
+        }
+    }
+    unsafe fn fork_parent(&self) {
+        for c in MIDS.iter().rev() {
+            // SAFETY: taken by `fork_prepare` on this thread.
+            unsafe { c.fork_unlock(0..64) };
+        }
+    }
+    unsafe fn fork_child(&self) {
+        for c in MIDS.iter().rev() {
+            // SAFETY: taken by `fork_prepare` on the thread this child
+            // copies.
+            unsafe { c.fork_unlock(0..64) };
+        }
+    }
+}
+
+static MID_FORK: MidFork = MidFork;
 
 /// Whether [`init`] ran.
 static READY: AtomicBool = AtomicBool::new(false);
@@ -69,6 +215,7 @@ fn init() {
         return;
     }
     HEAP.flush_at_thread_exit();
+    local_lock::fork::register(&MID_FORK, local_lock::fork::level::OBJECTS);
 }
 
 /// Reads the environment (from the constructor: the first allocation may
@@ -141,12 +288,29 @@ fn claim_thread_slot() {
 fn alloc(size: usize) -> *mut u8 {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
-        let c = &HEAP.kmalloc().caches()[kmalloc_index(size)];
+        let c = match mid_class(size) {
+            Some(j) => &MIDS[j],
+            None => &HEAP.kmalloc().caches()[kmalloc_index(size)],
+        };
         if let Some(p) = c.alloc_fast::<true>() {
             return p.as_ptr();
         }
+        return alloc_object_slow(c, size);
     }
     alloc_slow(size, MALLOC_ALIGNMENT)
+}
+
+/// The cache's full allocation (sheaf refill, slab paths).
+#[cold]
+#[inline(never)]
+fn alloc_object_slow(c: &Cache, size: usize) -> *mut u8 {
+    ensure_init();
+    claim_thread_slot();
+    match c.alloc() {
+        Some(p) => p.as_ptr(),
+        // The caches found no page: what kmalloc can still do.
+        None => alloc_slow(size, MALLOC_ALIGNMENT),
+    }
 }
 
 /// Everything beyond the sheaf pop: first use, large blocks, exhaustion.
@@ -208,9 +372,10 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
     if let Some(b) = GlobalPages.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
-        let i = tag_kmalloc_index(tag);
-        if tag & TAG_KIND == TAG_SLAB && i != 0 && i <= 13 {
-            let c = &HEAP.kmalloc().caches()[i - 1];
+        if tag & TAG_KIND == TAG_SLAB {
+            let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
+                bad(what, p, &"an object of a cache that is not malloc's")
+            };
             // SAFETY: C's contract: `p` is a live allocation of ours; bad
             // input is refused before any change.
             match unsafe { c.try_free_fast::<true>(nn) } {
@@ -250,9 +415,22 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
     }
 }
 
-/// `ksize`.
+/// `ksize` (of kmalloc's caches, large blocks and mappings), or the
+/// object size of an intermediate class.
 #[inline]
 fn usable(p: *mut u8) -> usize {
+    if let Some(b) = GlobalPages.block_of(p) {
+        let tag = b.owner.tag().load(Ordering::Relaxed);
+        let i = tag_kmalloc_index(tag);
+        if tag & TAG_KIND == TAG_SLAB && i > MID_BASE {
+            if let Some(c) = cache_of_index(i) {
+                let off = p.addr() - b.head.as_ptr().addr();
+                if off.is_multiple_of(c.object_size()) {
+                    return c.object_size();
+                }
+            }
+        }
+    }
     HEAP.kmalloc().ksize(p)
 }
 
@@ -455,6 +633,10 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
 pub extern "C" fn malloc_trim(_pad: size_t) -> c_int {
     ensure_init();
     claim_thread_slot();
+    for c in &MIDS {
+        c.flush_all();
+        c.shrink();
+    }
     c_int::from(HEAP.trim() > 0)
 }
 
@@ -521,7 +703,7 @@ pub extern "C" fn mallinfo2() -> Mallinfo2 {
     let b = HEAP.pages().buddy();
     let free_pages = b.total_free_pages() * page_size();
     let (mut slabs, mut free_objs) = (0, 0);
-    for c in HEAP.kmalloc().caches() {
+    for c in HEAP.kmalloc().caches().iter().chain(&MIDS) {
         let s = c.slabinfo();
         slabs += s.num_slabs;
         free_objs += (s.num_objs - s.active_objs) * s.objsize;
@@ -580,6 +762,9 @@ fn write_stats() {
         "mm-malloc: arena {} in use {} free {} (slab objects {}) slabs {} direct mappings {}",
         m.arena, m.uordblks, m.fordblks, m.fsmblks, m.smblks, m.hblks
     );
+    for c in &MIDS {
+        let _ = writeln!(w, "{}", c.slabinfo());
+    }
     let _ = writeln!(w, "{}", HEAP.kmalloc().report());
     let _ = writeln!(w, "{}", HEAP.pages().pcp().report());
     let _ = writeln!(w, "{}", HEAP.pages().buddy());
@@ -677,4 +862,28 @@ pub unsafe extern "C" fn __posix_memalign(
 ) -> c_int {
     // SAFETY: C's contract.
     unsafe { posix_memalign(out, align, size) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mid_classes_are_the_smallest_that_fit() {
+        for size in 1..=8192 {
+            let kmalloc = slub::KMALLOC_SIZES[kmalloc_index(size)];
+            match mid_class(size) {
+                Some(j) => {
+                    assert!(MID_SIZES[j] >= size, "{size}");
+                    assert!(MID_SIZES[j] < kmalloc, "{size}");
+                    assert!(j == 0 || MID_SIZES[j - 1] < size || MID_SIZES[j - 1] >= kmalloc);
+                }
+                None => assert!(
+                    MID_SIZES.iter().all(|&m| m < size || m >= kmalloc),
+                    "{size}: an intermediate class would fit better"
+                ),
+            }
+        }
+        assert_eq!(mid_class(4400), Some(6), "sqlite's pages: malloc-4608");
+    }
 }

@@ -49,6 +49,17 @@ static void test_active(void) {
     void *p = malloc(100);
     CHECK(malloc_usable_size(p) == 128);
     free(p);
+    /* The intermediate classes between 1 and 8 KiB (malloc-4608, -1536). */
+    p = malloc(4400);
+    CHECK(malloc_usable_size(p) == 4608);
+    CHECK(realloc(p, 4600) == p);
+    free(p);
+    p = malloc(1300);
+    CHECK(malloc_usable_size(p) == 1536);
+    free(p);
+    p = malloc(2048);
+    CHECK(malloc_usable_size(p) == 2048);
+    free(p);
 }
 
 static void test_malloc(void) {
