@@ -7,10 +7,25 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/<profile>`, where cargo put `libmm_malloc.{so,a}`.
+/// `target/<profile>`, where cargo put `libmm_malloc.{so,a}`, brought up
+/// to date first (`cargo test --test c_suite` alone builds only the rlib
+/// the test links, and would leave a stale `.so`).
 fn artifacts() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-q", "-p", "mm-malloc", "--lib"])
+            .current_dir(crate_dir());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("cargo build");
+        assert!(st.success(), "{c:?}");
+    });
+    dir
 }
 
 fn crate_dir() -> &'static Path {
