@@ -198,6 +198,7 @@ impl GlobalSlub {
 
     /// The kmalloc caches (kmalloc/kfree/ksize without sizes, reports,
     /// statistics, flushing).
+    #[inline]
     pub fn kmalloc(&self) -> &Inner {
         self.register();
         &self.k
