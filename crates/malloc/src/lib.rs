@@ -1,29 +1,41 @@
 //! `mm-malloc`: the C/POSIX/glibc allocation surface (`malloc`, `free`,
 //! `calloc`, `realloc`, `posix_memalign`, `malloc_usable_size`, ...) over
 //! slub's [`GlobalSlub`]: kmalloc's 13 size classes (per-CPU sheaves on
-//! restartable sequences, hardened free pointers) over pcp over the buddy,
-//! whole pages tagged as `kmalloc_large` blocks above 8 KiB, recorded
+//! restartable sequences, hardened free pointers) plus 10 intermediate
+//! classes between 1 and 8 KiB ([`MID_SIZES`]), over pcp over the buddy;
+//! whole pages tagged as `kmalloc_large` blocks above 8 KiB; recorded
 //! direct mappings above the largest block (4 MiB). Every entry point is
 //! size-less, as C's are: `free` finds the slab (or large block, or
 //! mapping) from the address, as the kernel's `kfree` does
-//! (`virt_to_slab`).
+//! (`virt_to_slab`), the slab's tag naming its cache.
 //!
 //! Use it as a drop-in (`LD_PRELOAD=libmm_malloc.so program`) or link it
-//! (`cc prog.c -lmm_malloc`); `include/mm_malloc.h` declares the
-//! non-standard entry points. The library never calls the libc allocator:
-//! its state is static (no TLS registration, no thread-exit hook: the
-//! caches are per CPU), its messages are written to fd 2 from a stack
-//! buffer, and bad input aborts (`free(): invalid pointer`-style, as
-//! glibc does) instead of unwinding across the C boundary.
+//! (`cc prog.c libmm_malloc.a -lpthread -ldl -lm`); `include/mm_malloc.h`
+//! declares the non-standard entry points. The library never calls the
+//! libc allocator: its state is static, the caches are per CPU (no
+//! thread-exit hook); the one TLS destructor below it (the pcp slot of
+//! `PerThread`, whose registration makes glibc call `calloc`) is claimed
+//! before any lock is taken, and a `calloc` nested in that registration
+//! is served (`local_lock`'s `TLS_REGISTERING`); messages are written to
+//! fd 2 from a stack buffer, and bad input aborts (as glibc's `free():
+//! invalid pointer` does) instead of unwinding across the C boundary.
+//!
+//! Not covered: a thread whose first contact with the pages is a `free`
+//! that empties a slab while the CPU's sheaf is full (the restartable free
+//! path reaches the pcp before this library has claimed the thread's
+//! slot); the `calloc` nested in the slot claim then runs under that
+//! free's locks. Every thread that allocated before is safe.
 //!
 //! What differs from glibc: `malloc(n)` for `n <= 8` is 8-byte aligned
 //! (kmalloc-8, as jemalloc and mimalloc do; every larger request is at
-//! least 16-byte aligned); `mallinfo2` reports this allocator's figures
-//! (see [`mallinfo2`]); `malloc_trim` ignores its pad.
+//! least 16-byte aligned); `aligned_alloc` refuses an alignment that is
+//! not a power of two with `EINVAL` (glibc 2.38 on; 2.36 rounds it up);
+//! `mallinfo2` reports this allocator's figures (see [`mallinfo2`]);
+//! `malloc_trim` ignores its pad.
 //!
 //! Environment (read once, by the library's constructor): `MM_STATS=1`
-//! prints the slabinfo, SLUB statistics and buddyinfo to stderr at exit
-//! (what [`malloc_stats`] prints).
+//! prints the slabinfo, SLUB statistics, pcp lists and buddyinfo to stderr
+//! at exit (what [`malloc_stats`] prints).
 
 #![allow(clippy::missing_safety_doc)] // each `# Safety` is the C contract
 
@@ -543,8 +555,8 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, size: size_t) -
 }
 
 /// `posix_memalign(3)`: `EINVAL` unless `align` is a power of two and a
-/// multiple of `sizeof(void *)`; `ENOMEM` on exhaustion (`*out` is left
-/// alone on error; errno is not the report, the result is).
+/// multiple of `sizeof(void *)`; `ENOMEM` on exhaustion (also left in
+/// errno, as glibc's does); `*out` is left alone on error.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_memalign(
     out: *mut *mut c_void,
@@ -556,6 +568,7 @@ pub unsafe extern "C" fn posix_memalign(
     }
     let p = alloc_aligned(align, size);
     if p.is_null() {
+        set_errno(libc::ENOMEM);
         return libc::ENOMEM;
     }
     // SAFETY: C's contract: `out` is writable.
