@@ -184,24 +184,46 @@ fn cache_of_index(i: usize) -> Option<&'static Cache> {
 /// Fork handlers of the intermediate caches (as slub's for `GlobalSlub`).
 struct MidFork;
 
+/// The slots a CPU of this machine can use (CPU `c` uses slot `c`; with
+/// more than 64 configured CPUs, all 64): only those are locked around
+/// `fork` (each lock taken costs a copy-on-write fault on its page in the
+/// parent and the child).
+fn fork_slots() -> core::ops::Range<usize> {
+    0..RseqCpu::new().nr_cpus().min(64)
+}
+
+/// `prepare` found the process single-threaded and took no lock.
+static MID_FORK_SKIPPED: AtomicBool = AtomicBool::new(false);
+
 impl ForkLocks for MidFork {
     fn fork_prepare(&self) {
+        let skip = local_lock::fork::single_threaded();
+        MID_FORK_SKIPPED.store(skip, Ordering::Relaxed);
+        if skip {
+            return;
+        }
         for c in &MIDS {
             // SAFETY: RseqCpu locks every slot.
-            unsafe { c.fork_lock(0..64) };
+            unsafe { c.fork_lock(fork_slots()) };
         }
     }
     unsafe fn fork_parent(&self) {
+        if MID_FORK_SKIPPED.load(Ordering::Relaxed) {
+            return;
+        }
         for c in MIDS.iter().rev() {
             // SAFETY: taken by `fork_prepare` on this thread.
-            unsafe { c.fork_unlock(0..64) };
+            unsafe { c.fork_unlock(fork_slots()) };
         }
     }
     unsafe fn fork_child(&self) {
+        if MID_FORK_SKIPPED.load(Ordering::Relaxed) {
+            return;
+        }
         for c in MIDS.iter().rev() {
             // SAFETY: taken by `fork_prepare` on the thread this child
             // copies.
-            unsafe { c.fork_unlock(0..64) };
+            unsafe { c.fork_unlock(fork_slots()) };
         }
     }
 }

@@ -340,7 +340,24 @@ static void test_bad(void) {
     CHECK(child_aborts(bad_large_interior));
 }
 
+/* fork while the process is single-threaded (the handlers leave the cache
+ * locks alone then, as glibc's fork leaves its malloc's). */
+static void test_fork_single_threaded(void) {
+    void *keep = malloc(300);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int j = 0; j < 2000; j++) free(malloc(j * 7 + 1));
+        free(keep);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    free(keep);
+}
+
 int main(void) {
+    test_fork_single_threaded();
     test_active();
     test_malloc();
     test_large();
