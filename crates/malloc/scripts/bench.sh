@@ -27,7 +27,8 @@ fi
 names=(glibc mm-malloc)
 libs=("" "$MM_MALLOC_SO")
 for cand in mimalloc:libmimalloc.so.2 jemalloc:libjemalloc.so.2; do
-    f=$(ldconfig -p | awk -v l="${cand#*:}" '$1 == l { print $NF; exit }')
+    # (awk reads everything: an early exit would SIGPIPE ldconfig)
+    f=$(ldconfig -p | awk -v l="${cand#*:}" '$1 == l && !f { f = $NF } END { if (f) print f }')
     if [[ -n $f ]]; then
         names+=("${cand%%:*}")
         libs+=("$f")
