@@ -759,6 +759,41 @@ impl GlobalBuddy {
         true
     }
 
+    /// The length of the live direct mapping (a request above the largest
+    /// block, or a block served directly when the heap could not grow)
+    /// that starts at `addr`, if any: what a size-less `free` or
+    /// `malloc_usable_size` needs.
+    pub fn direct_size(&self, addr: *const u8) -> Option<usize> {
+        if self.direct.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.lock_direct().get(addr as usize)
+    }
+
+    /// Unmaps the live direct mapping that starts at `ptr`, whatever its
+    /// length (a size-less `free`); false (and nothing happens) if there
+    /// is none.
+    ///
+    /// # Safety
+    ///
+    /// If `ptr` is such a mapping, the caller holds it and will not use it
+    /// again.
+    #[cold]
+    pub unsafe fn free_direct(&self, ptr: *mut u8) -> bool {
+        let a = ptr as usize;
+        let mut t = self.lock_direct();
+        let Some(len) = t.get(a) else {
+            return false;
+        };
+        t.remove(a);
+        drop(t);
+        // SAFETY: our own live direct mapping of `len` bytes, given back by
+        // its holder and forgotten above (unmapped once).
+        unsafe { os::unmap(ptr, len) };
+        self.direct.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
     /// Maps more heap (at least `need` bytes) unless another thread grew it
     /// since generation `gen`. False when the OS refuses.
     #[cold]
@@ -1006,6 +1041,17 @@ unsafe impl PageAlloc for GlobalBuddy {
     #[inline(always)]
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.buddy.owner_of(addr)
+    }
+    fn alloc_direct(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let l = Layout::from_size_align(size.max(1), align.max(1)).ok()?;
+        NonNull::new(GlobalBuddy::alloc_direct(self, l))
+    }
+    fn direct_size(&self, addr: *const u8) -> Option<usize> {
+        GlobalBuddy::direct_size(self, addr)
+    }
+    unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
+        // SAFETY: forwarded.
+        unsafe { GlobalBuddy::free_direct(self, ptr.as_ptr()) }
     }
 }
 

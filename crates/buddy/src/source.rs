@@ -85,6 +85,33 @@ pub unsafe trait PageAlloc: Sync {
     /// The allocated block containing `addr`, if any (a descriptor lookup:
     /// for frees, which start from an address).
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>>;
+    /// A mapping of its own for a request beyond the largest block
+    /// (`kmalloc_large` above the largest order), at least `size` bytes
+    /// aligned to `align` and recorded so that
+    /// [`direct_size`](Self::direct_size) and
+    /// [`free_direct`](Self::free_direct) find it from its address alone.
+    /// `None` by default (a source without one: such requests fail, as
+    /// Linux's kmalloc returns NULL beyond `MAX_PAGE_ORDER`).
+    fn alloc_direct(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        let _ = (size, align);
+        None
+    }
+    /// The length of the live direct mapping that starts at `addr`
+    /// ([`alloc_direct`](Self::alloc_direct)), if any.
+    fn direct_size(&self, addr: *const u8) -> Option<usize> {
+        let _ = addr;
+        None
+    }
+    /// Unmaps the live direct mapping that starts at `ptr`; false (and
+    /// nothing happens) if there is none.
+    ///
+    /// # Safety
+    ///
+    /// If `ptr` is such a mapping, the caller holds it and no longer uses it.
+    unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
+        let _ = ptr;
+        false
+    }
 }
 
 /// A buddy allocator with its growth hook, what a per-CPU layer (pcp) sits

@@ -441,6 +441,11 @@ const TLS_NONE: usize = usize::MAX;
 /// Thread-local slot value: the thread exited its slot (TLS destructors
 /// running); it uses the shared overflow slot from now on.
 const TLS_EXITED: usize = usize::MAX - 1;
+/// `MY_SLOT` while the thread registers its destructor: that registration
+/// may allocate (glibc's `__cxa_thread_atexit_impl` calls `calloc`), and
+/// when this platform sits under the process's `malloc` (mm-malloc) the
+/// nested call must not register again: it takes the overflow slot.
+const TLS_REGISTERING: usize = usize::MAX - 2;
 
 const MAX_EXIT_HOOKS: usize = 16;
 
@@ -543,8 +548,13 @@ impl PerThread {
     fn my_slot_slow(s: usize) -> (usize, Strategy) {
         if s == TLS_NONE {
             // Register the destructor first; if TLS is already being torn
-            // down, use the overflow slot.
-            if RELEASE.try_with(|_| ()).is_ok() {
+            // down, use the overflow slot. A call nested in the
+            // registration (an allocator under `malloc`) sees
+            // TLS_REGISTERING and uses the overflow slot too.
+            MY_SLOT.set(TLS_REGISTERING);
+            let registered = RELEASE.try_with(|_| ()).is_ok();
+            MY_SLOT.set(TLS_NONE);
+            if registered {
                 if let Some(i) = SLOTS.claim() {
                     MY_SLOT.set(i);
                     LIVE_OWNERS.fetch_add(1, Ordering::Relaxed);

@@ -17,30 +17,55 @@
 //! [`GlobalPages`]: crate::GlobalPages
 
 use crate::global::{GlobalSlub, SLOTS};
+use core::sync::atomic::{AtomicBool, Ordering};
 use local_lock::fork::{level, ForkLocks};
 
-const ALL: core::ops::Range<usize> = 0..SLOTS;
+/// The slots a CPU of this machine can use: CPU `c` uses slot `c`, and
+/// CPU ids are below the configured count, so with at most [`SLOTS`]
+/// configured CPUs the slots above are never used and need no lock (each
+/// slot lock taken and released costs the parent and the child a
+/// copy-on-write fault on its page after `fork`); with more, all of them.
+fn all() -> core::ops::Range<usize> {
+    use local_lock::Platform;
+    let n = local_lock::std_platform::RseqCpu::new().nr_cpus();
+    0..if n <= SLOTS { n } else { SLOTS }
+}
+
+/// `prepare` found the process single-threaded and took no cache lock
+/// (so `parent` and `child` release none).
+static SKIPPED: AtomicBool = AtomicBool::new(false);
 
 impl ForkLocks for GlobalSlub {
     fn fork_prepare(&self) {
+        let skip = local_lock::fork::single_threaded();
+        SKIPPED.store(skip, Ordering::Relaxed);
+        if skip {
+            return;
+        }
         for c in self.kmalloc_caches() {
             // SAFETY: RseqCpu locks every slot.
-            unsafe { c.fork_lock(ALL) };
+            unsafe { c.fork_lock(all()) };
         }
     }
 
     unsafe fn fork_parent(&self) {
+        if SKIPPED.load(Ordering::Relaxed) {
+            return;
+        }
         for c in self.kmalloc_caches().iter().rev() {
             // SAFETY: taken by `fork_prepare` on this thread.
-            unsafe { c.fork_unlock(ALL) };
+            unsafe { c.fork_unlock(all()) };
         }
     }
 
     unsafe fn fork_child(&self) {
+        if SKIPPED.load(Ordering::Relaxed) {
+            return;
+        }
         for c in self.kmalloc_caches().iter().rev() {
             // SAFETY: taken by `fork_prepare` on the thread this child
             // copies; the data they protect is consistent.
-            unsafe { c.fork_unlock(ALL) };
+            unsafe { c.fork_unlock(all()) };
         }
     }
 }

@@ -76,6 +76,17 @@ unsafe impl SlabSource for GlobalPages {
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         PAGES.pcp().block_of(addr)
     }
+    /// The buddy's recorded direct mappings (`GlobalBuddy::direct_size`).
+    fn alloc_direct(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        PAGES.pcp().source().alloc_direct(size, align)
+    }
+    fn direct_size(&self, addr: *const u8) -> Option<usize> {
+        PAGES.pcp().source().direct_size(addr)
+    }
+    unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
+        // SAFETY: forwarded.
+        unsafe { SlabSource::free_direct(PAGES.pcp().source(), ptr) }
+    }
 }
 
 /// Per-CPU slots of [`GlobalSlub`]'s caches: CPUs beyond share slots
@@ -206,6 +217,7 @@ impl GlobalSlub {
 
     /// The kmalloc caches (kmalloc/kfree/ksize without sizes, reports,
     /// statistics, flushing).
+    #[inline]
     pub fn kmalloc(&self) -> &Inner {
         self.register();
         &self.k

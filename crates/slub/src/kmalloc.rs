@@ -226,7 +226,9 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// `kmalloc(size)` with at least `align` alignment (a power of two):
     /// a size class whose objects are aligned enough, else whole pages.
     /// `None` when memory runs out, no order fits (any size or alignment
-    /// beyond the largest block, up to `usize::MAX`, as Linux returns NULL),
+    /// beyond the largest block, up to `usize::MAX`, as Linux returns NULL,
+    /// unless the source has recorded direct mappings:
+    /// [`SlabSource::alloc_direct`], e.g. [`GlobalPages`](crate::GlobalPages)),
     /// or `align` is not a power of two (no address could honour it). Size
     /// 0 gives [`ZERO_SIZE_PTR`].
     #[inline]
@@ -347,11 +349,15 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         Some(n)
     }
 
-    /// `kmalloc_large`: a block of pages tagged with its size.
+    /// `kmalloc_large`: a block of pages tagged with its size; beyond the
+    /// largest order, the source's recorded direct mapping
+    /// ([`SlabSource::alloc_direct`]: fresh, so zero), if it has one.
     fn kmalloc_large(&self, size: usize, align: usize, flags: AllocFlags) -> Option<NonNull<u8>> {
         let ps = self.source.page_size();
         let order = get_order(size.max(align), ps);
-        let order = Order::new(order).filter(|o| *o <= self.source.max_order())?;
+        let Some(order) = Order::new(order).filter(|o| *o <= self.source.max_order()) else {
+            return self.source.alloc_direct(size, align);
+        };
         let b = self.source.alloc_block(order, flags)?;
         b.owner.data().store(size, Ordering::Relaxed);
         b.owner.tag().store(TAG_LARGE, Ordering::Relaxed);
@@ -404,10 +410,14 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             return Ok(());
         }
         let a = ptr.addr();
-        let b = self
-            .source
-            .block_of(ptr)
-            .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?;
+        let Some(b) = self.source.block_of(ptr) else {
+            // SAFETY: the caller's contract: if it is a direct mapping,
+            // it is one of ours, given back.
+            return match unsafe { self.source.free_direct(p) } {
+                true => Ok(()),
+                false => Err(FreeError::new(a, FreeErrorKind::NotAllocated)),
+            };
+        };
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let cache = self.tagged_cache(tag).ok_or(FreeError::new(
@@ -453,10 +463,12 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
             return 0;
         };
         let a = ptr.as_ptr().addr();
-        let b = self
-            .source
-            .block_of(ptr.as_ptr())
-            .unwrap_or_else(|| panic!("ksize({a:#x}): not memory of this allocator"));
+        let Some(b) = self.source.block_of(ptr.as_ptr()) else {
+            return self
+                .source
+                .direct_size(ptr.as_ptr())
+                .unwrap_or_else(|| panic!("ksize({a:#x}): not memory of this allocator"));
+        };
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let c = self

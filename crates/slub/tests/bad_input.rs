@@ -728,10 +728,18 @@ fn kmalloc_with_alignment_of_2_pow_63_or_above_returns_none() {
 }
 
 #[test]
-fn kmalloc_beyond_the_largest_block_returns_none_and_the_heap_still_works() {
-    // 4 MiB is the largest block; the next order up has no block.
-    assert_eq!(KM_HEAP.kmalloc().kmalloc((4 << 20) + 1, 8), None);
-    assert_eq!(KM_HEAP.kmalloc().kmalloc(1 << 40, 8), None);
+fn kmalloc_beyond_the_largest_block_maps_directly_and_the_heap_still_works() {
+    // 4 MiB is the largest block; beyond it GlobalPages serves a recorded
+    // direct mapping (issue #18: a size-less free of any size), freed by
+    // kfree; what the OS cannot map is refused.
+    let big = KM_HEAP
+        .kmalloc()
+        .kmalloc((4 << 20) + 1, 8)
+        .expect("a direct mapping");
+    assert!(KM_HEAP.kmalloc().ksize(big.as_ptr()) > 4 << 20);
+    // SAFETY: ours, freed once.
+    unsafe { KM_HEAP.kmalloc().kfree(big.as_ptr()) };
+    assert_eq!(KM_HEAP.kmalloc().kmalloc(1 << 62, 8), None);
     let p = KM_HEAP
         .kmalloc()
         .kmalloc(100, 8)

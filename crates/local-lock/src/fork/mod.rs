@@ -214,6 +214,32 @@ pub fn register<T: ForkLocks>(obj: &'static T, level: u8) -> bool {
     ok
 }
 
+/// glibc's `__libc_single_threaded` (2.32 on), found once when the
+/// handlers are installed (null: unknown).
+static SINGLE_THREADED: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+
+fn resolve_single_threaded() {
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(miri)))]
+    {
+        // SAFETY: a NUL-terminated name; a successful lookup does not
+        // allocate.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
+        SINGLE_THREADED.store(p.cast(), Ordering::Relaxed);
+    }
+}
+
+/// Whether the process has only ever had one thread (glibc's
+/// `__libc_single_threaded`; `false` where it cannot be told, or before
+/// the first [`register`]). A `prepare` handler may then leave its locks
+/// alone, as glibc's `fork` leaves its own malloc's: no other thread can
+/// hold them, and taking and releasing them only costs the parent and the
+/// child a copy-on-write fault on every page with a lock word.
+pub fn single_threaded() -> bool {
+    let p = SINGLE_THREADED.load(Ordering::Relaxed);
+    // SAFETY: null or glibc's `char` variable, valid while the process runs.
+    !p.is_null() && unsafe { p.read_volatile() } != 0
+}
+
 /// Objects registered so far.
 pub fn registered() -> usize {
     LEN.load(Ordering::Acquire)
@@ -231,6 +257,7 @@ fn install() -> bool {
                     .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
                     .is_ok()
                 {
+                    resolve_single_threaded();
                     // SAFETY: three `extern "C"` functions with no
                     // preconditions.
                     let r = unsafe {

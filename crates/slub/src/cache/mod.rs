@@ -575,9 +575,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Marks the cache as kmalloc class `i` (its slabs' tags say so, and
-    /// `kfree` finds the cache from them).
+    /// `kfree` finds the cache from them: [`tag_kmalloc_index`] gives
+    /// `i + 1`). Classes 0..13 are [`Kmalloc`](crate::Kmalloc)'s; a front
+    /// end with classes of its own (mm-malloc's intermediate classes)
+    /// numbers them from 13 on, up to 254, so its size-less free finds them
+    /// the same way (`Kmalloc::kfree` refuses them: not its caches).
+    ///
+    /// [`tag_kmalloc_index`]: crate::slab::tag_kmalloc_index
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) const fn with_kmalloc_index(mut self, i: usize) -> Self {
+    pub const fn with_kmalloc_index(mut self, i: usize) -> Self {
+        assert!(i < 255, "KmemCache::with_kmalloc_index: class above 254");
         self.kidx = i as u8 + 1;
         self
     }

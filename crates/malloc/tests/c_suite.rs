@@ -1,0 +1,198 @@
+//! Compiles the C test suite (`tests/c/malloc_test.c`) with the system
+//! `cc` and runs it twice: against the cdylib under `LD_PRELOAD`, and
+//! linked with the staticlib. Also checks the library imports no
+//! allocator (`nm -D`) and that a plain program under `LD_PRELOAD` really
+//! runs on it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `target/<profile>`, where cargo put `libmm_malloc.{so,a}`, brought up
+/// to date first (`cargo test --test c_suite` alone builds only the rlib
+/// the test links, and would leave a stale `.so`).
+fn artifacts() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-q", "-p", "mm-malloc", "--lib"])
+            .current_dir(crate_dir());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("cargo build");
+        assert!(st.success(), "{c:?}");
+    });
+    dir
+}
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok()
+}
+
+fn cc(out: &Path, extra: &[&str]) {
+    let dir = crate_dir();
+    let mut c = Command::new("cc");
+    c.args(["-O0", "-fno-builtin", "-g", "-w", "-I"])
+        .arg(dir.join("include"))
+        .arg(dir.join("tests/c/malloc_test.c"))
+        .arg("-o")
+        .arg(out)
+        .args(extra);
+    let st = c.status().expect("cc");
+    assert!(st.success(), "cc failed: {c:?}");
+}
+
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().expect("run");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}\nstdout:\n{out}\nstderr (tail):\n{}",
+        o.status,
+        err.lines()
+            .filter(|l| l.starts_with("FAIL") || l.contains("mm-malloc"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(out.contains(" checks, 0 failures"), "{out}");
+    out
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mm-malloc-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn c_suite_under_ld_preload() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    assert!(so.exists(), "{}", so.display());
+    let exe = tmp("preload");
+    cc(&exe, &["-lpthread", "-ldl"]);
+    let out = run(Command::new(&exe).env("LD_PRELOAD", &so));
+    eprint!("{out}");
+}
+
+#[test]
+fn c_suite_linked_statically() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let a = artifacts().join("libmm_malloc.a");
+    assert!(a.exists(), "{}", a.display());
+    let exe = tmp("static");
+    let a = a.to_str().unwrap().to_string();
+    cc(
+        &exe,
+        &[
+            "-DMM_STATIC",
+            &a,
+            "-lpthread",
+            "-ldl",
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lm",
+        ],
+    );
+    let out = run(&mut Command::new(&exe));
+    eprint!("{out}");
+}
+
+#[test]
+fn library_imports_no_allocator() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Ok(o) = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&so)
+        .output()
+    else {
+        eprintln!("no nm: skipped");
+        return;
+    };
+    let undefined = String::from_utf8_lossy(&o.stdout);
+    for l in undefined.lines() {
+        let name = l.split_whitespace().last().unwrap_or("");
+        let base = name.split('@').next().unwrap();
+        assert!(
+            !matches!(
+                base,
+                "malloc"
+                    | "free"
+                    | "calloc"
+                    | "realloc"
+                    | "posix_memalign"
+                    | "aligned_alloc"
+                    | "memalign"
+                    | "valloc"
+                    | "__libc_malloc"
+                    | "__libc_free"
+            ),
+            "the library imports {name}"
+        );
+    }
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&so)
+        .output()
+        .unwrap();
+    let defined = String::from_utf8_lossy(&o.stdout);
+    for f in [
+        "malloc",
+        "free",
+        "calloc",
+        "realloc",
+        "reallocarray",
+        "posix_memalign",
+        "aligned_alloc",
+        "memalign",
+        "valloc",
+        "pvalloc",
+        "malloc_usable_size",
+        "free_sized",
+        "free_aligned_sized",
+        "cfree",
+        "malloc_trim",
+        "mallinfo",
+        "mallinfo2",
+        "malloc_stats",
+    ] {
+        assert!(
+            defined.lines().any(|l| l.ends_with(&format!(" {f}"))),
+            "{f} not exported"
+        );
+    }
+}
+
+/// glibc's malloc would be noticed: `MALLOC_CHECK_`-style behaviour aside,
+/// `malloc_usable_size(malloc(100))` is 104 under glibc and 128 (kmalloc-128)
+/// here, and `MM_STATS=1` makes the library print its slabinfo at exit.
+#[test]
+fn programs_under_ld_preload_run_on_it() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Ok(o) = Command::new("sh")
+        .args(["-c", "ls / | sort | head -3"])
+        .env("LD_PRELOAD", &so)
+        .env("MM_STATS", "1")
+        .output()
+    else {
+        return;
+    };
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("kmalloc-64"), "no MM_STATS report: {err}");
+}
