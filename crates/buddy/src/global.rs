@@ -519,7 +519,7 @@ impl GlobalBuddy {
         }
         let k = self.large_frees.load(Ordering::Relaxed).wrapping_add(1);
         self.large_frees.store(k, Ordering::Relaxed);
-        if k % DECAY_LARGE_EVERY == 0 {
+        if k.is_multiple_of(DECAY_LARGE_EVERY) {
             purged += self.decay_cold();
         }
         purged
