@@ -206,7 +206,7 @@ impl Report {
             }
             floor_flags.push((i, format!("floor slower than {} row(s)", faster.len())));
             self.warnings.push(format!(
-                "{table}: floor '{}' ({} ns) slower than {} row(s) of '{}' (fastest '{}', {} ns): a floor cannot be; the rounds were disturbed or the floor does not measure what it should",
+                "{table}: floor '{}' ({} ns) slower than {} row(s) of '{}' (fastest '{}', {} ns): the rounds were disturbed, the floor does not measure what it should, or (memory-bound floors) that allocator's access pattern moves lines more cheaply than the floor's (README, issue #21)",
                 f.case.name,
                 fmt_num(f.stats.ns.median),
                 faster.len(),
