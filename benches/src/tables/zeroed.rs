@@ -283,6 +283,9 @@ impl Table for Zeroed {
             }
             rows.extend(these);
         }
+        let purged = purged_section(cx, clock);
+        summary.extend(purged.1);
+        rows.extend(purged.0);
         let mut notes = vec![
             "ns/op and cycles/op: alloc_zeroed + free per page (the dirtying write between them is untimed); the note splits \
              the phases and gives the counters of the path taken during that N's measurement."
@@ -315,4 +318,96 @@ impl Table for Zeroed {
             ..Report::default()
         }
     }
+}
+
+/// Row: `GlobalBuddy` pages whose blocks were purged (`trim`) before the
+/// round: known zero from the OS, first write faults.
+pub const PURGED_ROW: &str = "GlobalBuddy, purged by trim (OS zero, first write faults)";
+/// Row: `GlobalBuddy` pages freed dirty (each `alloc_zeroed` clears).
+pub const DIRTY_ROW: &str = "GlobalBuddy, freed dirty (cleared by alloc_zeroed)";
+
+/// Pages of the purged section's rounds.
+const PURGED_N: usize = 64;
+
+/// The heap of the purged row: purging only by `trim` (no decay, no cap),
+/// so what each round finds is what its untimed `trim` left.
+static PURGE_HEAP: buddy::GlobalBuddy =
+    buddy::GlobalBuddy::with_config(buddy::GLOBAL_CONFIG.with_purge(NO_AUTO_PURGE));
+/// The heap of the dirty row (the same policy, never trimmed).
+static DIRTY_HEAP: buddy::GlobalBuddy =
+    buddy::GlobalBuddy::with_config(buddy::GLOBAL_CONFIG.with_purge(NO_AUTO_PURGE));
+const NO_AUTO_PURGE: buddy::PurgePolicy = buddy::PurgePolicy {
+    decay_ms: None,
+    max_resident_pages: None,
+    ..buddy::PurgePolicy::DEFAULT
+};
+
+/// One round of the purged section on `heap`: (untimed) `trim` if
+/// `purge`, then (timed) `PURGED_N` zeroed pages allocated and each
+/// written once, the way a program uses a zeroed page (so the purged
+/// row pays its page faults, where the OS does the zeroing), then
+/// (timed) freed. Returns the timed cycles.
+fn purged_round(heap: &'static buddy::GlobalBuddy, purge: bool, clock: &Clock) -> u64 {
+    use core::alloc::GlobalAlloc;
+    let l = core::alloc::Layout::from_size_align(4096, 4096).expect("page layout");
+    if purge {
+        heap.trim();
+    }
+    let mut pages = [core::ptr::null_mut::<u8>(); PURGED_N];
+    let t0 = clock.now();
+    for p in pages.iter_mut() {
+        // SAFETY: a non-zero layout.
+        let q = unsafe { heap.alloc_zeroed(l) };
+        assert!(!q.is_null(), "mm-bench zeroed: GlobalBuddy exhausted");
+        // SAFETY: a fresh page of ours.
+        unsafe { q.add(64).write_volatile(0xa5) };
+        *p = q;
+    }
+    for &p in &pages {
+        // SAFETY: allocated above with `l`, freed once.
+        unsafe { heap.dealloc(p, l) };
+    }
+    clock.now() - t0
+}
+
+/// The section "pages purged (known zero from the OS) vs freed dirty",
+/// first write timed (issue #17: PG_zero meets the OS), and its summary
+/// lines.
+fn purged_section(cx: &Ctx<'_>, clock: Clock) -> (Vec<Row>, Vec<String>) {
+    let section = format!(
+        "N = {PURGED_N}, first write timed: pages purged (known zero from the OS) vs freed dirty (per page)"
+    );
+    let case = |name: &str, heap: &'static buddy::GlobalBuddy, purge: bool| {
+        Case::custom(name, move |_, iters| {
+            let mut t = 0;
+            for _ in 0..iters {
+                t += purged_round(heap, purge, &clock);
+            }
+            clock.elapsed(t, 1.0)
+        })
+        .section(section.clone())
+    };
+    let cs = vec![
+        case(PURGED_ROW, &PURGE_HEAP, true),
+        case(DIRTY_ROW, &DIRTY_HEAP, false),
+    ];
+    let stats = cx.measure(&cs);
+    let mut rows = Vec::new();
+    for (case, mut st) in cs.into_iter().zip(stats) {
+        per_item(&mut st, PURGED_N);
+        rows.push(Row { case, stats: st });
+    }
+    let mut summary = Vec::new();
+    if let (Some(p), Some(d)) = (median_of(&rows, PURGED_ROW), median_of(&rows, DIRTY_ROW)) {
+        let z = PURGE_HEAP.buddy().stat(Stat::ZEROED_NO_CLEAR);
+        summary.push(format!(
+            "purged vs dirty, N = {PURGED_N}, alloc_zeroed + first write + free: {} ns against {} ns per page ({:.2}x): a purged \
+             page skips the clearing ({z} zeroed allocations served without clearing) but the OS zero-fills it at its first \
+             write (a page fault); purging is for RSS, the zero list for speed",
+            fmt_num(p),
+            fmt_num(d),
+            p / d
+        ));
+    }
+    (rows, summary)
 }
