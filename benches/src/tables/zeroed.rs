@@ -336,11 +336,7 @@ static PURGE_HEAP: buddy::GlobalBuddy =
 /// The heap of the dirty row (the same policy, never trimmed).
 static DIRTY_HEAP: buddy::GlobalBuddy =
     buddy::GlobalBuddy::with_config(buddy::GLOBAL_CONFIG.with_purge(NO_AUTO_PURGE));
-const NO_AUTO_PURGE: buddy::PurgePolicy = buddy::PurgePolicy {
-    decay_ms: None,
-    max_resident_pages: None,
-    ..buddy::PurgePolicy::DEFAULT
-};
+const NO_AUTO_PURGE: buddy::PurgePolicy = buddy::PurgePolicy::trim_only(9);
 
 /// One round of the purged section on `heap`: (untimed) `trim` if
 /// `purge`, then (timed) `PURGED_N` zeroed pages allocated and each

@@ -786,18 +786,8 @@ impl GlobalBuddy {
         else {
             return false;
         };
-        let a = ptr as usize;
-        let mut t = self.lock_direct();
-        if t.get(a) != Some(len) {
-            return false;
-        }
-        t.remove(a);
-        drop(t);
-        // SAFETY: our own live direct mapping of `len` bytes, given back by
-        // its holder and forgotten above (unmapped once).
-        unsafe { os::unmap(ptr, len) };
-        self.direct.fetch_sub(1, Ordering::Relaxed);
-        true
+        // SAFETY: forwarded contract.
+        unsafe { self.unmap_recorded(ptr, |l| l == len) }
     }
 
     /// The length of the live direct mapping (a request above the largest
@@ -821,9 +811,21 @@ impl GlobalBuddy {
     /// again.
     #[cold]
     pub unsafe fn free_direct(&self, ptr: *mut u8) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { self.unmap_recorded(ptr, |_| true) }
+    }
+
+    /// Forgets and unmaps the recorded direct mapping at `ptr` if there is
+    /// one whose length `ok` accepts; false (and nothing happens)
+    /// otherwise.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_direct`](Self::free_direct).
+    unsafe fn unmap_recorded(&self, ptr: *mut u8, ok: impl Fn(usize) -> bool) -> bool {
         let a = ptr as usize;
         let mut t = self.lock_direct();
-        let Some(len) = t.get(a) else {
+        let Some(len) = t.get(a).filter(|&l| ok(l)) else {
             return false;
         };
         t.remove(a);

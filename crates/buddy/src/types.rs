@@ -642,6 +642,25 @@ impl PurgePolicy {
     };
 }
 
+impl PurgePolicy {
+    /// Purging only by `trim`, of free blocks from `order` up: no decay,
+    /// no resident cap (test harnesses and benchmarks that decide when
+    /// memory goes back).
+    ///
+    /// ```
+    /// let p = buddy::PurgePolicy::trim_only(1);
+    /// assert_eq!((p.order, p.decay_ms, p.max_resident_pages), (1, None, None));
+    /// ```
+    pub const fn trim_only(order: u8) -> PurgePolicy {
+        PurgePolicy {
+            order,
+            decay_ms: None,
+            max_resident_pages: None,
+            ..PurgePolicy::DEFAULT
+        }
+    }
+}
+
 impl Default for PurgePolicy {
     fn default() -> Self {
         PurgePolicy::DEFAULT

@@ -70,14 +70,9 @@ impl Mem {
             unsafe { ptr.write_bytes(0x77, layout.size()) };
         }
         // Purges (`Op::Purge`, trim only) from order 1.
-        let purge = PurgePolicy {
-            order: 1,
-            decay_ms: None,
-            ..PurgePolicy::DEFAULT
-        };
         let cfg = Config::new(PAGE, MAX_ORDER)
             .with_tunables(Tunables::NO_MIN)
-            .with_purge(purge);
+            .with_purge(PurgePolicy::trim_only(1));
         let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
         // SAFETY: the memory lives as long as `Mem` and is used by nothing else.
         unsafe { buddy.add_region(ptr, layout.size(), zeroed).unwrap() };

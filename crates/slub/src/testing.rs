@@ -47,14 +47,9 @@ impl Mem {
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null());
         // Purges (`Op::Shrink`'s trim) from order 1.
-        let purge = PurgePolicy {
-            order: 1,
-            decay_ms: None,
-            ..PurgePolicy::DEFAULT
-        };
         let cfg = Config::new(PAGE, MAX_ORDER)
             .with_tunables(Tunables::NO_MIN)
-            .with_purge(purge);
+            .with_purge(PurgePolicy::trim_only(1));
         let buddy = Box::new(Buddy::new(TestPlatform::pinned(CPUS), cfg));
         // SAFETY: the memory lives as long as `Mem` and nothing else uses it.
         unsafe { buddy.add_region(ptr, bytes, true).unwrap() };

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use slub::GlobalSlub;
 
+mod common;
+
 static H: GlobalSlub = GlobalSlub::new();
 
 /// Resident bytes of this process (`/proc/self/statm`), 0 where there is
@@ -47,23 +49,9 @@ fn idle_caches_shrink_and_their_pages_decay_without_trim() {
     churn();
     let start = rss();
     // 48 MiB of 64 B .. 8 KiB objects, written, then all freed.
-    let mut v = Vec::new();
-    for size in [64usize, 512, 2048, 8192] {
-        let l = Layout::from_size_align(size, 8).unwrap();
-        for _ in 0..(12 << 20) / size {
-            // SAFETY: a valid layout.
-            let p = unsafe { h.alloc(l) };
-            assert!(!p.is_null());
-            // SAFETY: ours.
-            unsafe { p.write_bytes(0x5a, size) };
-            v.push((p, l));
-        }
-    }
+    let v = common::fill(h, 12 << 20);
     let live = rss();
-    for (p, l) in v {
-        // SAFETY: from `alloc` with this layout.
-        unsafe { h.dealloc(p, l) };
-    }
+    common::free_all(h, v);
     let freed = rss();
     if live == 0 {
         return; // no /proc

@@ -2,9 +2,9 @@
 //! to the buddy, and its free blocks to the OS (issue #17). Its own test
 //! binary: the pages are shared by every `GlobalSlub`.
 
-use std::alloc::{GlobalAlloc, Layout};
-
 use slub::GlobalSlub;
+
+mod common;
 
 static H: GlobalSlub = GlobalSlub::new();
 
@@ -14,24 +14,10 @@ fn trim_flushes_shrinks_drains_and_purges() {
     // The trim alone: the pages' automatic purges (decay, resident cap)
     // paused.
     h.pages().pcp().source().set_decay_paused(true);
-    let mut v = Vec::new();
     // 64 MiB of 64 B .. 8 KiB objects.
-    for size in [64usize, 512, 2048, 8192] {
-        let l = Layout::from_size_align(size, 8).unwrap();
-        for _ in 0..(16 << 20) / size {
-            // SAFETY: a valid layout.
-            let p = unsafe { h.alloc(l) };
-            assert!(!p.is_null());
-            // SAFETY: ours.
-            unsafe { p.write_bytes(0x5a, size) };
-            v.push((p, l));
-        }
-    }
+    let v = common::fill(h, 16 << 20);
     let live = rss();
-    for (p, l) in v {
-        // SAFETY: from `alloc` with this layout.
-        unsafe { h.dealloc(p, l) };
-    }
+    common::free_all(h, v);
     let freed = rss();
     let purged = h.trim();
     let after = rss();
