@@ -388,6 +388,16 @@ fn alloc_aligned(align: usize, size: usize) -> *mut u8 {
     alloc_slow(size, align)
 }
 
+/// [`alloc_aligned`], with `errno = ENOMEM` when it fails (`aligned_alloc`,
+/// `memalign`).
+fn alloc_aligned_or_enomem(align: usize, size: usize) -> *mut u8 {
+    let p = alloc_aligned(align, size);
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p
+}
+
 /// Reports bad input to `free`-like entry points and aborts (never
 /// unwinds into C).
 #[cold]
@@ -606,11 +616,7 @@ pub extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
-    let p = alloc_aligned(align, size);
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    }
-    p.cast()
+    alloc_aligned_or_enomem(align, size).cast()
 }
 
 /// `memalign(3)`, as glibc: an alignment that is not a power of two is
@@ -621,11 +627,7 @@ pub extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     };
-    let p = alloc_aligned(align, size);
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    }
-    p.cast()
+    alloc_aligned_or_enomem(align, size).cast()
 }
 
 fn page_size() -> usize {
