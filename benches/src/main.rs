@@ -119,7 +119,11 @@ fn main() -> ExitCode {
     }
 
     let selected: Vec<&dyn Table> = if args.tables.is_empty() {
-        tables::TABLES.to_vec()
+        tables::TABLES
+            .iter()
+            .copied()
+            .filter(|t| args.full || args.quick || t.in_default_run())
+            .collect()
     } else {
         let mut v = Vec::new();
         for name in &args.tables {

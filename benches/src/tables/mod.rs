@@ -28,6 +28,7 @@
 
 use crate::measure::{Ctx, Report};
 
+pub mod malloc_programs;
 pub mod memory_return;
 pub mod pages;
 pub mod percpu;
@@ -44,6 +45,12 @@ pub trait Table: Sync {
 
     /// One line for `--list`: what it measures and which seed it reproduces.
     fn about(&self) -> &'static str;
+
+    /// Whether a run without `--table` includes it (`--full` and
+    /// `--quick` run every table): false for tables that take minutes.
+    fn in_default_run(&self) -> bool {
+        true
+    }
 
     /// Measures the table.
     fn run(&self, cx: &Ctx<'_>) -> Report;
@@ -67,6 +74,7 @@ pub static TABLES: &[&dyn Table] = &[
     &slub::SlubThreads,
     &slub_debug::SlubDebug,
     &memory_return::MemoryReturn,
+    &malloc_programs::MallocPrograms,
 ];
 
 /// The runner's hidden child modes (the tables that run each allocator in

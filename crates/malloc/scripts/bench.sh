@@ -11,7 +11,10 @@
 #   bash crates/malloc/scripts/bench.sh [--install] [ROUNDS]
 #
 # Environment: SCALE (input size factor, default 1), MM_MALLOC_SO (default:
-# the release build, built first).
+# the release build, built first), ONLY (space-separated program names:
+# run only these), RAW (a file: one line "program allocator secs kib ok"
+# per run is appended to it, ok 1 or 0; mm-bench's malloc-programs table
+# reads it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 if [[ ${1:-} == --install ]]; then
@@ -36,6 +39,13 @@ for cand in mimalloc:libmimalloc.so.2 jemalloc:libjemalloc.so.2; do
 done
 
 source crates/malloc/scripts/programs.sh
+if [[ -n ${ONLY:-} ]]; then
+    keep=()
+    for p in "${PROGRAMS[@]}"; do
+        [[ " $ONLY " == *" ${p%%|*} "* ]] && keep+=("$p")
+    done
+    PROGRAMS=("${keep[@]}")
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 make_inputs "$work/input"
@@ -47,9 +57,13 @@ run() {
     cp -r "$work/input" "$d"
     local pre=()
     [[ -n ${libs[$2]} ]] && pre=(env "LD_PRELOAD=${libs[$2]}")
+    local ok=1
     (cd "$d" && /usr/bin/time -f '%e %M' -o "$d.time" "${pre[@]}" sh -c "${p#*|}" >/dev/null 2>&1) ||
-        echo "warning: ${p%%|*} under ${names[$2]} failed" >&2
+        { echo "warning: ${p%%|*} under ${names[$2]} failed" >&2; ok=0; }
     tail -1 "$d.time" >>"$work/r.$1.$2"
+    if [[ -n ${RAW:-} ]]; then
+        echo "${p%%|*} ${names[$2]} $(tail -1 "$d.time") $ok" >>"$RAW"
+    fi
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
