@@ -322,7 +322,11 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
                     unsafe { p.as_ptr().write_bytes(0, n) };
                     true
                 });
-                assert_eq!(purged % (PAGE << PURGE_ORDER), 0, "blocks of the purge order and up");
+                assert_eq!(
+                    purged % (PAGE << PURGE_ORDER),
+                    0,
+                    "blocks of the purge order and up"
+                );
                 assert_eq!(m.buddy.trim_with(|_, _| true), 0, "nothing left");
             }
             Op::DrainAll => {
