@@ -6,8 +6,13 @@ use slub::GlobalSlub;
 
 static HEAP: GlobalSlub = GlobalSlub::new();
 
+/// The tests count `HEAP`'s direct mappings: one at a time (the harness
+/// runs them on parallel threads).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn kmalloc_above_the_largest_block_is_a_recorded_mapping() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let k = HEAP.kmalloc();
     let gb = HEAP.pages().pcp().source();
     let before = gb.direct_mappings();
@@ -41,6 +46,7 @@ fn kmalloc_above_the_largest_block_is_a_recorded_mapping() {
 
 #[test]
 fn kfree_of_an_interior_or_freed_mapping_is_refused() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let k = HEAP.kmalloc();
     let p = k.kmalloc(8 << 20, 8).unwrap();
     // SAFETY: refused before any change (not a block start).
