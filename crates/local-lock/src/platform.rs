@@ -410,16 +410,19 @@ pub unsafe trait Platform: Sync {
     /// A hardened free's push as one `this_cpu` operation: `obj` must lie
     /// on an object boundary inside the running CPU's validated range,
     /// recorded at the current discard count (else [`FreePush::Miss`]);
-    /// its first word must not hold the free marker `chk.key` (else
-    /// [`FreePush::Marked`]); then the marker is stored into it and `obj ^
-    /// key` pushed onto the main sheaf ([`FreePush::Pushed`], or
-    /// [`FreePush::Full`] with the object marked when there is no room).
+    /// then the free marker `chk.key` is stored into its first word
+    /// without reading it (a double free that is not immediate is found
+    /// when the object leaves the sheaf: its marker is gone) and `obj ^
+    /// key` pushed onto the main sheaf ([`FreePush::Pushed`]), unless it
+    /// already is the sheaf's top entry ([`FreePush::Marked`]: an
+    /// immediate double free), or [`FreePush::Full`] with the object
+    /// marked when there is no room.
     ///
     /// # Safety
     ///
     /// As [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop); `chk` describes
-    /// the records of `s`; the object words inside a recorded range may be
-    /// read, and `obj` (once validated) is the caller's to write.
+    /// the records of `s`; `obj` (once validated) is the caller's to
+    /// write.
     #[inline(always)]
     unsafe fn this_cpu_free_push(
         &self,

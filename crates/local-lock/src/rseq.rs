@@ -329,12 +329,14 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 /// A hardened free's validation, marking and push as one section (see
 /// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)).
 ///
-/// Registers survive an abort, so the section keeps two facts across its
-/// restarts: `chk` (the object passed the marker check and we marked it:
-/// a restart must not take its own marker for a double free) and `st`
-/// (the outcome if the section now fails: [`FreePush::Miss`] until the
-/// object is marked, [`FreePush::Full`] after). Success is set after the
-/// commit, outside the section.
+/// The marker is stored without reading the object first (a store the
+/// CPU buffers: a free never waits for the object's line), so a restart
+/// simply stores it again. `st`, kept across restarts, is the outcome if
+/// the section now fails: [`FreePush::Miss`] until the object is
+/// validated and marked, [`FreePush::Full`] after (a restart on a CPU
+/// whose ranges miss the object must not send a marked object to the
+/// slow path's double-free check); success is set after the commit,
+/// outside the section.
 ///
 /// # Safety
 ///
@@ -349,7 +351,6 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
     // beyond the size.
     unsafe {
         asm!(
-            "xor {chk:e}, {chk:e}",
             "mov {st:e}, 1",
             "2:",
             "lea {t}, [rip + 3f]",
@@ -374,21 +375,10 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             "imul rdx, qword ptr [{k} + 8]",
             "cmp rdx, {t}",
             "jne 9f",
+            // the marker, stored blind; from here a failure is Full
             "mov rax, qword ptr [{k} + 16]",
-            "test {chk}, {chk}",
-            "jnz 8f",
-            // the marker: first byte (store forwarding), then the word
-            "cmp byte ptr [{obj}], al",
-            "jne 7f",
-            "cmp qword ptr [{obj}], rax",
-            "jne 7f",
-            "mov {st:e}, 2",
-            "jmp 9f",
-            "7:",
-            "mov {chk:e}, 1",
-            "mov {st:e}, 3",
-            "8:",
             "mov qword ptr [{obj}], rax",
+            "mov {st:e}, 3",
             "mov {sh}, qword ptr [{c}]",
             "test {sh}, {sh}",
             "jz 9f",
@@ -396,11 +386,18 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             "cmp {t}, qword ptr [{k} + 40]",
             "jae 9f",
             "xor rax, {obj}",
+            // the sheaf's top entry already is this object: a double free
+            // (at an empty sheaf this reads the link word, never an entry)
+            "cmp qword ptr [{sh} + 8*{t} + 8], rax",
+            "je 7f",
             "mov qword ptr [{sh} + 8*{t} + 16], rax",
             "add {t}, 1",
             "mov qword ptr [{sh}], {t}",
             "5:",
             "xor {st:e}, {st:e}",
+            "jmp 9f",
+            "7:",
+            "mov {st:e}, 2",
             "9:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
@@ -411,7 +408,6 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
             st = out(reg) st,
-            chk = out(reg) _,
             t = out(reg) _,
             c = out(reg) _,
             sh = out(reg) _,

@@ -156,8 +156,8 @@ pub enum FreePush {
     /// Not inside the running CPU's validated range (or no record):
     /// nothing was changed.
     Miss = 1,
-    /// Inside the range but it reads as free (holds the marker): nothing
-    /// was changed (a double free, or a value that looks like one).
+    /// Validated and marked, but it already is the main sheaf's top entry
+    /// (an immediate double free): not pushed again.
     Marked = 2,
     /// Validated and marked free, but the main sheaf is missing or full:
     /// the caller pushes it elsewhere.
@@ -180,11 +180,18 @@ pub fn free_push_in(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
         return FreePush::Miss;
     }
     let key = chk.key.load(Ordering::Relaxed);
-    let w = sheaf_word(obj, 0);
-    if w.load(Ordering::Relaxed) == key {
-        return FreePush::Marked;
+    // Stored blind: the free never reads the object (see `FreePush`).
+    sheaf_word(obj, 0).store(key, Ordering::Relaxed);
+    let main = r.main.load(Ordering::Relaxed);
+    if main != 0 {
+        let n = sheaf_word(main, 0).load(Ordering::Relaxed);
+        // At an empty sheaf this reads the link word, never an entry.
+        if n < chk.cap.load(Ordering::Relaxed)
+            && sheaf_word(main, n + SHEAF_HDR_WORDS - 1).load(Ordering::Relaxed) == obj ^ key
+        {
+            return FreePush::Marked;
+        }
     }
-    w.store(key, Ordering::Relaxed);
     if push_in(r, chk.cap.load(Ordering::Relaxed), obj ^ key) {
         FreePush::Pushed
     } else {

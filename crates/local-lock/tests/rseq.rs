@@ -208,7 +208,7 @@ fn tokens_survive_contention_migration_and_remote_drains() {
 
 /// The restartable range operations store and read what the generic
 /// ones do (`this_cpu::set_range_in`): ways kept apart, every way emptied
-/// by a new discard count; and `this_cpu_free_push` checks, marks and
+/// by a new discard count; and `this_cpu_free_push` validates, marks and
 /// pushes as `this_cpu::free_push_in` does.
 #[test]
 fn restartable_ranges_and_free_push_match_the_generic_steps() {
@@ -286,6 +286,20 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         obj ^ 0x5a5a_5a5a_0000_00c3,
         "stored encoded"
     );
+    // `free a, free b, free a`: the free never reads the object (its
+    // marker is stored blind), so only the top entry is refused; the
+    // second `a` is found when it leaves the sheaf (slub checks the
+    // marker there).
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, base + 192)),
+        FreePush::Pushed
+    );
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push(s, &chk, obj)),
+        FreePush::Pushed,
+        "not the top entry: taken"
+    );
+    assert_eq!(words(main)[0], 3);
     chk.gen.store(9, ord);
     assert_eq!(
         this_cpu!(p.this_cpu_free_push(s, &chk, base + 64)),
@@ -293,7 +307,7 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         "stale range"
     );
     chk.gen.store(8, ord);
-    for i in 0..CAP - 1 {
+    for i in 0..CAP - 3 {
         // Objects 0 and 1 again and again: clear the marker each time.
         let o = base + 64 * (i % 2);
         // SAFETY: our slab.

@@ -214,3 +214,112 @@ fn bulk_goes_through_the_restartable_sheaves() {
     let d = |s| after.get(s) - before.get(s);
     assert_eq!((d(SlubStat::ALLOC_PCS), d(SlubStat::FREE_PCS)), (64, 64));
 }
+
+/// Pins the calling thread to the CPU it runs on (so a test's frees and
+/// allocations meet one CPU's sheaves).
+fn pin_here() {
+    // SAFETY: plain libc calls on this thread's affinity mask.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(cpu >= 0);
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+}
+
+/// The panic message of `f`, which must panic.
+fn panic_message(f: impl FnOnce()) -> String {
+    let e =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    match e.downcast_ref::<String>() {
+        Some(s) => s.clone(),
+        None => e.downcast_ref::<&str>().unwrap_or(&"?").to_string(),
+    }
+}
+
+/// `free a, free b, free a` on the restartable sheaves: the hardened free
+/// stores its marker without reading the object (issue #14's cost), so
+/// the second `a` is taken; the allocation that would hand `a` out a
+/// second time finds its marker gone and reports it.
+#[test]
+fn double_free_with_frees_between_is_reported_before_a_second_hand_out() {
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("aba-alloc");
+        let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+        // SAFETY: the double free under test.
+        unsafe {
+            c.free(a);
+            c.free(b);
+            c.try_free(a)
+                .expect("taken by the sheaf (found when it leaves)");
+        }
+        let msg = panic_message(|| {
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                let x = c.alloc().unwrap();
+                assert!(!seen.contains(&x), "{x:p} handed out twice");
+                seen.push(x);
+            }
+        });
+        assert!(msg.contains(&format!("double free of {:p}", a)), "{msg}");
+        std::mem::forget(c);
+    })
+    .join()
+    .unwrap();
+}
+
+/// As above, but the sheaf is flushed to the slabs before any allocation:
+/// the flush finds the second copy of `a` (its marker already cleared by
+/// the first) instead of linking it into its slab's freelist twice.
+#[test]
+fn double_free_with_frees_between_is_reported_by_the_flush() {
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("aba-flush");
+        let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+        // SAFETY: the double free under test.
+        unsafe {
+            c.free(a);
+            c.free(b);
+            c.try_free(a)
+                .expect("taken by the sheaf (found when it leaves)");
+        }
+        let msg = panic_message(|| {
+            c.flush_local();
+            c.shrink();
+        });
+        assert!(msg.contains(&format!("double free of {:p}", a)), "{msg}");
+        std::mem::forget(c);
+    })
+    .join()
+    .unwrap();
+}
+
+/// An immediate double free (`free a, free a`) is still refused by the
+/// free itself: `a` is the sheaf's top entry.
+#[test]
+fn immediate_double_free_is_refused_by_the_free() {
+    if !RseqCpu.restartable() {
+        return;
+    }
+    let c = rseq_cache("aa");
+    let a = c.alloc().unwrap();
+    // SAFETY: the double free under test; refused before any change.
+    unsafe {
+        c.free(a);
+        assert!(c.try_free(a).is_err());
+    }
+    let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
+    assert_ne!(x, y);
+}

@@ -138,6 +138,35 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// Hardened caches: an object leaving a sheaf (handed out, or flushed
+    /// to its slab) must still hold the free marker its free stored (the
+    /// free stores it without reading the object, see
+    /// `Platform::this_cpu_free_push`); its word is then cleared, so a
+    /// second copy of it in a sheaf (`free a, free b, free a`) is found
+    /// before it is handed out twice. `H`: the caller is a hardened fast
+    /// path (marker at offset 0).
+    #[inline(always)]
+    pub(super) fn unmark<const H: bool>(&self, obj: usize) {
+        let w = self.fp_word_fast::<H>(obj);
+        let v = w.load(CoreOrdering::Relaxed);
+        if v != self.random.load(CoreOrdering::Relaxed) {
+            self.bad_marker(obj, v)
+        }
+        w.store(0, CoreOrdering::Relaxed);
+    }
+
+    /// Reports an object that left a sheaf without its free marker.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn bad_marker(&self, obj: usize, found: usize) -> ! {
+        panic!(
+            "slub {}: double free of {obj:#x}, found when it left a sheaf: its free marker is \
+             gone (it was freed twice with other frees between, and handed out once already; \
+             or written after free: word found {found:#x})",
+            self.name
+        )
+    }
+
     /// Hardened caches: whether `obj` (an object of the slab whose objects
     /// span `[base, base + span)`) reads as free: every free object's
     /// free-pointer word holds the cache's secret (an object in a sheaf:

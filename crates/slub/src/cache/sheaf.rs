@@ -161,10 +161,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.bad_sheaf_size(sh, n);
         }
         if self.hardened() {
-            // Entries decoded in place for the bulk free.
+            // Entries decoded in place for the bulk free, each marker
+            // checked and cleared (a second copy of an object is found).
             for i in 0..n {
                 match self.sheaf_get(sh, i) {
-                    Ok(o) => sh.set(i, o),
+                    Ok(o) => {
+                        self.unmark::<false>(o);
+                        sh.set(i, o)
+                    }
                     Err(o) => self.bad_sheaf(sh, i, o),
                 }
             }

@@ -5,11 +5,14 @@
 //! the CPUs' sheaves.
 //!
 //! * alloc: `this_cpu_sheaf_pop` (one section), then, hardened, the entry
-//!   decoded and checked and the object's free marker cleared;
+//!   decoded and checked, and the object's free marker checked (gone: a
+//!   double free with other frees between, reported) and cleared;
 //! * free: the CPU's validated range read as one snapshot
 //!   (`this_cpu_range`; a miss looks the slab up and records its range),
-//!   then, hardened, the free marker checked and set (the object is the
-//!   caller's: nobody else writes it), then `this_cpu_sheaf_push`;
+//!   then, hardened, the free marker stored without reading the object
+//!   (the object is the caller's: nobody else writes it) and an immediate
+//!   double free refused (the sheaf's top entry), then the push; hardened
+//!   frees are one section, `this_cpu_free_push`;
 //! * the slow paths work as the kernel's do, on detached sheaves: the
 //!   main (and spare) are taken out with `this_cpu_xchg`, so the caller
 //!   owns them, and a sheaf is installed with `this_cpu_cmpxchg` from 0
@@ -86,7 +89,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if !self.in_slabs(d) {
                 self.bad_entry(d)
             }
-            self.fp_word_fast::<H>(d).store(0, CoreOrdering::Relaxed);
+            self.unmark::<H>(d);
             d
         } else {
             o
@@ -195,7 +198,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             Err(o) => self.bad_sheaf(sh, n - 1, o),
         };
         sh.set_size(n - 1);
-        self.clear_fp(o);
+        if self.hardened() {
+            self.unmark::<false>(o);
+        }
         o
     }
 
@@ -355,6 +360,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(main) = rcs_op!(p.this_cpu_xchg(s, SheafWord::Main, 0)) else {
             return self.free_rcs_to_slab(obj);
         };
+        if main != 0 && Sheaf(main).size().wrapping_sub(1) < cap {
+            let sh = Sheaf(main);
+            if sh.get(sh.size() - 1) == enc {
+                // The top entry of the full main sheaf (the free's check
+                // stops at a full sheaf): an immediate double free.
+                self.install(SheafWord::Main, sh);
+                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
+            }
+        }
         if main != 0 && Sheaf(main).size() < cap {
             // Emptied meanwhile by an allocation on this CPU.
             let sh = Sheaf(main);
