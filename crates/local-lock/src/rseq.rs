@@ -331,12 +331,11 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 ///
 /// The marker is stored without reading the object first (a store the
 /// CPU buffers: a free never waits for the object's line), so a restart
-/// simply stores it again. `st`, kept across restarts, is the outcome if
-/// the section now fails: [`FreePush::Miss`] until the object is
-/// validated and marked, [`FreePush::Full`] after (a restart on a CPU
-/// whose ranges miss the object must not send a marked object to the
-/// slow path's double-free check); success is set after the commit,
-/// outside the section.
+/// simply stores it again; a restart that then misses the new CPU's
+/// ranges returns [`FreePush::Miss`] for a marked object, which the
+/// caller's slow path must accept (it does not take the marker for a
+/// double free). Every outcome but success leaves the section by a jump
+/// to its label block (`asm goto`): no status register, no decoding.
 ///
 /// # Safety
 ///
@@ -344,61 +343,53 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 /// are the ones used); object words inside a recorded range are mapped.
 #[inline(always)]
 pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    let st: usize;
     let e = range_way(obj, chk.shift.load(Ordering::Relaxed) as u32) * 16;
     // SAFETY: caller's contract. Before the commit the section only
     // writes the object (validated: the caller's) and a sheaf entry
     // beyond the size.
     unsafe {
         asm!(
-            "mov {st:e}, 1",
             "2:",
             "lea {t}, [rip + 3f]",
             "mov qword ptr fs:[{off} + {rcs}], {t}",
             "4:",
             "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
             "cmp {c}, qword ptr [{k} + 32]",
-            "jae 9f",
+            "jae {miss}",
             "shl {c}, 7",
             "add {c}, {base}",
             // off = obj - base < span in the address's way, vgen == gen
             "mov {t}, {obj}",
             "sub {t}, qword ptr [{c} + {e} + 24]",
             "cmp {t}, qword ptr [{c} + {e} + 32]",
-            "jae 9f",
+            "jae {miss}",
             "mov rax, qword ptr [{c} + 16]",
             "cmp rax, qword ptr [{k} + 24]",
-            "jne 9f",
+            "jne {miss}",
             // an object boundary: ((off * recip) >> 64) * size == off
             "mov rax, {t}",
             "mul qword ptr [{k}]",
             "imul rdx, qword ptr [{k} + 8]",
             "cmp rdx, {t}",
-            "jne 9f",
+            "jne {miss}",
             // the marker, stored blind; from here a failure is Full
             "mov rax, qword ptr [{k} + 16]",
             "mov qword ptr [{obj}], rax",
-            "mov {st:e}, 3",
             "mov {sh}, qword ptr [{c}]",
             "test {sh}, {sh}",
-            "jz 9f",
+            "jz {full}",
             "mov {t}, qword ptr [{sh}]",
             "cmp {t}, qword ptr [{k} + 40]",
-            "jae 9f",
+            "jae {full}",
             "xor rax, {obj}",
             // the sheaf's top entry already is this object: a double free
             // (at an empty sheaf this reads the link word, never an entry)
             "cmp qword ptr [{sh} + 8*{t} + 8], rax",
-            "je 7f",
+            "je {marked}",
             "mov qword ptr [{sh} + 8*{t} + 16], rax",
             "add {t}, 1",
             "mov qword ptr [{sh}], {t}",
             "5:",
-            "xor {st:e}, {st:e}",
-            "jmp 9f",
-            "7:",
-            "mov {st:e}, 2",
-            "9:",
             rseq_tail!(),
             off = in(reg) OFFSET.load(Ordering::Relaxed),
             base = in(reg) s.base(),
@@ -407,21 +398,18 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
             e = in(reg) e,
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
-            st = out(reg) st,
             t = out(reg) _,
             c = out(reg) _,
             sh = out(reg) _,
             out("rax") _,
             out("rdx") _,
+            miss = label { return FreePush::Miss },
+            full = label { return FreePush::Full },
+            marked = label { return FreePush::Marked },
             options(nostack)
         )
     };
-    match st {
-        0 => FreePush::Pushed,
-        1 => FreePush::Miss,
-        2 => FreePush::Marked,
-        _ => FreePush::Full,
-    }
+    FreePush::Pushed
 }
 
 /// Way `way` of the running CPU's validated ranges, one snapshot (see

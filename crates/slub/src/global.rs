@@ -374,6 +374,18 @@ impl GlobalSlub {
             kmalloc_class(layout.size(), layout.align())
         }
     }
+    /// The cache of kmalloc class `i`, as [`kmalloc_class`] returns it,
+    /// without a bounds check on the fast paths.
+    #[inline(always)]
+    fn class_cache(&self, i: usize) -> &crate::cache::KmemCache<GlobalPages, RseqCpu, SLOTS> {
+        let caches = self.k.caches();
+        debug_assert!(i < caches.len());
+        // SAFETY: `kmalloc_class` returns indices of `KMALLOC_SIZES`, whose
+        // length is the caches' (`kmalloc_class_is_an_index` checks every
+        // size and alignment).
+        unsafe { caches.get_unchecked(i) }
+    }
+
     /// `alloc` beyond the fast path: registration, the full dispatch, page
     /// allocations.
     #[inline(never)]
@@ -465,7 +477,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // debug caches never pass `alloc_fast`'s dispatch check, so their
         // own class selection is left to the slow path).
         if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
-            let c = &self.k.caches()[i];
+            let c = self.class_cache(i);
             if let Some(p) = c.alloc_fast::<true>() {
                 return p.as_ptr();
             }
@@ -505,7 +517,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
             kmalloc_class(layout.size(), layout.align()),
             NonNull::new(ptr),
         ) {
-            let c = &self.k.caches()[i];
+            let c = self.class_cache(i);
             // SAFETY: GlobalAlloc's contract; bad input is refused before
             // any change (or sent to the full path).
             match unsafe { c.try_free_fast::<true>(p) } {

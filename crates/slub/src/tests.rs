@@ -24,6 +24,22 @@ fn cache<'a>(m: &'a Mem, size: usize, p: TestPlatform, flags: SlabFlags) -> Cach
     KmemCache::create("test", size, 8, flags, &*m.buddy, p).unwrap()
 }
 
+/// `GlobalSlub`'s fast paths index the caches by `kmalloc_class` without
+/// a bounds check: every size and alignment gives an index of the table.
+#[test]
+fn kmalloc_class_is_an_index() {
+    for size in 0..=crate::kmalloc::KMALLOC_MAX_CACHE_SIZE + 1 {
+        for shift in 0..24 {
+            if let Some(i) = kmalloc_class(size, 1 << shift) {
+                assert!(i < KMALLOC_SIZES.len(), "{size} {shift}");
+            }
+        }
+    }
+    for size in [usize::MAX, usize::MAX / 2, 1 << 40] {
+        assert_eq!(kmalloc_class(size, 8), None);
+    }
+}
+
 #[test]
 fn kmalloc_classes_follow_the_kernel_table() {
     let want = [

@@ -147,9 +147,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// path (marker at offset 0).
     #[inline(always)]
     pub(super) fn unmark<const H: bool>(&self, obj: usize) {
+        self.unmark_with::<H>(obj, self.random.load(CoreOrdering::Relaxed))
+    }
+
+    /// [`unmark`](Self::unmark) with the secret `r` the caller already
+    /// read.
+    #[inline(always)]
+    pub(super) fn unmark_with<const H: bool>(&self, obj: usize, r: usize) {
         let w = self.fp_word_fast::<H>(obj);
         let v = w.load(CoreOrdering::Relaxed);
-        if v != self.random.load(CoreOrdering::Relaxed) {
+        if v != r {
             self.bad_marker(obj, v)
         }
         w.store(0, CoreOrdering::Relaxed);
@@ -181,10 +188,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if !self.hardened() {
             return false;
         }
+        self.fp_word(obj).load(CoreOrdering::Relaxed) == self.random.load(CoreOrdering::Relaxed)
+            || self.on_slab_freelist(obj, base, span)
+    }
+
+    /// Hardened caches: whether `obj` (as in [`looks_free`](Self::looks_free))
+    /// reads as an object on its slab's freelist: its free-pointer word
+    /// decodes to null or to an object of its slab (the sheaf marker does
+    /// not count).
+    #[inline(always)]
+    pub(super) fn on_slab_freelist(&self, obj: usize, base: usize, span: usize) -> bool {
+        if !self.hardened() {
+            return false;
+        }
         let w = self.fp_word(obj).load(CoreOrdering::Relaxed);
-        let r = self.random.load(CoreOrdering::Relaxed);
-        let d = w ^ r ^ (obj + self.lay.offset).swap_bytes();
-        w == r || d == 0 || d.wrapping_sub(base) < span
+        let d = w ^ self.random.load(CoreOrdering::Relaxed) ^ (obj + self.lay.offset).swap_bytes();
+        d == 0 || d.wrapping_sub(base) < span
     }
 
     /// Hardened caches: whether `next`, read from a free object of the slab

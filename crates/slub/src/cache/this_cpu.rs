@@ -80,16 +80,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// sheaf is empty (or the CPU has none).
     #[inline(always)]
     fn pop_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
+        // The key, read once: the section's memory clobber would make
+        // the compiler read it again after it.
+        let key = if H { self.entry_key() } else { 0 };
         let o = rcs_op!(self.cpu.platform().this_cpu_sheaf_pop(self.slots()));
         if o == 0 {
             return None;
         }
         let o = if H {
-            let d = o ^ self.entry_key();
+            let d = o ^ key;
             if !self.in_slabs(d) {
                 self.bad_entry(d)
             }
-            self.unmark::<H>(d);
+            self.unmark_with::<H>(d, key);
             d
         } else {
             o
@@ -327,7 +330,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let (base, objects) = self.validate_range(ptr)?;
         let obj = ptr.as_ptr().expose_provenance();
         let span = objects * self.lay.size;
-        if self.looks_free(obj, base, span) {
+        // Hardened: an object on its slab's freelist is refused; one that
+        // holds the sheaf marker is not (the restartable free marks before
+        // it knows whether the push succeeds, and a restart on another CPU
+        // may miss its ranges: the marker may be this free's own). A
+        // second copy in a sheaf is found when it leaves it.
+        if if H {
+            self.on_slab_freelist(obj, base, span)
+        } else {
+            self.looks_free(obj, base, span)
+        } {
             return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
         }
         let p = self.cpu.platform();
