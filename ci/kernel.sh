@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 KERNEL_TIMEOUT="${KERNEL_TIMEOUT:-120}"
-ci_header "bare-metal kernel in QEMU riscv64 virt (-smp 1, 4, 8; ${KERNEL_TIMEOUT} s timeout each)"
+ci_header "bare-metal kernel in QEMU riscv64 virt (-smp 1, 4, 8, and 4 on two NUMA nodes; ${KERNEL_TIMEOUT} s timeout each)"
 
 if ! command -v qemu-system-riscv64 >/dev/null 2>&1; then
     as_root=()
@@ -35,21 +35,40 @@ kernel="$CARGO_TARGET_DIR/riscv64gc-unknown-none-elf/release/kernel-riscv"
 
 log_dir=$(mktemp -d)
 summary=()
-for smp in 1 4 8; do
+# Two NUMA nodes (issue #20): harts 0-1 and 256 MiB on node 0, harts 2-3
+# and 256 MiB on node 1, distance 20; QEMU puts each node on a socket of
+# its own (its own CLINT), and the device tree carries numa-node-id and a
+# distance-map. The boot must report "NUMA nodes: 2".
+numa=(-m 512M
+    -object memory-backend-ram,id=m0,size=256M -object memory-backend-ram,id=m1,size=256M
+    -numa node,nodeid=0,cpus=0-1,memdev=m0 -numa node,nodeid=1,cpus=2-3,memdev=m1
+    -numa dist,src=0,dst=1,val=20)
+for smp in 1 4 8 numa2; do
     log="$log_dir/smp$smp.log"
-    cmd=(qemu-system-riscv64 -machine virt -bios none -nographic -smp "$smp" -m 256M -kernel "$kernel")
+    if [[ $smp == numa2 ]]; then
+        cmd=(qemu-system-riscv64 -machine virt -bios none -nographic -smp 4 "${numa[@]}" -kernel "$kernel")
+    else
+        cmd=(qemu-system-riscv64 -machine virt -bios none -nographic -smp "$smp" -m 256M -kernel "$kernel")
+    fi
     echo "+ timeout $KERNEL_TIMEOUT ${cmd[*]}"
     t0=$SECONDS
     rc=0
     timeout "$KERNEL_TIMEOUT" "${cmd[@]}" </dev/null 2>&1 | tr -d '\r' >"$log" || rc=${PIPESTATUS[0]}
     secs=$((SECONDS - t0))
-    if [[ $smp -eq 4 ]]; then
+    if [[ $smp == 4 ]]; then
         cat "$log"
+    elif [[ $smp == numa2 ]]; then
+        grep -E '^(NUMA nodes|  node [0-9]|    \[|  distances|hart [0-9]+:|interrupt-context|checks passed|KERNEL)' "$log" || true
     else
         grep -E '^(hart [0-9]+:|interrupt-context|checks passed|KERNEL)' "$log" || true
     fi
+    if [[ $smp == numa2 ]] && ! grep -q '^NUMA nodes: 2$' "$log"; then
+        tail -n 60 "$log"
+        echo "FAIL: kernel -smp $smp: no 'NUMA nodes: 2' line (output above)"
+        exit 1
+    fi
     if [[ $rc -ne 0 ]] || ! grep -q '^KERNEL PASS$' "$log"; then
-        [[ $smp -eq 4 ]] || tail -n 60 "$log"
+        [[ $smp == 4 ]] || tail -n 60 "$log"
         if [[ $rc -eq 124 ]]; then
             echo "FAIL: kernel -smp $smp hung: no power-off within ${KERNEL_TIMEOUT} s (output above)"
         elif [[ $rc -ne 0 ]]; then

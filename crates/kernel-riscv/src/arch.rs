@@ -24,7 +24,7 @@
 //! handlers never nest.
 
 use core::arch::{asm, global_asm};
-use core::sync::atomic::AtomicU32;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 
 /// Harts this kernel runs on (ids `0..MAX_HARTS`; others park).
 pub const MAX_HARTS: usize = 8;
@@ -75,10 +75,6 @@ _start:
     beqz t2, 4b
     fence r, rw
     csrw mie, zero
-    li t1, 0x02000000
-    slli t2, t0, 2
-    add t1, t1, t2
-    sw zero, 0(t1)
     mv a0, t0
     call secondary_main
 9:
@@ -260,7 +256,40 @@ pub fn wfi() {
 
 // ------------------------------------------------------------------ CLINT
 
-const CLINT_MSIP: usize = 0x0200_0000;
+/// The CLINT of a single-socket `virt` machine (one per socket otherwise:
+/// QEMU puts each NUMA node's harts on a socket of its own, with its own
+/// CLINT at `0x0200_0000 + socket * 0x1_0000`, and the device tree says
+/// which; see [`set_clint`]).
+const CLINT_BASE: usize = 0x0200_0000;
+const CLINT_MTIMECMP: usize = 0x4000;
+const CLINT_MTIME: usize = 0xBFF8;
+
+/// Each hart's CLINT (`base`, index of the hart within it), from the device
+/// tree; hart `h` of a single CLINT until [`set_clint`].
+static CLINT: [(AtomicUsize, AtomicUsize); MAX_HARTS] = {
+    let mut t = [const { (AtomicUsize::new(CLINT_BASE), AtomicUsize::new(0)) }; MAX_HARTS];
+    let mut h = 0;
+    while h < MAX_HARTS {
+        t[h].1 = AtomicUsize::new(h);
+        h += 1;
+    }
+    t
+};
+
+/// Records hart `hart`'s CLINT (hart 0 at boot, before [`wake_harts`]).
+pub fn set_clint(hart: usize, base: usize, index: usize) {
+    if let Some((b, i)) = CLINT.get(hart) {
+        b.store(base, Relaxed);
+        i.store(index, Relaxed);
+    }
+}
+
+/// Hart `hart`'s register at `off + 4 * index` (msip) or `off + 8 * index`
+/// (mtimecmp) of its CLINT, by `scale`.
+fn clint_reg(hart: usize, off: usize, scale: usize) -> usize {
+    let (b, i) = &CLINT[hart];
+    b.load(Relaxed) + off + scale * i.load(Relaxed)
+}
 
 /// Releases harts `1..harts` from boot: sets [`BOOT_GO`], then raises each
 /// one's software interrupt (`msip`) to end its `wfi`.
@@ -268,26 +297,32 @@ pub fn wake_harts(harts: usize) {
     BOOT_GO.store(1, core::sync::atomic::Ordering::Release);
     for h in 1..harts {
         // SAFETY: hart h's msip register.
-        unsafe { core::ptr::write_volatile((CLINT_MSIP + 4 * h) as *mut u32, 1) };
+        unsafe { core::ptr::write_volatile(clint_reg(h, 0, 4) as *mut u32, 1) };
     }
 }
 
-const CLINT_MTIMECMP: usize = 0x0200_4000;
-const CLINT_MTIME: usize = 0x0200_BFF8;
+/// Clears this hart's software interrupt (`msip`), raised by [`wake_harts`].
+pub fn clear_msip() {
+    // SAFETY: this hart's msip register.
+    unsafe { core::ptr::write_volatile(clint_reg(hart_id(), 0, 4) as *mut u32, 0) };
+}
+
 /// `mtime` ticks per second on QEMU `virt` (10 MHz).
 pub const MTIME_HZ: u64 = 10_000_000;
 
-/// The machine timer (`mtime`), shared by all harts.
+/// The machine timer (`mtime`) of this hart's CLINT (every CLINT of
+/// `virt` counts the same virtual clock).
 #[inline(always)]
 pub fn mtime() -> u64 {
+    let (b, _) = &CLINT[hart_id()];
     // SAFETY: the CLINT's mtime register, a 64-bit MMIO read.
-    unsafe { core::ptr::read_volatile(CLINT_MTIME as *const u64) }
+    unsafe { core::ptr::read_volatile((b.load(Relaxed) + CLINT_MTIME) as *const u64) }
 }
 
 /// Programs this hart's next timer interrupt at `mtime() + ticks`.
 #[inline]
 pub fn timer_arm(ticks: u64) {
-    let cmp = (CLINT_MTIMECMP + 8 * hart_id()) as *mut u64;
+    let cmp = clint_reg(hart_id(), CLINT_MTIMECMP, 8) as *mut u64;
     // SAFETY: this hart's mtimecmp register.
     unsafe { core::ptr::write_volatile(cmp, mtime() + ticks) };
 }
@@ -303,7 +338,7 @@ pub fn timer_start(ticks: u64) {
 pub fn timer_stop() {
     // SAFETY: clearing mie.MTIE; a pending timer interrupt is then ignored.
     unsafe { asm!("csrc mie, {0}", in(reg) MIE_MTIE, options(nostack)) };
-    let cmp = (CLINT_MTIMECMP + 8 * hart_id()) as *mut u64;
+    let cmp = clint_reg(hart_id(), CLINT_MTIMECMP, 8) as *mut u64;
     // SAFETY: this hart's mtimecmp register.
     unsafe { core::ptr::write_volatile(cmp, u64::MAX) };
 }

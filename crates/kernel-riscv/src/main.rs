@@ -113,6 +113,44 @@ fn barrier() {
     }
 }
 
+/// Prints the NUMA layout the device tree gave (`NUMA nodes: N`, then each
+/// node's harts and RAM, and the distance table), or that there is none.
+fn report_numa(info: &fdt::BootInfo, harts: usize) {
+    let t = &info.topology;
+    if !info.numa {
+        kprintln!("  NUMA: none in the device tree (one node)");
+        return;
+    }
+    kprintln!("NUMA nodes: {}", t.nr_nodes());
+    for n in 0..t.nr_nodes() {
+        let mut cpus = [0usize; arch::MAX_HARTS];
+        let mut k = 0;
+        for h in 0..harts {
+            if t.cpu_to_node(h) == n {
+                cpus[k] = h;
+                k += 1;
+            }
+        }
+        let ram: usize = info
+            .ram()
+            .iter()
+            .filter(|r| r.node == n)
+            .map(|r| r.size)
+            .sum();
+        kprintln!("  node {n}: harts {:?}, RAM {} MiB", &cpus[..k], ram >> 20);
+        for r in info.ram().iter().filter(|r| r.node == n) {
+            kprintln!("    [{:#x}, {:#x})", r.base, r.base + r.size);
+        }
+    }
+    for a in 0..t.nr_nodes() {
+        let mut row = [0u8; local_lock::topology::MAX_NUMNODES];
+        for (b, d) in row.iter_mut().enumerate().take(t.nr_nodes()) {
+            *d = t.node_distance(a, b);
+        }
+        kprintln!("  distances from node {a}: {:?}", &row[..t.nr_nodes()]);
+    }
+}
+
 /// Hart 0's entry: memory, allocators, then the self-test.
 #[no_mangle]
 extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
@@ -130,32 +168,63 @@ extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
     N_HARTS.store(harts, Ordering::Relaxed);
 
     let (ks, ke) = arch::kernel_image();
-    let (mbase, msize) = info.memory;
-    let mend = mbase + msize;
     let fdt_lo = fdt & !(PAGE - 1);
     let fdt_hi = (fdt + info.fdt_size + PAGE - 1) & !(PAGE - 1);
+    let Some(first) = info
+        .ram()
+        .iter()
+        .find(|r| ke > r.base && ke < r.base + r.size)
+    else {
+        fail(format_args!(
+            "kernel image end {ke:#x} outside every RAM range"
+        ))
+    };
     ensure!(
-        ke > mbase && ke < mend,
-        "kernel image end {ke:#x} outside RAM [{mbase:#x}, {mend:#x})"
+        ks >= first.base,
+        "kernel image start {ks:#x} below its RAM range {:#x}",
+        first.base
     );
+    // Every RAM range, less what the image (from its range's base) and the
+    // device tree occupy.
     // SAFETY: RAM after the image and around the device tree: unused, and
     // zero (QEMU's RAM is zero-filled and nothing but the image and the
     // tree was written before us; see mm.rs).
-    let pages = unsafe {
-        if fdt_lo >= ke && fdt_hi <= mend {
-            mm::add_ram(ke, fdt_lo) + mm::add_ram(fdt_hi, mend)
-        } else {
-            mm::add_ram(ke, mend)
-        }
-    };
+    let pages: usize = info
+        .ram()
+        .iter()
+        .map(|r| unsafe {
+            mm::add_ram_except(
+                r.base,
+                r.base + r.size,
+                [(first.base, ke), (fdt_lo, fdt_hi)],
+            )
+        })
+        .sum();
     let initial = BUDDY.total_free_pages();
     mm::INITIAL_FREE.store(initial, Ordering::Relaxed);
+    let total: usize = info.ram().iter().map(|r| r.size).sum();
     kprintln!(
-        "  {harts} harts; RAM [{mbase:#x}, {mend:#x}) {} MiB; image [{ks:#x}, {ke:#x}) {} KiB; \
+        "  {harts} harts; RAM {} MiB in {} range(s); image [{ks:#x}, {ke:#x}) {} KiB; \
          device tree [{fdt_lo:#x}, {fdt_hi:#x})",
-        msize >> 20,
+        total >> 20,
+        info.nr_memory,
         (ke - ks) >> 10
     );
+    if info.dropped_memory > 0 {
+        kprintln!(
+            "  {} more RAM ranges in the device tree: ignored (at most {})",
+            info.dropped_memory,
+            fdt::MAX_RANGES
+        );
+    }
+    platform::set_topology(&info.topology, harts);
+    for (h, c) in info.clint.iter().enumerate().take(harts) {
+        match c {
+            Some((base, index)) => arch::set_clint(h, *base, *index),
+            None => fail(format_args!("hart {h}: no CLINT in the device tree")),
+        }
+    }
+    report_numa(&info, harts);
     kprintln!("  buddy: {pages} pages added as zeroed; zones:",);
     for z in 0..BUDDY.nr_zones() {
         let id = buddy::ZoneId::new(z);
@@ -207,6 +276,7 @@ extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
 /// The other harts' entry.
 #[no_mangle]
 extern "C" fn secondary_main(hart: usize) -> ! {
+    arch::clear_msip();
     let harts = N_HARTS.load(Ordering::Relaxed);
     if hart >= harts {
         loop {

@@ -219,6 +219,27 @@ impl<T> Excl<T> {
     }
 }
 
+/// [`add_ram`] of `[start, end)` less the `holes` (each `[lo, hi)`, in any
+/// order, possibly outside the range); returns the pages added.
+///
+/// # Safety
+///
+/// As [`add_ram`], for the range less the holes.
+pub unsafe fn add_ram_except(start: usize, end: usize, mut holes: [(usize, usize); 2]) -> usize {
+    holes.sort_unstable();
+    let mut at = start;
+    let mut pages = 0;
+    for (lo, hi) in holes {
+        let (lo, hi) = (lo.clamp(at, end), hi.clamp(at, end));
+        // SAFETY: caller's contract: `[at, lo)` is in the range, outside
+        // every hole.
+        pages += unsafe { add_ram(at, lo) };
+        at = at.max(hi);
+    }
+    // SAFETY: as above.
+    pages + unsafe { add_ram(at, end) }
+}
+
 /// Hands `[start, end)` to the buddy as zeroed RAM (see the module docs);
 /// returns the pages added.
 ///

@@ -10,6 +10,7 @@
 //! | `irqs_disabled` | `mstatus.MIE == 0` |
 //! | `in_interrupt` | this hart's [`HartState::in_irq`], set by `trap_handler` around the handler |
 //! | `preempt_disable` / `enable` | this hart's [`HartState::preempt_count`] += 1 / -= 1 |
+//! | `cpu_to_node` / `node_distance` | the device tree's `numa-node-id` and `/distance-map`, recorded at boot ([`set_topology`]) |
 //!
 //! **Preemption.** This kernel has no scheduler: each hart runs exactly one
 //! task from boot to power-off, and the only thing that can run between
@@ -22,10 +23,11 @@
 //! added later has the hook it needs (`schedule()` only when the count is
 //! zero and not in interrupt).
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 use local_lock::kernel::{Kernel, KernelHooks};
 use local_lock::sync::CachePadded;
+use local_lock::topology::{Topology, LOCAL_DISTANCE, REMOTE_DISTANCE};
 use local_lock::IrqFlags;
 
 use crate::arch::{self, MAX_HARTS, MSTATUS_MIE};
@@ -121,5 +123,48 @@ unsafe impl KernelHooks for Hooks {
         // The harts taking part (from the device tree), set before any
         // allocator is sized: pcp's `high_max` divides by them.
         crate::N_HARTS.load(Relaxed)
+    }
+    const NR_NODES: usize = MAX_NODES;
+    fn cpu_to_node(cpu: usize) -> usize {
+        CPU_NODE.get(cpu).map_or(0, |n| n.load(Relaxed) as usize)
+    }
+    fn node_distance(a: usize, b: usize) -> u8 {
+        if a < MAX_NODES && b < MAX_NODES {
+            DISTANCE[a][b].load(Relaxed)
+        } else {
+            REMOTE_DISTANCE
+        }
+    }
+}
+
+/// Nodes this kernel describes (`MAX_NUMNODES`; the device tree's may be
+/// fewer: the others have no CPUs and no memory).
+pub const MAX_NODES: usize = 4;
+
+/// Each hart's node (`numa-node-id` of its cpu node), set once at boot.
+static CPU_NODE: [AtomicU8; MAX_HARTS] = [const { AtomicU8::new(0) }; MAX_HARTS];
+
+/// The node distance table (`/distance-map`), set once at boot.
+static DISTANCE: [[AtomicU8; MAX_NODES]; MAX_NODES] = {
+    let mut t = [const { [const { AtomicU8::new(REMOTE_DISTANCE) }; MAX_NODES] }; MAX_NODES];
+    let mut i = 0;
+    while i < MAX_NODES {
+        t[i][i] = AtomicU8::new(LOCAL_DISTANCE);
+        i += 1;
+    }
+    t
+};
+
+/// Records the device tree's topology for the hooks' `cpu_to_node` and
+/// `node_distance` (hart 0 at boot, before the other harts start and
+/// before any allocator asks).
+pub fn set_topology(t: &Topology, harts: usize) {
+    for (h, n) in CPU_NODE.iter().enumerate().take(harts) {
+        n.store(t.cpu_to_node(h).min(MAX_NODES - 1) as u8, Relaxed);
+    }
+    for (a, row) in DISTANCE.iter().enumerate() {
+        for (b, d) in row.iter().enumerate() {
+            d.store(t.node_distance(a, b), Relaxed);
+        }
     }
 }

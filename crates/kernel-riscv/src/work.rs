@@ -503,7 +503,11 @@ fn objects_round(rng: &mut Rng, me: usize, harts: usize) {
         let p = KMALLOC
             .kmalloc(size, 8)
             .unwrap_or_else(|| panic!("kmalloc({size}) failed"));
-        assert_eq!(KMALLOC.ksize(p.as_ptr()), size, "ksize of a kmalloc-{size} object");
+        assert_eq!(
+            KMALLOC.ksize(p.as_ptr()),
+            size,
+            "ksize of a kmalloc-{size} object"
+        );
         fill(p, size, me);
         count(H::TASK_OBJS, 1);
         send_or_free(
