@@ -25,6 +25,14 @@
 //! handle [`PcpuPtr`] is unit 0's address `base + off`, and CPU `cpu`'s copy
 //! is `per_cpu_ptr(p, cpu) = base + unit_offset(cpu) + off`.
 //!
+//! **NUMA** (issue #20): [`Config::groups_by_node`] makes the groups the
+//! nodes of a [`Topology`](local_lock::topology::Topology) (as
+//! `pcpu_build_alloc_info` groups CPUs at `LOCAL_DISTANCE`), and every
+//! unit's pages, of the first chunk and of dynamic chunks, are populated
+//! through [`ChunkSource::populate_node`] with the node of the unit's CPU
+//! (`Platform::cpu_to_node`), so a kernel backs them from that node's
+//! memory as `pcpu_alloc_pages` does.
+//!
 //! * The **first chunk** (optional, from [`Config::first_chunk`]) is
 //!   `static | reserved | dynamic`, fully populated and immutable. Its
 //!   reserved region is a separate chunk (`pcpu_reserved_chunk`) that

@@ -106,6 +106,21 @@ pub unsafe trait ChunkSource: Sync {
         true
     }
 
+    /// [`populate`](Self::populate) for a unit whose CPU is on NUMA node
+    /// `node` (`Platform::cpu_to_node`): a kernel backs the pages from
+    /// that node's memory, as `pcpu_alloc_pages` does with
+    /// `alloc_pages_node(cpu_to_node(cpu), ...)`. The allocator calls
+    /// this, never `populate` directly; the default ignores the node.
+    ///
+    /// # Safety
+    ///
+    /// As [`populate`](Self::populate).
+    unsafe fn populate_node(&self, ptr: NonNull<u8>, pages: usize, node: usize) -> bool {
+        let _ = node;
+        // SAFETY: forwarded contract.
+        unsafe { self.populate(ptr, pages) }
+    }
+
     /// Releases the backing of `pages` pages at `ptr`
     /// (`pcpu_depopulate_chunk` for one unit); the range stays reserved.
     ///
@@ -140,6 +155,11 @@ unsafe impl<T: ChunkSource + ?Sized> ChunkSource for &T {
     unsafe fn populate(&self, ptr: NonNull<u8>, pages: usize) -> bool {
         // SAFETY: forwarded contract.
         unsafe { (**self).populate(ptr, pages) }
+    }
+    #[inline]
+    unsafe fn populate_node(&self, ptr: NonNull<u8>, pages: usize, node: usize) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { (**self).populate_node(ptr, pages, node) }
     }
     #[inline]
     unsafe fn depopulate(&self, ptr: NonNull<u8>, pages: usize) {

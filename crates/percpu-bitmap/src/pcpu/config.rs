@@ -119,6 +119,53 @@ impl Config {
         self
     }
 
+    /// Groups the units by NUMA node, as the kernel's
+    /// `pcpu_build_alloc_info` groups CPUs at `LOCAL_DISTANCE`: one group
+    /// per node, each group's span rounded up to `atom_size` (the kernel's
+    /// embedding allocates each group from its node's memory; here the
+    /// chunk source backs each unit from its CPU's node, see
+    /// [`ChunkSource::populate_node`](crate::ChunkSource::populate_node)).
+    /// Units are CPUs (`unit_offset(cpu)`), so the topology's CPUs
+    /// `0..nr_units` must come node by node, the same number per node
+    /// (`Topology::uniform`, or any numbering that a kernel's CPU order
+    /// makes so); otherwise this returns
+    /// [`PcpuError::BadConfig`](crate::PcpuError::BadConfig).
+    ///
+    /// ```
+    /// use local_lock::topology::Topology;
+    /// use percpu_bitmap::Config;
+    /// let t = Topology::uniform(2, 4);
+    /// let c = Config::new(64 << 10).units(8).groups_by_node(&t, 2 << 20).unwrap();
+    /// assert_eq!((c.units_per_group, c.atom_size), (4, 2 << 20));
+    /// assert!(Config::new(64 << 10).units(6).groups_by_node(&t, 4096).is_err());
+    /// ```
+    pub fn groups_by_node(
+        self,
+        topology: &local_lock::topology::Topology,
+        atom_size: usize,
+    ) -> Result<Self, PcpuError> {
+        let n = self.nr_units;
+        if n == 0 {
+            return Err(PcpuError::BadConfig("groups_by_node: set units first"));
+        }
+        // The first node change gives the group size; every group must be
+        // that size and hold one node.
+        let per = (1..n)
+            .find(|&c| topology.cpu_to_node(c) != topology.cpu_to_node(c - 1))
+            .unwrap_or(n);
+        if !n.is_multiple_of(per)
+            || (0..n).any(|c| topology.cpu_to_node(c) != topology.cpu_to_node(c - c % per))
+            || (per..n)
+                .step_by(per)
+                .any(|c| topology.cpu_to_node(c) == topology.cpu_to_node(c - per))
+        {
+            return Err(PcpuError::BadConfig(
+                "groups_by_node: CPUs must come node by node, the same number per node",
+            ));
+        }
+        Ok(self.groups(per, atom_size))
+    }
+
     /// The balance hook.
     pub const fn balance_hook(mut self, hook: fn()) -> Self {
         self.on_balance_request = Some(hook);

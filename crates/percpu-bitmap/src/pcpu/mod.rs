@@ -367,9 +367,10 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
         for cpu in 0..geo.nr_units {
             // SAFETY: the unit's first `used_pages` pages lie in `mem`.
             let ok = unsafe {
-                self.source.populate(
+                self.source.populate_node(
                     NonNull::new_unchecked(mem.as_ptr().add(geo.unit_offset(cpu))),
                     used_pages,
+                    self.platform.cpu_to_node(cpu),
                 )
             };
             if !ok {

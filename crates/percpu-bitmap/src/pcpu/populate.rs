@@ -158,8 +158,9 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
         }
     }
 
-    /// `pcpu_populate_chunk`: pages `[rs, re)` of every unit. On failure
-    /// the units done so far are depopulated again.
+    /// `pcpu_populate_chunk`: pages `[rs, re)` of every unit, each from its
+    /// CPU's node (`populate_node`). On failure the units done so far are
+    /// depopulated again.
     ///
     /// # Safety
     ///
@@ -168,7 +169,13 @@ impl<P: Platform, S: ChunkSource> PcpuAllocator<P, S> {
         self.assert_slow_held();
         for cpu in 0..self.geo.nr_units {
             // SAFETY: caller; the range is inside the chunk's reservation.
-            let ok = unsafe { self.source.populate(self.unit_page(c, cpu, rs), re - rs) };
+            let ok = unsafe {
+                self.source.populate_node(
+                    self.unit_page(c, cpu, rs),
+                    re - rs,
+                    self.platform.cpu_to_node(cpu),
+                )
+            };
             if !ok {
                 for done in 0..cpu {
                     // SAFETY: just populated, holds no data.

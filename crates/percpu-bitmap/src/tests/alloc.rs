@@ -714,3 +714,85 @@ fn known_zero_areas_skip_clearing_but_reused_bytes_are_cleared() {
     }
     a.balance();
 }
+
+/// A source over `HeapSource` that records, for every populated page,
+/// the node `populate_node` was given.
+struct NodeSource {
+    heap: HeapSource,
+    calls: std::sync::Mutex<Vec<(usize, usize, usize)>>,
+}
+
+// SAFETY: forwards to `HeapSource`, which keeps the promises; only records.
+unsafe impl crate::ChunkSource for NodeSource {
+    fn alloc_pages(&self, pages: usize, align: usize) -> Option<core::ptr::NonNull<u8>> {
+        self.heap.alloc_pages(pages, align)
+    }
+    unsafe fn free_pages(&self, ptr: core::ptr::NonNull<u8>, pages: usize, align: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.heap.free_pages(ptr, pages, align) }
+    }
+    unsafe fn populate(&self, _: core::ptr::NonNull<u8>, _: usize) -> bool {
+        panic!("the allocator must call populate_node")
+    }
+    unsafe fn populate_node(&self, ptr: core::ptr::NonNull<u8>, pages: usize, node: usize) -> bool {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((ptr.as_ptr() as usize, pages, node));
+        // SAFETY: forwarded contract.
+        unsafe { self.heap.populate(ptr, pages) }
+    }
+    unsafe fn depopulate(&self, ptr: core::ptr::NonNull<u8>, pages: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.heap.depopulate(ptr, pages) }
+    }
+}
+
+/// Issue #20: on two NUMA nodes (CPUs 0-1 and 2-3) the units are grouped by
+/// node (node 1's group starts on an atom boundary) and every unit's pages,
+/// first chunk and dynamic chunks alike, are populated from its CPU's node.
+#[test]
+fn units_grouped_by_node_and_populated_node_locally() {
+    static T: local_lock::topology::Topology = local_lock::topology::Topology::uniform(2, 2);
+    let src = NodeSource {
+        heap: HeapSource::new(),
+        calls: std::sync::Mutex::new(Vec::new()),
+    };
+    let atom = 4 * UNIT;
+    let config = Config::new(UNIT)
+        .units(4)
+        .groups_by_node(&T, atom)
+        .unwrap()
+        .first_chunk(1000, 0, 8192);
+    let a = PcpuAllocator::new(TestPlatform::pinned(4).with_topology(&T), &src, config).unwrap();
+    assert_eq!(a.unit_offset(1), UNIT);
+    assert_eq!(a.unit_offset(2), atom, "node 1's units start a new group");
+    // A dynamic chunk: beyond what the first chunk's 8 KiB serve.
+    let ps: Vec<PcpuPtr> = (0..6).map(|_| a.alloc(4096, 8).unwrap()).collect();
+    let calls = src.calls.lock().unwrap().clone();
+    assert!(
+        calls.len() >= 8,
+        "first chunk and a dynamic chunk: {calls:?}"
+    );
+    let node_of_page = |page: usize| {
+        calls
+            .iter()
+            .find(|&&(at, n, _)| page >= at && page < at + n * PAGE_SIZE)
+            .map(|c| c.2)
+    };
+    // Every CPU's copy of every area lies in a page populated from the
+    // CPU's own node.
+    for &p in &ps {
+        for cpu in 0..4 {
+            let page = a.per_cpu_ptr(p, cpu).as_ptr() as usize & !(PAGE_SIZE - 1);
+            assert_eq!(
+                node_of_page(page),
+                Some(T.cpu_to_node(cpu)),
+                "CPU {cpu}'s copy at {page:#x}"
+            );
+        }
+    }
+    for p in ps {
+        a.free(p);
+    }
+}
