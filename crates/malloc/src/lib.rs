@@ -20,11 +20,10 @@
 //! fd 2 from a stack buffer, and bad input aborts (as glibc's `free():
 //! invalid pointer` does) instead of unwinding across the C boundary.
 //!
-//! Not covered: a thread whose first contact with the pages is a `free`
-//! that empties a slab while the CPU's sheaf is full (the restartable free
-//! path reaches the pcp before this library has claimed the thread's
-//! slot); the `calloc` nested in the slot claim then runs under that
-//! free's locks. Every thread that allocated before is safe.
+//! A thread whose first contact with the allocator is a `free` that
+//! finds its CPU's sheaf full is covered too (`tests/c/remote_free.c`):
+//! the restartable free gives up on a full sheaf, and the slow path claims
+//! the slot before any lock, as the allocation's does.
 //!
 //! What differs from glibc: `malloc(n)` for `n <= 8` is 8-byte aligned
 //! (kmalloc-8, as jemalloc and mimalloc do; every larger request is at

@@ -285,3 +285,32 @@ fn c_suite_under_slub_debug_and_sheaf_settings() {
         run(Command::new(&exe).env("LD_PRELOAD", &so).env(k, v));
     }
 }
+
+/// Threads whose first contact with the allocator is a `free` that fills
+/// and flushes their CPU's sheaf (`tests/c/remote_free.c`): the per-thread
+/// slot's TLS registration (glibc's nested `calloc`) must not recurse or
+/// deadlock. Under a minute's timeout, 20 rounds of 4 threads.
+#[test]
+fn threads_that_only_free_first() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("remote_free");
+    for sheaves in ["128", "0", "4"] {
+        let o = Command::new("timeout")
+            .arg("120")
+            .arg(&exe)
+            .env("LD_PRELOAD", &so)
+            .env("MM_SHEAF_CAPACITY", sheaves)
+            .output()
+            .expect("run");
+        assert!(
+            o.status.success() && o.stdout == b"ok\n",
+            "{sheaves}: {} {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
