@@ -1,7 +1,7 @@
 //! The 23 caches behind `malloc`: kmalloc's 13 classes (8 B to 8 KiB)
 //! and the 10 intermediate ones ([`MID_SIZES`]), indexed as their slab
 //! tags name them (tag index - 1). They live in this library (not in
-//! [`HEAP`](crate::HEAP), whose caches stay unused: the heap serves the
+//! kmalloc's own: `LARGE`, whose caches stay unused, serves the
 //! whole pages and mappings) so that [`configure`] can rebuild them at
 //! init with the flags and sheaves the environment asks for
 //! (`MM_SLUB_DEBUG`, `MM_SHEAF_CAPACITY`): built with the defaults in the

@@ -62,14 +62,29 @@ use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use buddy::PageAlloc;
 use libc::size_t;
+use local_lock::std_platform::RseqCpu;
 use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+use slub::{Geometry, GlobalPages, GlobalSlub, Kmalloc, SlabFlags, KMALLOC_MAX_CACHE_SIZE};
 
-/// The heap behind every entry point: [`GlobalSlub::new`] (hardened
-/// caches with per-CPU sheaves).
-pub static HEAP: GlobalSlub = GlobalSlub::new();
+/// Whole pages and direct mappings (kmalloc's large path over
+/// `GlobalPages`, the pages every `GlobalSlub` shares). Its caches are
+/// never used (requests up to 8 KiB go to [`caches`]'): one CPU slot
+/// each, so the image stays small (what a process maps and touches at
+/// start is its fixed cost in RSS).
+static LARGE: Kmalloc<GlobalPages, RseqCpu, 64> = Kmalloc::with_config(
+    GlobalPages,
+    RseqCpu::new(),
+    Geometry::new(1),
+    SlabFlags::NONE,
+    0,
+);
+
+/// The shared pages (pcp over the buddy).
+fn pages() -> &'static pcp::GlobalPcp {
+    GlobalPages.pcp()
+}
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
 /// bytes (every kmalloc class from 16 on is aligned to 16 or more).
@@ -127,9 +142,8 @@ fn init() {
     }
     let s = env::read();
     apply_env(&s);
-    // The pages' fork handlers (the heap is not in the main image when
-    // preloaded: its own caches, unused, are then not registered).
-    let _ = HEAP.kmalloc();
+    // The pages' fork handlers.
+    pages().register_fork();
     local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
     INIT_STATE.store(2, Ordering::Release);
     READY.store(true, Ordering::Release);
@@ -158,7 +172,7 @@ fn apply_env(s: &env::Settings) {
     // SAFETY: init runs before the first object, on one thread.
     unsafe { caches::configure(&debug, sheaves) };
     if s[3].is_some_and(|v| v.bytes() == b"0") {
-        HEAP.pages().pcp().source().set_decay_paused(true);
+        pages().pcp().source().set_decay_paused(true);
     }
 }
 
@@ -262,11 +276,8 @@ fn alloc_slow(size: usize, align: usize) -> *mut u8 {
         }
     }
     // Whole pages (a request above the largest class: kmalloc's caches,
-    // those of `HEAP`, are never used, see `caches`).
-    match HEAP
-        .kmalloc()
-        .kmalloc(size.max(KMALLOC_MAX_CACHE_SIZE + 1), align)
-    {
+    // those of `LARGE`, are never used, see `caches`).
+    match LARGE.kmalloc(size.max(KMALLOC_MAX_CACHE_SIZE + 1), align) {
         Some(p) => p.as_ptr(),
         None => ptr::null_mut(),
     }
@@ -287,7 +298,7 @@ fn zalloc(size: usize) -> *mut u8 {
     }
     ensure_init();
     claim_thread_slot();
-    match HEAP.kmalloc().kzalloc(size, MALLOC_ALIGNMENT) {
+    match LARGE.kzalloc(size, MALLOC_ALIGNMENT) {
         Some(p) => p.as_ptr(),
         None => ptr::null_mut(),
     }
@@ -367,7 +378,7 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
     ensure_init();
     claim_thread_slot();
     // SAFETY: C's contract; bad input is refused before any change.
-    if let Err(e) = unsafe { HEAP.kmalloc().try_kfree(p) } {
+    if let Err(e) = unsafe { LARGE.try_kfree(p) } {
         bad(what, p, &e)
     }
 }
@@ -394,7 +405,7 @@ fn usable(p: *mut u8) -> usize {
             return c.object_size();
         }
     }
-    HEAP.kmalloc().ksize(p)
+    LARGE.ksize(p)
 }
 
 /// `malloc(3)`: at least `size` bytes (a unique pointer for 0), 16-byte
@@ -593,7 +604,7 @@ pub extern "C" fn malloc_trim(_pad: size_t) -> c_int {
         c.flush_all();
         c.shrink();
     }
-    c_int::from(HEAP.pages().trim() > 0)
+    c_int::from(pages().trim() > 0)
 }
 
 /// glibc's `struct mallinfo2`.
@@ -654,9 +665,9 @@ pub struct Mallinfo {
 #[unsafe(no_mangle)]
 pub extern "C" fn mallinfo2() -> Mallinfo2 {
     ensure_init();
-    let gb = HEAP.pages().pcp().source();
+    let gb = pages().pcp().source();
     let arena = gb.heap_bytes();
-    let b = HEAP.pages().buddy();
+    let b = pages().buddy();
     let free_pages = b.total_free_pages() * page_size();
     let (mut slabs, mut free_objs) = (0, 0);
     for c in caches::all() {
@@ -727,8 +738,8 @@ fn write_stats() {
         st.merge(&c.stats());
     }
     let _ = writeln!(w, "{st}");
-    let _ = writeln!(w, "{}", HEAP.pages().pcp().report());
-    let _ = writeln!(w, "{}", HEAP.pages().buddy());
+    let _ = writeln!(w, "{}", pages().pcp().report());
+    let _ = writeln!(w, "{}", pages().buddy());
     w.flush();
 }
 
