@@ -73,7 +73,7 @@ use slub::{Geometry, GlobalPages, GlobalSlub, Kmalloc, SlabFlags, KMALLOC_MAX_CA
 /// never used (requests up to 8 KiB go to [`caches`]'): one CPU slot
 /// each, so the image stays small (what a process maps and touches at
 /// start is its fixed cost in RSS).
-static LARGE: Kmalloc<GlobalPages, RseqCpu, 64> = Kmalloc::with_config(
+static LARGE: Kmalloc<GlobalPages, RseqCpu, { caches::SLOTS }> = Kmalloc::with_config(
     GlobalPages,
     RseqCpu::new(),
     Geometry::new(1),
