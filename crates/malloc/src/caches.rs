@@ -1,8 +1,8 @@
 //! The 23 caches behind `malloc`: kmalloc's 13 classes (8 B to 8 KiB)
 //! and the 10 intermediate ones ([`MID_SIZES`]), indexed as their slab
-//! tags name them (tag index - 1). They live in this library (not in
-//! kmalloc's own: `LARGE`, whose caches stay unused, serves the
-//! whole pages and mappings) so that [`configure`] can rebuild them at
+//! tags name them (tag index - 1). They live in this library (not in a
+//! `GlobalSlub`; [`large`](crate::large) serves whole pages and mappings)
+//! so that [`configure`] can rebuild them at
 //! init with the flags and sheaves the environment asks for
 //! (`MM_SLUB_DEBUG`, `MM_SHEAF_CAPACITY`): built with the defaults in the
 //! image, rebuilt in place before their first use.

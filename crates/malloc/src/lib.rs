@@ -62,24 +62,10 @@ use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use buddy::PageAlloc;
 use libc::size_t;
-use local_lock::std_platform::RseqCpu;
 use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{Geometry, GlobalPages, GlobalSlub, Kmalloc, SlabFlags, KMALLOC_MAX_CACHE_SIZE};
-
-/// Whole pages and direct mappings (kmalloc's large path over
-/// `GlobalPages`, the pages every `GlobalSlub` shares). Its caches are
-/// never used (requests up to 8 KiB go to [`caches`]'): one CPU slot
-/// each, so the image stays small (what a process maps and touches at
-/// start is its fixed cost in RSS).
-static LARGE: Kmalloc<GlobalPages, RseqCpu, { caches::SLOTS }> = Kmalloc::with_config(
-    GlobalPages,
-    RseqCpu::new(),
-    Geometry::new(1),
-    SlabFlags::NONE,
-    0,
-);
+use slub::{GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
 
 /// The shared pages (pcp over the buddy).
 fn pages() -> &'static pcp::GlobalPcp {
@@ -93,6 +79,7 @@ pub const MALLOC_ALIGNMENT: usize = 16;
 mod arena;
 mod caches;
 mod env;
+mod large;
 
 /// Rust's allocations in this library (none but a panic's message).
 #[global_allocator]
@@ -275,12 +262,7 @@ fn alloc_slow(size: usize, align: usize) -> *mut u8 {
             }
         }
     }
-    // Whole pages (a request above the largest class: kmalloc's caches,
-    // those of `LARGE`, are never used, see `caches`).
-    match LARGE.kmalloc(size.max(KMALLOC_MAX_CACHE_SIZE + 1), align) {
-        Some(p) => p.as_ptr(),
-        None => ptr::null_mut(),
-    }
+    large::alloc(size, align, false)
 }
 
 /// `kzalloc`: small objects are cleared (`size` bytes); large blocks the
@@ -298,10 +280,7 @@ fn zalloc(size: usize) -> *mut u8 {
     }
     ensure_init();
     claim_thread_slot();
-    match LARGE.kzalloc(size, MALLOC_ALIGNMENT) {
-        Some(p) => p.as_ptr(),
-        None => ptr::null_mut(),
-    }
+    large::alloc(size, MALLOC_ALIGNMENT, true)
 }
 
 /// An allocation aligned to `align` (a power of two).
@@ -377,8 +356,9 @@ unsafe fn dealloc_object_slow(c: &Cache, p: NonNull<u8>, what: &str) {
 unsafe fn dealloc_slow(p: *mut u8, what: &str) {
     ensure_init();
     claim_thread_slot();
-    // SAFETY: C's contract; bad input is refused before any change.
-    if let Err(e) = unsafe { LARGE.try_kfree(p) } {
+    // SAFETY: `dealloc` passes a non-null `p`; C's contract; bad input is
+    // refused before any change.
+    if let Err(e) = unsafe { large::free(NonNull::new_unchecked(p)) } {
         bad(what, p, &e)
     }
 }
@@ -405,7 +385,7 @@ fn usable(p: *mut u8) -> usize {
             return c.object_size();
         }
     }
-    LARGE.ksize(p)
+    large::size(p).unwrap_or_else(|e| bad("malloc_usable_size", p, &e))
 }
 
 /// `malloc(3)`: at least `size` bytes (a unique pointer for 0), 16-byte
