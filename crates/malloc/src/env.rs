@@ -1,5 +1,5 @@
 //! The library's environment settings (`MM_STATS`, `MM_SLUB_DEBUG`,
-//! `MM_SHEAF_CAPACITY`, `MM_DECAY`), read once at init without allocating:
+//! `MM_SHEAF_CAPACITY`, `MM_DECAY`, `MM_MMAP_THRESHOLD`), read once at init without allocating:
 //! from `/proc/self/environ` through a stack buffer (the first allocation
 //! may come before libc has set `environ` up), else through `getenv`.
 
@@ -28,14 +28,20 @@ impl Value {
 }
 
 /// The variables the library reads.
-pub const NAMES: [&str; 4] = ["MM_STATS", "MM_SLUB_DEBUG", "MM_SHEAF_CAPACITY", "MM_DECAY"];
+pub const NAMES: [&str; 5] = [
+    "MM_STATS",
+    "MM_SLUB_DEBUG",
+    "MM_SHEAF_CAPACITY",
+    "MM_DECAY",
+    "MM_MMAP_THRESHOLD",
+];
 
 /// The values of [`NAMES`] (`None`: unset).
-pub type Settings = [Option<Value>; 4];
+pub type Settings = [Option<Value>; NAMES.len()];
 
 /// Reads [`NAMES`] from the environment (nothing is allocated).
 pub fn read() -> Settings {
-    let mut s: Settings = [None; 4];
+    let mut s: Settings = [None; NAMES.len()];
     if read_proc(&mut s) {
         return s;
     }
@@ -133,7 +139,7 @@ mod tests {
 
     #[test]
     fn entries_and_numbers() {
-        let mut s: Settings = [None; 4];
+        let mut s: Settings = [None; NAMES.len()];
         entry(&mut s, b"MM_SLUB_DEBUG=Z,kmalloc-64");
         entry(&mut s, b"MM_STATSX=1");
         entry(&mut s, b"MM_SHEAF_CAPACITY=32");

@@ -18,10 +18,29 @@ fn order_for(bytes: usize, page_size: usize) -> usize {
     pages.next_power_of_two().trailing_zeros() as usize
 }
 
+/// Requests of at least this many bytes are direct mappings (exact page
+/// counts, unmapped when freed: glibc's `M_MMAP_THRESHOLD`) instead of
+/// power-of-two blocks of the buddy; `MM_MMAP_THRESHOLD` sets it.
+pub static MMAP_THRESHOLD: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(DEFAULT_MMAP_THRESHOLD);
+
+/// [`MMAP_THRESHOLD`]'s default: 256 KiB.
+pub const DEFAULT_MMAP_THRESHOLD: usize = 256 << 10;
+
+#[inline]
+fn mmap_threshold() -> usize {
+    MMAP_THRESHOLD.load(Ordering::Relaxed)
+}
+
 /// `kmalloc_large(size, align)`: null when memory runs out. `zeroed`: a
 /// block the page allocator knows to be zero is not cleared again.
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
     let src = GlobalPages;
+    if size >= mmap_threshold() && align <= src.page_size() {
+        if let Some(p) = src.alloc_direct(size, align) {
+            return p.as_ptr();
+        }
+    }
     let order = order_for(size.max(align), src.page_size());
     let Some(order) = u8::try_from(order)
         .ok()

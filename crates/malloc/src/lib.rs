@@ -4,7 +4,7 @@
 //! restartable sequences, hardened free pointers) plus 10 intermediate
 //! classes between 1 and 8 KiB ([`MID_SIZES`]), over pcp over the buddy;
 //! whole pages tagged as `kmalloc_large` blocks above 8 KiB; recorded
-//! direct mappings above the largest block (4 MiB). Every entry point is
+//! direct mappings from 256 KiB on (and above the largest block, 4 MiB). Every entry point is
 //! size-less, as C's are: `free` finds the slab (or large block, or
 //! mapping) from the address, as the kernel's `kfree` does
 //! (`virt_to_slab`), the slab's tag naming its cache.
@@ -48,6 +48,11 @@
 //! - `MM_SHEAF_CAPACITY=n`: per-CPU sheaves of up to `n` objects (capped
 //!   per class at 32 KiB of objects, and at [`MAX_SHEAF_CAPACITY`]; 0: no
 //!   sheaves) instead of 128;
+//! - `MM_MMAP_THRESHOLD=n`: requests of `n` bytes or more (above 8 KiB)
+//!   are direct mappings of exact page counts, unmapped when freed (glibc's
+//!   `M_MMAP_THRESHOLD`), instead of power-of-two blocks of the buddy;
+//!   default 256 KiB (measured: peak RSS of sqlite3 1.36x -> 1.33x glibc,
+//!   git 1.38x -> 1.34x, python-stdlib 1.29x -> 1.27x);
 //! - `MM_DECAY=0`: no time-based purge of free pages (the buddy's decay,
 //!   paused); `malloc_trim` still purges. The decay time and the resident
 //!   cap are the pages' static configuration (slub's `GlobalPages`), not
@@ -158,6 +163,9 @@ fn apply_env(s: &env::Settings) {
         .map_or(GlobalSlub::DEFAULT_SHEAVES, |n| n.min(MAX_SHEAF_CAPACITY));
     // SAFETY: init runs before the first object, on one thread.
     unsafe { caches::configure(&debug, sheaves) };
+    if let Some(n) = s[4].and_then(|v| env::number(v.bytes())) {
+        large::MMAP_THRESHOLD.store(n, Ordering::Relaxed);
+    }
     if s[3].is_some_and(|v| v.bytes() == b"0") {
         pages().pcp().source().set_decay_paused(true);
     }

@@ -266,8 +266,9 @@ fn slub_debug_red_zone_reports_an_overflow() {
 }
 
 /// The whole C suite with every debug flag on every cache
-/// (`MM_SLUB_DEBUG=FZPU`) and with other sheaf capacities
-/// (`MM_SHEAF_CAPACITY`: none, and 7 objects).
+/// (`MM_SLUB_DEBUG=FZPU`), with other sheaf capacities
+/// (`MM_SHEAF_CAPACITY`: none, and 7 objects) and with direct mappings
+/// from 20,000 bytes on (`MM_MMAP_THRESHOLD`).
 #[test]
 fn c_suite_under_slub_debug_and_sheaf_settings() {
     if !have("cc") {
@@ -281,6 +282,7 @@ fn c_suite_under_slub_debug_and_sheaf_settings() {
         ("MM_SLUB_DEBUG", "FZPU"),
         ("MM_SHEAF_CAPACITY", "0"),
         ("MM_SHEAF_CAPACITY", "7"),
+        ("MM_MMAP_THRESHOLD", "20000"),
     ] {
         run(Command::new(&exe).env("LD_PRELOAD", &so).env(k, v));
     }
