@@ -1,10 +1,12 @@
 //! `mm-malloc`: the C/POSIX/glibc allocation surface (`malloc`, `free`,
 //! `calloc`, `realloc`, `posix_memalign`, `malloc_usable_size`, ...) over
-//! slub's [`GlobalSlub`]: kmalloc's 13 size classes (per-CPU sheaves on
-//! restartable sequences, hardened free pointers) plus 10 intermediate
-//! classes between 1 and 8 KiB ([`MID_SIZES`]), over pcp over the buddy;
-//! whole pages tagged as `kmalloc_large` blocks above 8 KiB; recorded
-//! direct mappings from 256 KiB on (and above the largest block, 4 MiB). Every entry point is
+//! slub: kmalloc's 13 size classes plus 10 intermediate classes between 1
+//! and 8 KiB ([`MID_SIZES`]), caches of this library built as
+//! [`GlobalSlub`]'s (per-CPU sheaves on restartable sequences, hardened
+//! free pointers) over the pages every `GlobalSlub` shares (pcp over the
+//! buddy); whole pages tagged as `kmalloc_large` blocks above 8 KiB;
+//! recorded direct mappings from 256 KiB on (and above the largest block,
+//! 4 MiB). Every entry point is
 //! size-less, as C's are: `free` finds the slab (or large block, or
 //! mapping) from the address, as the kernel's `kfree` does
 //! (`virt_to_slab`), the slab's tag naming its cache.
