@@ -1,10 +1,12 @@
 //! `mm-malloc`: the C/POSIX/glibc allocation surface (`malloc`, `free`,
 //! `calloc`, `realloc`, `posix_memalign`, `malloc_usable_size`, ...) over
-//! slub's [`GlobalSlub`]: kmalloc's 13 size classes (per-CPU sheaves on
-//! restartable sequences, hardened free pointers) plus 10 intermediate
-//! classes between 1 and 8 KiB ([`MID_SIZES`]), over pcp over the buddy;
-//! whole pages tagged as `kmalloc_large` blocks above 8 KiB; recorded
-//! direct mappings above the largest block (4 MiB). Every entry point is
+//! slub: kmalloc's 13 size classes plus 10 intermediate classes between 1
+//! and 8 KiB ([`MID_SIZES`]), caches of this library built as
+//! [`GlobalSlub`]'s (per-CPU sheaves on restartable sequences, hardened
+//! free pointers) over the pages every `GlobalSlub` shares (pcp over the
+//! buddy); whole pages tagged as `kmalloc_large` blocks above 8 KiB;
+//! recorded direct mappings from 256 KiB on (and above the largest block,
+//! 4 MiB). Every entry point is
 //! size-less, as C's are: `free` finds the slab (or large block, or
 //! mapping) from the address, as the kernel's `kfree` does
 //! (`virt_to_slab`), the slab's tag naming its cache.
@@ -20,11 +22,10 @@
 //! fd 2 from a stack buffer, and bad input aborts (as glibc's `free():
 //! invalid pointer` does) instead of unwinding across the C boundary.
 //!
-//! Not covered: a thread whose first contact with the pages is a `free`
-//! that empties a slab while the CPU's sheaf is full (the restartable free
-//! path reaches the pcp before this library has claimed the thread's
-//! slot); the `calloc` nested in the slot claim then runs under that
-//! free's locks. Every thread that allocated before is safe.
+//! A thread whose first contact with the allocator is a `free` that
+//! finds its CPU's sheaf full is covered too (`tests/c/remote_free.c`):
+//! the restartable free gives up on a full sheaf, and the slow path claims
+//! the slot before any lock, as the allocation's does.
 //!
 //! What differs from glibc: `malloc(n)` for `n <= 8` is 8-byte aligned
 //! (kmalloc-8, as jemalloc and mimalloc do; every larger request is at
@@ -33,9 +34,31 @@
 //! `mallinfo2` reports this allocator's figures (see [`mallinfo2`]);
 //! `malloc_trim` ignores its pad.
 //!
-//! Environment (read once, by the library's constructor): `MM_STATS=1`
-//! prints the slabinfo, SLUB statistics, pcp lists and buddyinfo to stderr
-//! at exit (what [`malloc_stats`] prints).
+//! Environment (read once at init, from `/proc/self/environ` without
+//! allocating: [`env`]):
+//! - `MM_STATS=1` prints the slabinfo, SLUB statistics, pcp lists and
+//!   buddyinfo to stderr at exit (what [`malloc_stats`] prints);
+//! - `MM_SLUB_DEBUG=FZPU[,cache...][;...]`, the kernel's `slub_debug=`:
+//!   `F` consistency checks, `Z` red zones, `P` poisoning, `U` owner
+//!   tracking (empty: all four; `-`: none), on every cache or on the named
+//!   ones (`kmalloc-64`, `malloc-4608`, a prefix with `*`). The named caches
+//!   are rebuilt with those flags before their first object (no sheaves,
+//!   every operation checked under the list lock); a corruption found
+//!   (a red zone or poison overwritten, a bad free) is reported on stderr
+//!   by slub (the cache, the object's address, its owner records under
+//!   `U`) and the process aborts;
+//! - `MM_SHEAF_CAPACITY=n`: per-CPU sheaves of up to `n` objects (capped
+//!   per class at 32 KiB of objects, and at [`MAX_SHEAF_CAPACITY`]; 0: no
+//!   sheaves) instead of 128;
+//! - `MM_MMAP_THRESHOLD=n`: requests of `n` bytes or more (above 8 KiB)
+//!   are direct mappings of exact page counts, unmapped when freed (glibc's
+//!   `M_MMAP_THRESHOLD`), instead of power-of-two blocks of the buddy;
+//!   default 256 KiB (measured: peak RSS of sqlite3 1.36x -> 1.33x glibc,
+//!   git 1.38x -> 1.34x, python-stdlib 1.29x -> 1.27x);
+//! - `MM_DECAY=0`: no time-based purge of free pages (the buddy's decay,
+//!   paused); `malloc_trim` still purges. The decay time and the resident
+//!   cap are the pages' static configuration (slub's `GlobalPages`), not
+//!   settable here.
 
 #![allow(clippy::missing_safety_doc)] // each `# Safety` is the C contract
 
@@ -46,189 +69,42 @@ use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use buddy::PageAlloc;
 use libc::size_t;
-use local_lock::fork::ForkLocks;
-use local_lock::std_platform::{die, PerThread, RseqCpu};
+use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{
-    kmalloc_index, kmalloc_sheaf_capacity, Geometry, GlobalPages, GlobalSlub,
-    KMALLOC_MAX_CACHE_SIZE,
-};
+use slub::{GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
 
-/// The heap behind every entry point: [`GlobalSlub::new`] (hardened
-/// caches with per-CPU sheaves).
-pub static HEAP: GlobalSlub = GlobalSlub::new();
+/// The shared pages (pcp over the buddy).
+fn pages() -> &'static pcp::GlobalPcp {
+    GlobalPages.pcp()
+}
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
 /// bytes (every kmalloc class from 16 on is aligned to 16 or more).
 pub const MALLOC_ALIGNMENT: usize = 16;
 
-/// A kmalloc cache of [`HEAP`].
-type Cache = slub::KmemCache<GlobalPages, RseqCpu, 64>;
+mod arena;
+mod caches;
+mod env;
+mod large;
 
-/// The intermediate classes' object sizes: quarter steps between the
-/// kmalloc classes from 1 KiB to 8 KiB (jemalloc's spacing: 4 classes per
-/// doubling), where a power-of-two class wastes up to half of each object
-/// (sqlite's page cache asks for 4.1-4.4 KiB per page: 8 KiB each in
-/// kmalloc-8k, 5 KiB here). Their slabs are of `slub_max_order` 3 at most
-/// (32 KiB: 4 objects of 7 KiB, 25 of 1.25 KiB). Above 8 KiB a slab holds
-/// too few objects to beat the buddy's power-of-two blocks, so those stay
-/// whole pages.
-///
-/// 4608 is an extra step (an eighth): it is the one size between 4 and 5
-/// KiB that fills a 32 KiB slab (7 objects, 512 bytes left), and it serves
-/// what sqlite asks most (measured: a page cache of 4.1-4.5 KiB entries,
-/// 10% less peak RSS than with 5120 alone).
-pub const MID_SIZES: [usize; MID] = [1280, 1536, 1792, 2560, 3072, 3584, 4608, 5120, 6144, 7168];
-/// Their cache names.
-pub const MID_NAMES: [&str; MID] = [
-    "malloc-1280",
-    "malloc-1536",
-    "malloc-1792",
-    "malloc-2560",
-    "malloc-3072",
-    "malloc-3584",
-    "malloc-4608",
-    "malloc-5120",
-    "malloc-6144",
-    "malloc-7168",
-];
-/// How many intermediate classes.
-const MID: usize = 10;
-/// Their kmalloc indexes (after kmalloc's 13): slab tags name them, so
-/// `free` finds the cache from the address as for kmalloc's.
-const MID_BASE: usize = 13;
+/// Rust's allocations in this library (none but a panic's message).
+#[global_allocator]
+static RUST_ALLOC: arena::RustAlloc = arena::RustAlloc;
 
-macro_rules! mid_cache {
-    ($j:expr) => {
-        Cache::new(
-            MID_NAMES[$j],
-            MID_SIZES[$j],
-            8,
-            GlobalSlub::DEFAULT_FLAGS,
-            Geometry::new(64),
-            GlobalPages,
-            RseqCpu::new(),
-        )
-        .with_kmalloc_index(MID_BASE + $j)
-        .with_sheaves(kmalloc_sheaf_capacity(
-            // the kmalloc class above: the same bytes per sheaf
-            kmalloc_index(MID_SIZES[$j]),
-            GlobalSlub::DEFAULT_SHEAVES,
-        ))
-    };
-}
-
-/// The intermediate-class caches (hardened, with sheaves, as
-/// [`HEAP`]'s), over the same pages.
-pub static MIDS: [Cache; MID] = [
-    mid_cache!(0),
-    mid_cache!(1),
-    mid_cache!(2),
-    mid_cache!(3),
-    mid_cache!(4),
-    mid_cache!(5),
-    mid_cache!(6),
-    mid_cache!(7),
-    mid_cache!(8),
-    mid_cache!(9),
-];
-
-/// `MID_CLASS[(size + 255) / 256]`: the intermediate class for a size up
-/// to 7168 bytes (every class is a multiple of 256), or `NONE` where the
-/// kmalloc class is as small.
-const MID_CLASS: [u8; 29] = {
-    let mut t = [NONE; 29];
-    let mut k = 1;
-    while k < 29 {
-        let size = k * 256;
-        let kmalloc = slub::KMALLOC_SIZES[kmalloc_index(size)];
-        let mut j = 0;
-        while j < MID {
-            if MID_SIZES[j] >= size && MID_SIZES[j] < kmalloc {
-                t[k] = j as u8;
-                break;
-            }
-            j += 1;
-        }
-        k += 1;
-    }
-    t
-};
-const NONE: u8 = u8::MAX;
-
-/// The intermediate class for `size`, if it is smaller than the kmalloc
-/// class (1025..=7168 bytes, except sizes kmalloc serves as well).
-#[inline(always)]
-fn mid_class(size: usize) -> Option<usize> {
-    if size <= 1024 || size > 7168 {
-        return None;
-    }
-    match MID_CLASS[size.div_ceil(256)] {
-        NONE => None,
-        j => Some(j as usize),
-    }
-}
+use caches::{cache, NR_CACHES};
+pub use caches::{Cache, MID_NAMES, MID_SIZES};
 
 /// The cache named by a slab tag's kmalloc index (1-based), kmalloc's or
 /// an intermediate one.
 #[inline(always)]
 fn cache_of_index(i: usize) -> Option<&'static Cache> {
-    match i {
-        1..=13 => Some(&HEAP.kmalloc().caches()[i - 1]),
-        14..=23 => Some(&MIDS[i - 1 - MID_BASE]),
-        _ => None,
+    if (1..=NR_CACHES).contains(&i) {
+        Some(cache(i - 1))
+    } else {
+        None
     }
 }
-
-/// Fork handlers of the intermediate caches (as slub's for `GlobalSlub`).
-struct MidFork;
-
-/// The slots a CPU of this machine can use (CPU `c` uses slot `c`; with
-/// more than 64 configured CPUs, all 64): only those are locked around
-/// `fork` (each lock taken costs a copy-on-write fault on its page in the
-/// parent and the child).
-fn fork_slots() -> core::ops::Range<usize> {
-    0..RseqCpu::new().nr_cpus().min(64)
-}
-
-/// `prepare` found the process single-threaded and took no lock.
-static MID_FORK_SKIPPED: AtomicBool = AtomicBool::new(false);
-
-impl ForkLocks for MidFork {
-    fn fork_prepare(&self) {
-        let skip = local_lock::fork::single_threaded();
-        MID_FORK_SKIPPED.store(skip, Ordering::Relaxed);
-        if skip {
-            return;
-        }
-        for c in &MIDS {
-            // SAFETY: RseqCpu locks every slot.
-            unsafe { c.fork_lock(fork_slots()) };
-        }
-    }
-    unsafe fn fork_parent(&self) {
-        if MID_FORK_SKIPPED.load(Ordering::Relaxed) {
-            return;
-        }
-        for c in MIDS.iter().rev() {
-            // SAFETY: taken by `fork_prepare` on this thread.
-            unsafe { c.fork_unlock(fork_slots()) };
-        }
-    }
-    unsafe fn fork_child(&self) {
-        if MID_FORK_SKIPPED.load(Ordering::Relaxed) {
-            return;
-        }
-        for c in MIDS.iter().rev() {
-            // SAFETY: taken by `fork_prepare` on the thread this child
-            // copies.
-            unsafe { c.fork_unlock(fork_slots()) };
-        }
-    }
-}
-
-static MID_FORK: MidFork = MidFork;
 
 /// Whether [`init`] ran.
 static READY: AtomicBool = AtomicBool::new(false);
@@ -239,26 +115,40 @@ static STATS_FD: AtomicI32 = AtomicI32::new(2);
 static STATS_AT_EXIT: AtomicBool = AtomicBool::new(false);
 
 /// One-time set-up, from the library's constructor or the first slow
-/// path (whichever comes first): registers the heap's fork handlers (a
+/// path (whichever comes first): reads the environment
+/// ([`env`](crate::env): nothing allocated), rebuilds the caches it
+/// configures (before their first object), registers the fork handlers (a
 /// `static` of a shared library is not in the main image, so `GlobalSlub`
-/// does not register it by itself). Allocates nothing.
+/// does not register it by itself). Allocates nothing. A second thread
+/// arriving meanwhile waits (the first allocation comes before any
+/// thread in practice).
 #[cold]
 #[inline(never)]
 fn init() {
-    if READY.swap(true, Ordering::AcqRel) {
+    if INIT_STATE
+        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire)
+        .is_err()
+    {
+        while INIT_STATE.load(Ordering::Acquire) != 2 {
+            core::hint::spin_loop();
+        }
         return;
     }
-    HEAP.flush_at_thread_exit();
-    local_lock::fork::register(&MID_FORK, local_lock::fork::level::OBJECTS);
+    let s = env::read();
+    apply_env(&s);
+    // The pages' fork handlers.
+    pages().register_fork();
+    local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
+    INIT_STATE.store(2, Ordering::Release);
+    READY.store(true, Ordering::Release);
 }
 
-/// Reads the environment (from the constructor: the first allocation may
-/// come before libc has set `environ` up).
-fn read_env() {
-    // SAFETY: a NUL-terminated name; getenv does not allocate.
-    let v = unsafe { libc::getenv(c"MM_STATS".as_ptr()) };
-    // SAFETY: getenv's result is null or a NUL-terminated string.
-    if !v.is_null() && unsafe { *v } != 0 && unsafe { *v } != b'0' as libc::c_char {
+/// [`init`]'s progress: 0 not started, 1 running, 2 done.
+static INIT_STATE: AtomicI32 = AtomicI32::new(0);
+
+/// The settings of the environment (see the crate's documentation).
+fn apply_env(s: &env::Settings) {
+    if s[0].is_some_and(|v| !v.bytes().is_empty() && v.bytes() != b"0") {
         // A copy of stderr: programs may close fd 2 at exit (coreutils'
         // `close_stdout`) before the report.
         // SAFETY: dup has no memory preconditions.
@@ -266,11 +156,36 @@ fn read_env() {
         STATS_FD.store(if fd >= 0 { fd } else { 2 }, Ordering::Relaxed);
         STATS_AT_EXIT.store(true, Ordering::Relaxed);
     }
+    let debug = match &s[1] {
+        Some(v) => caches::parse_slub_debug(v.bytes()).flags,
+        None => [slub::SlabFlags::NONE; NR_CACHES],
+    };
+    let sheaves = s[2]
+        .and_then(|v| env::number(v.bytes()))
+        .map_or(GlobalSlub::DEFAULT_SHEAVES, |n| n.min(MAX_SHEAF_CAPACITY));
+    // SAFETY: init runs before the first object, on one thread.
+    unsafe { caches::configure(&debug, sheaves) };
+    if let Some(n) = s[4].and_then(|v| env::number(v.bytes())) {
+        large::MMAP_THRESHOLD.store(n, Ordering::Relaxed);
+    }
+    if s[3].is_some_and(|v| v.bytes() == b"0") {
+        pages().pcp().source().set_decay_paused(true);
+    }
+}
+
+/// The largest `MM_SHEAF_CAPACITY` taken (larger values are cut to it):
+/// a sheaf is one block of `slub_max_order` 3 (32 KiB of entries).
+pub const MAX_SHEAF_CAPACITY: usize = 1024;
+
+/// Errno of the calling thread.
+fn errno() -> c_int {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() }
 }
 
 #[inline(always)]
 fn ensure_init() {
-    if !READY.load(Ordering::Relaxed) {
+    if !READY.load(Ordering::Acquire) {
         init();
     }
 }
@@ -282,7 +197,6 @@ fn ensure_init() {
 static CONSTRUCTOR: extern "C" fn() = {
     extern "C" fn ctor() {
         ensure_init();
-        read_env();
     }
     ctor
 };
@@ -322,25 +236,22 @@ fn claim_thread_slot() {
 fn alloc(size: usize) -> *mut u8 {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
-        let c = match mid_class(size) {
-            Some(j) => &MIDS[j],
-            None => &HEAP.kmalloc().caches()[kmalloc_index(size)],
-        };
-        if let Some(p) = c.alloc_fast::<true>() {
+        let i = caches::class(size);
+        if let Some(p) = cache(i).alloc_fast::<true>() {
             return p.as_ptr();
         }
-        return alloc_object_slow(c, size);
+        return alloc_object_slow(i, size);
     }
     alloc_slow(size, MALLOC_ALIGNMENT)
 }
 
-/// The cache's full allocation (sheaf refill, slab paths).
+/// Cache `i`'s full allocation (sheaf refill, slab paths).
 #[cold]
 #[inline(never)]
-fn alloc_object_slow(c: &Cache, size: usize) -> *mut u8 {
+fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
     ensure_init();
     claim_thread_slot();
-    match c.alloc() {
+    match cache(i).alloc() {
         Some(p) => p.as_ptr(),
         // The caches found no page: what kmalloc can still do.
         None => alloc_slow(size, MALLOC_ALIGNMENT),
@@ -353,10 +264,15 @@ fn alloc_object_slow(c: &Cache, size: usize) -> *mut u8 {
 fn alloc_slow(size: usize, align: usize) -> *mut u8 {
     ensure_init();
     claim_thread_slot();
-    match HEAP.kmalloc().kmalloc(size.max(1), align) {
-        Some(p) => p.as_ptr(),
-        None => ptr::null_mut(),
+    let size = size.max(1);
+    if align > MALLOC_ALIGNMENT && size <= KMALLOC_MAX_CACHE_SIZE {
+        if let Some(i) = caches::class_aligned(size, align) {
+            if let Some(p) = cache(i).alloc() {
+                return p.as_ptr();
+            }
+        }
     }
+    large::alloc(size, align, false)
 }
 
 /// `kzalloc`: small objects are cleared (`size` bytes); large blocks the
@@ -374,10 +290,7 @@ fn zalloc(size: usize) -> *mut u8 {
     }
     ensure_init();
     claim_thread_slot();
-    match HEAP.kmalloc().kzalloc(size, MALLOC_ALIGNMENT) {
-        Some(p) => p.as_ptr(),
-        None => ptr::null_mut(),
-    }
+    large::alloc(size, MALLOC_ALIGNMENT, true)
 }
 
 /// An allocation aligned to `align` (a power of two).
@@ -453,8 +366,9 @@ unsafe fn dealloc_object_slow(c: &Cache, p: NonNull<u8>, what: &str) {
 unsafe fn dealloc_slow(p: *mut u8, what: &str) {
     ensure_init();
     claim_thread_slot();
-    // SAFETY: C's contract; bad input is refused before any change.
-    if let Err(e) = unsafe { HEAP.kmalloc().try_kfree(p) } {
+    // SAFETY: `dealloc` passes a non-null `p`; C's contract; bad input is
+    // refused before any change.
+    if let Err(e) = unsafe { large::free(NonNull::new_unchecked(p)) } {
         bad(what, p, &e)
     }
 }
@@ -465,17 +379,23 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 fn usable(p: *mut u8) -> usize {
     if let Some(b) = GlobalPages.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
-        let i = tag_kmalloc_index(tag);
-        if tag & TAG_KIND == TAG_SLAB && i > MID_BASE {
-            if let Some(c) = cache_of_index(i) {
-                let off = p.addr() - b.head.as_ptr().addr();
-                if off.is_multiple_of(c.object_size()) {
-                    return c.object_size();
-                }
+        if tag & TAG_KIND == TAG_SLAB {
+            let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
+                bad(
+                    "malloc_usable_size",
+                    p,
+                    &"an object of a cache that is not malloc's",
+                )
+            };
+            let l = c.layout();
+            let off = (p.addr() - b.head.as_ptr().addr()).wrapping_sub(l.red_left_pad);
+            if !off.is_multiple_of(l.size) || off / l.size >= usize::from(l.oo.objects) {
+                bad("malloc_usable_size", p, &"not the start of an object")
             }
+            return c.object_size();
         }
     }
-    HEAP.kmalloc().ksize(p)
+    large::size(p).unwrap_or_else(|e| bad("malloc_usable_size", p, &e))
 }
 
 /// `malloc(3)`: at least `size` bytes (a unique pointer for 0), 16-byte
@@ -670,11 +590,11 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
 pub extern "C" fn malloc_trim(_pad: size_t) -> c_int {
     ensure_init();
     claim_thread_slot();
-    for c in &MIDS {
+    for c in caches::all() {
         c.flush_all();
         c.shrink();
     }
-    c_int::from(HEAP.trim() > 0)
+    c_int::from(pages().trim() > 0)
 }
 
 /// glibc's `struct mallinfo2`.
@@ -735,12 +655,12 @@ pub struct Mallinfo {
 #[unsafe(no_mangle)]
 pub extern "C" fn mallinfo2() -> Mallinfo2 {
     ensure_init();
-    let gb = HEAP.pages().pcp().source();
+    let gb = pages().pcp().source();
     let arena = gb.heap_bytes();
-    let b = HEAP.pages().buddy();
+    let b = pages().buddy();
     let free_pages = b.total_free_pages() * page_size();
     let (mut slabs, mut free_objs) = (0, 0);
-    for c in HEAP.kmalloc().caches().iter().chain(&MIDS) {
+    for c in caches::all() {
         let s = c.slabinfo();
         slabs += s.num_slabs;
         free_objs += (s.num_objs - s.active_objs) * s.objsize;
@@ -799,12 +719,17 @@ fn write_stats() {
         "mm-malloc: arena {} in use {} free {} (slab objects {}) slabs {} direct mappings {}",
         m.arena, m.uordblks, m.fordblks, m.fsmblks, m.smblks, m.hblks
     );
-    for c in &MIDS {
+    let _ = writeln!(w, "{}", slub::SlabInfo::HEADER);
+    for c in caches::all() {
         let _ = writeln!(w, "{}", c.slabinfo());
     }
-    let _ = writeln!(w, "{}", HEAP.kmalloc().report());
-    let _ = writeln!(w, "{}", HEAP.pages().pcp().report());
-    let _ = writeln!(w, "{}", HEAP.pages().buddy());
+    let mut st = slub::SlubStats::default();
+    for c in caches::all() {
+        st.merge(&c.stats());
+    }
+    let _ = writeln!(w, "{st}");
+    let _ = writeln!(w, "{}", pages().pcp().report());
+    let _ = writeln!(w, "{}", pages().buddy());
     w.flush();
 }
 
@@ -899,28 +824,4 @@ pub unsafe extern "C" fn __posix_memalign(
 ) -> c_int {
     // SAFETY: C's contract.
     unsafe { posix_memalign(out, align, size) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mid_classes_are_the_smallest_that_fit() {
-        for size in 1..=8192 {
-            let kmalloc = slub::KMALLOC_SIZES[kmalloc_index(size)];
-            match mid_class(size) {
-                Some(j) => {
-                    assert!(MID_SIZES[j] >= size, "{size}");
-                    assert!(MID_SIZES[j] < kmalloc, "{size}");
-                    assert!(j == 0 || MID_SIZES[j - 1] < size || MID_SIZES[j - 1] >= kmalloc);
-                }
-                None => assert!(
-                    MID_SIZES.iter().all(|&m| m < size || m >= kmalloc),
-                    "{size}: an intermediate class would fit better"
-                ),
-            }
-        }
-        assert_eq!(mid_class(4400), Some(6), "sqlite's pages: malloc-4608");
-    }
 }

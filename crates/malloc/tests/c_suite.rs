@@ -196,3 +196,123 @@ fn programs_under_ld_preload_run_on_it() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("kmalloc-64"), "no MM_STATS report: {err}");
 }
+
+/// Compiles `tests/c/NAME.c` (plain C, no header) into the test's
+/// directory.
+fn cc_program(name: &str) -> PathBuf {
+    let exe = tmp(name);
+    let mut c = Command::new("cc");
+    c.args(["-O0", "-w"])
+        .arg(crate_dir().join(format!("tests/c/{name}.c")))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lpthread");
+    let st = c.status().expect("cc");
+    assert!(st.success(), "cc failed: {c:?}");
+    exe
+}
+
+/// `MM_SLUB_DEBUG=Z` (issue #18): a byte written past a 32-byte block is
+/// found in the red zone when the block is freed; the library aborts with
+/// slub's report naming the cache and the block's address. Without the
+/// variable (or with the red zones on another cache only) the program
+/// runs to its end, as under glibc.
+#[test]
+fn slub_debug_red_zone_reports_an_overflow() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("redzone");
+    let go = |debug: Option<&str>| {
+        let mut c = Command::new(&exe);
+        c.env("LD_PRELOAD", &so).env("RUST_BACKTRACE", "0");
+        if let Some(d) = debug {
+            c.env("MM_SLUB_DEBUG", d);
+        }
+        let o = c.output().expect("run");
+        (
+            o.status,
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for quiet in [None, Some("Z,kmalloc-64"), Some("-")] {
+        let (st, out, err) = go(quiet);
+        assert!(
+            st.success() && out.ends_with("done\n"),
+            "{quiet:?}: {st} {out} {err}"
+        );
+    }
+    for loud in ["Z", "FZPU", "z,kmalloc-32", "ZP,kmalloc-*"] {
+        let (st, out, err) = go(Some(loud));
+        let addr = out
+            .strip_prefix("block ")
+            .and_then(|s| s.lines().next())
+            .unwrap_or_else(|| panic!("{loud}: {out}"));
+        assert!(
+            std::os::unix::process::ExitStatusExt::signal(&st) == Some(libc::SIGABRT),
+            "{loud}: {st} {out} {err}"
+        );
+        assert!(!out.contains("done"), "{loud}: {out}");
+        assert!(
+            err.contains(&format!(
+                "slub kmalloc-32: red zone overwritten in object {addr}"
+            )),
+            "{loud}: {err}"
+        );
+    }
+}
+
+/// The whole C suite with every debug flag on every cache
+/// (`MM_SLUB_DEBUG=FZPU`), with other sheaf capacities
+/// (`MM_SHEAF_CAPACITY`: none, and 7 objects) and with direct mappings
+/// from 20,000 bytes on (`MM_MMAP_THRESHOLD`).
+#[test]
+fn c_suite_under_slub_debug_and_sheaf_settings() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = tmp("preload-debug");
+    cc(&exe, &["-lpthread", "-ldl"]);
+    for (k, v) in [
+        ("MM_SLUB_DEBUG", "FZPU"),
+        ("MM_SHEAF_CAPACITY", "0"),
+        ("MM_SHEAF_CAPACITY", "7"),
+        ("MM_MMAP_THRESHOLD", "20000"),
+    ] {
+        run(Command::new(&exe).env("LD_PRELOAD", &so).env(k, v));
+    }
+}
+
+/// Threads whose first contact with the allocator is a `free` that fills
+/// and flushes their CPU's sheaf (`tests/c/remote_free.c`): the per-thread
+/// slot's TLS registration (glibc's nested `calloc`) must not recurse or
+/// deadlock. Under a minute's timeout, 20 rounds of 4 threads.
+#[test]
+fn threads_that_only_free_first() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("remote_free");
+    for sheaves in ["128", "0", "4"] {
+        let o = Command::new("timeout")
+            .arg("120")
+            .arg(&exe)
+            .env("LD_PRELOAD", &so)
+            .env("MM_SHEAF_CAPACITY", sheaves)
+            .output()
+            .expect("run");
+        assert!(
+            o.status.success() && o.stdout == b"ok\n",
+            "{sheaves}: {} {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

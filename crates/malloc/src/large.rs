@@ -1,0 +1,106 @@
+//! Blocks above the largest class: kmalloc's large path (`kmalloc_large`:
+//! a block of whole pages from `GlobalPages` tagged `TAG_LARGE`; beyond
+//! the largest order, a recorded direct mapping), done here over the page
+//! source directly, as slub's `Kmalloc` does it, so the library carries no
+//! `Kmalloc` whose 13 caches would sit unused in its image (what a process
+//! maps and faults in at start is its fixed cost in RSS).
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering;
+
+use buddy::{AllocFlags, Order, PageAlloc};
+use slub::slab::TAG_LARGE;
+use slub::GlobalPages;
+
+/// `get_order`: the smallest order whose block holds `bytes`.
+fn order_for(bytes: usize, page_size: usize) -> usize {
+    let pages = bytes.div_ceil(page_size).max(1);
+    pages.next_power_of_two().trailing_zeros() as usize
+}
+
+/// Requests of at least this many bytes are direct mappings (exact page
+/// counts, unmapped when freed: glibc's `M_MMAP_THRESHOLD`) instead of
+/// power-of-two blocks of the buddy; `MM_MMAP_THRESHOLD` sets it.
+pub static MMAP_THRESHOLD: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(DEFAULT_MMAP_THRESHOLD);
+
+/// [`MMAP_THRESHOLD`]'s default: 256 KiB.
+pub const DEFAULT_MMAP_THRESHOLD: usize = 256 << 10;
+
+#[inline]
+fn mmap_threshold() -> usize {
+    MMAP_THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// `kmalloc_large(size, align)`: null when memory runs out. `zeroed`: a
+/// block the page allocator knows to be zero is not cleared again.
+pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
+    let src = GlobalPages;
+    if size >= mmap_threshold() && align <= src.page_size() {
+        if let Some(p) = src.alloc_direct(size, align) {
+            return p.as_ptr();
+        }
+    }
+    let order = order_for(size.max(align), src.page_size());
+    let Some(order) = u8::try_from(order)
+        .ok()
+        .and_then(Order::new)
+        .filter(|o| *o <= src.max_order())
+    else {
+        // Fresh mappings: zero.
+        return src
+            .alloc_direct(size, align)
+            .map_or(core::ptr::null_mut(), NonNull::as_ptr);
+    };
+    let flags = if zeroed {
+        AllocFlags::ZEROED
+    } else {
+        AllocFlags::NONE
+    };
+    let Some(b) = src.alloc_block(order, flags) else {
+        return core::ptr::null_mut();
+    };
+    b.owner.data().store(size, Ordering::Relaxed);
+    b.owner.tag().store(TAG_LARGE, Ordering::Relaxed);
+    b.page.ptr.as_ptr()
+}
+
+/// Frees a large block or a direct mapping at `p` (not a slab object);
+/// what is wrong with `p` otherwise.
+///
+/// # Safety
+///
+/// `p` is a live allocation of this library, not used afterwards.
+pub unsafe fn free(p: NonNull<u8>) -> Result<(), &'static str> {
+    let src = GlobalPages;
+    let Some(b) = src.block_of(p.as_ptr()) else {
+        // SAFETY: the caller's contract: if it is a direct mapping, it is
+        // one of ours, given back.
+        return match unsafe { src.free_direct(p) } {
+            true => Ok(()),
+            false => Err("not allocated by this library"),
+        };
+    };
+    if b.owner.tag().load(Ordering::Relaxed) != TAG_LARGE {
+        return Err("not the start of an allocation");
+    }
+    if b.head != p {
+        return Err("inside a large block");
+    }
+    b.owner.tag().store(0, Ordering::Relaxed);
+    // SAFETY: a large block we handed out, now returned.
+    unsafe { src.free_block(b.head, b.order) };
+    Ok(())
+}
+
+/// The usable size of a large block or a direct mapping starting at `p`.
+pub fn size(p: *mut u8) -> Result<usize, &'static str> {
+    let src = GlobalPages;
+    match src.block_of(p) {
+        Some(b) if b.owner.tag().load(Ordering::Relaxed) == TAG_LARGE && b.head.as_ptr() == p => {
+            Ok(src.page_size() << b.order.get())
+        }
+        Some(_) => Err("not the start of an allocation"),
+        None => src.direct_size(p).ok_or("not allocated by this library"),
+    }
+}
