@@ -10,7 +10,7 @@
 //! ```text
 //!   Pcp<S: PageSource, L: Platform>            one zone of S's buddy
 //!   ├─ cpus: LocalLock<CpuPages, L>            one slot per CPU
-//!   │    count, high, free_count, flags     (Linux 6.7+ tuning)
+//!   │    count, high, free_count, alloc_factor, flags  (Linux 6.7+)
 //!   │    normal[order 0..=3]  head = hot ... tail = cold
 //!   │    zero[order 0..=3]    known-zero pages, same order
 //!   ├─ batch, high_min, high_max               kernel formulas or set by hand
@@ -33,8 +33,12 @@
 //!   known-zero pages going to the zero list. `ZEROED` requests take the zero
 //!   list first, then a normal page and clear it (outside the locks);
 //!   `ONLY_ZERO` never clears; normal requests use zero pages when the normal
-//!   list is empty. Each allocation halves `free_count`; a refill raises
-//!   the CPU's `high` by a batch (`nr_pcp_alloc`).
+//!   list is empty. Each allocation halves `free_count`. A refill
+//!   (`nr_pcp_alloc`) raises the CPU's `high` by what it asks for; order-0
+//!   refills ask for `batch << alloc_factor` pages, the factor growing with
+//!   each refill while that fits below `high` (at most
+//!   `PCP_BATCH_SCALE_MAX`) and halved by each free; a batch of 1 (lists
+//!   that should not keep pages) refills one block of any order.
 //! * **Free**: checked against the descriptor (owned, head, order, not
 //!   already on a list), pushed at the head (the tail for `COLD`), the zero
 //!   list if freed still zero; `free_count` (pages freed since the last

@@ -254,6 +254,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         // free_unref_page_commit (Linux 6.7+).
         let batch = self.batch.load(Relaxed);
         let pages = &mut **g;
+        // On freeing, reduce the number of pages a refill brings (see
+        // nr_pcp_alloc).
+        pages.alloc_factor >>= 1;
         // As high-order pages can contribute to fragmentation, limit the
         // number stored when this CPU keeps freeing them without
         // allocating (`free_high`); what is left is decayed later.

@@ -177,6 +177,10 @@ pub struct CpuPages {
     /// adds its pages (up to `batch << PCP_BATCH_SCALE_MAX`), each
     /// allocation halves it; a batch free returns about this many pages.
     pub free_count: usize,
+    /// `pcp->alloc_factor` (Linux 6.7+): order-0 refills ask for
+    /// `batch << alloc_factor` pages; each refill raises it while that fits
+    /// below `high` (`nr_pcp_alloc`), each free halves it.
+    pub alloc_factor: u8,
     /// `PCPF_PREV_FREE_HIGH_ORDER` / `PCPF_FREE_HIGH_BATCH` (`pcp->flags`).
     pub flags: u8,
     /// Hot/cold lists, one per order: frees of hot pages and allocations go
@@ -192,6 +196,7 @@ impl ConstInit for CpuPages {
         count: 0,
         high: 0,
         free_count: 0,
+        alloc_factor: 0,
         flags: 0,
         normal: [PageList::EMPTY; NR_PCP_ORDERS],
         zero: [PageList::EMPTY; NR_PCP_ORDERS],
