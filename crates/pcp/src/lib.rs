@@ -44,8 +44,10 @@
 //!   list if freed still zero; `free_count` (pages freed since the last
 //!   allocations) grows. When `count` reaches the CPU's `high`
 //!   (`nr_pcp_high`), `free_count` pages (clamped to `[batch, high - batch]`,
-//!   `nr_pcp_free`) return to the buddy from the cold ends, round-robin over
-//!   the orders, under **one** zone-lock acquisition (`free_pcppages_bulk`).
+//!   `nr_pcp_free`) return to the buddy from the cold ends, the freed
+//!   order's list first, each list drained to empty before the next
+//!   (round-robin over the orders, zero lists last), under **one**
+//!   zone-lock acquisition (`free_pcppages_bulk`).
 //! * **Auto-tuned high** (Linux 6.7+): each CPU's `high` lives in
 //!   `[high_min, high_max]` (`zone_highsize` of the low watermark, and of an
 //!   eighth of the zone, each shared out between the platform's **online**

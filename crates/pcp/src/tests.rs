@@ -17,6 +17,8 @@ use proptest::prelude::*;
 use crate::testing::{fill, o, reads, run_machine, Mem, Op, CPUS, O0, PAGE};
 use crate::{Pcp, PcpStat, Policy};
 
+mod fidelity;
+
 const ALL_POLICIES: [Policy; 3] = [Policy::IrqSafe, Policy::TaskOnly, Policy::Trylock];
 
 #[test]
