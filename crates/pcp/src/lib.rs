@@ -61,8 +61,10 @@
 //!   frees (`PCPF_PREV_FREE_HIGH_ORDER`) free at once (`free_high`). A
 //!   `high` set by hand (`set_batch_high`, the sysctl) fixes
 //!   `high_min == high_max`: no tuning.
-//! * **Drains**: local, one remote CPU (under its lock where the platform
-//!   allows: the locked strategy, as Linux 6.x), all CPUs with pages.
+//! * **Drains**: local, one remote CPU (under its lock: on every platform
+//!   under `Trylock`, whose slots are real per-CPU spin locks as the
+//!   kernel's `pcp->lock` since 6.0; under the other policies where the
+//!   platform allows, the locked strategy), all CPUs with pages.
 //! * **Bulk**: `alloc_bulk` fills an array's empty slots under one hold;
 //!   `free_bulk` frees many under one hold. `prezero(budget)` clears cold
 //!   pages into the zero list (idle loop).
@@ -73,7 +75,7 @@
 //! |---|---|---|
 //! | `IrqSafe` (5.14) | `lock_irqsave` | `lock_irqsave`: uses the lists |
 //! | `TaskOnly` (seed 000) | `lock` (preemption only) | straight to the buddy (zone lock, IRQs saved) |
-//! | `Trylock` (6.2+) | `try_lock` | `try_lock`; fails if it interrupted the holder → buddy |
+//! | `Trylock` (6.2+) | `try_lock_spin` (a real per-CPU spin lock: remote drains on every platform) | `try_lock_spin`; fails if it interrupted the holder → buddy |
 //!
 //! # Lock order
 //!

@@ -94,6 +94,40 @@ fn two_cpus_and_a_remote_drain() {
     });
 }
 
+/// `Trylock` on a pinned platform: its slots are real per-CPU spin locks
+/// (the kernel's `pcp->lock`, Linux 6.0+), so a third CPU drains the two
+/// others' lists under them while they allocate and free (a task that
+/// finds its slot taken by the drain falls back to the buddy).
+#[test]
+fn pinned_trylock_lists_drained_remotely() {
+    run("pinned_trylock_lists_drained_remotely", || {
+        let (p, pcp) = setup(3, Strategy::Pinned, Policy::Trylock);
+        let workers: Vec<_> = (0..2)
+            .map(|cpu| {
+                let (p, pcp) = (p.clone(), pcp.clone());
+                thread::spawn(move || {
+                    p.set_cpu(cpu);
+                    use_page(&pcp, 0x20 + cpu as u8);
+                })
+            })
+            .collect();
+        {
+            let (p, pcp) = (p.clone(), pcp.clone());
+            thread::spawn(move || {
+                p.set_cpu(2);
+                assert!(pcp.drain_cpu(0).is_ok());
+                assert!(pcp.drain_cpu(1).is_ok());
+            })
+            .join()
+            .unwrap();
+        }
+        for w in workers {
+            w.join().unwrap();
+        }
+        all_back(&p, &pcp, 3);
+    });
+}
+
 /// An interrupt on CPU 0 allocates and frees while CPU 0's task does the
 /// same, under `policy` and `strategy`.
 fn interrupt_vs_task(name: &str, strategy: Strategy, policy: Policy) {

@@ -3,7 +3,7 @@
 
 use std::vec::Vec;
 
-use buddy::FreeFlags;
+use buddy::{AllocFlags, FreeFlags};
 use local_lock::test_platform::TestPlatform;
 
 use super::alloc_n;
@@ -44,5 +44,41 @@ fn a_batch_free_drains_the_freed_orders_list_before_the_next() {
     unsafe { pcp.free_bulk(&rest) };
     pcp.check_local();
     pcp.drain_local();
+    assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
+}
+
+#[test]
+fn trylock_drains_other_cpus_lists_on_a_pinned_platform() {
+    // drain_pages(cpu) / drain_all_pages (Linux 6.0+): other CPUs' lists
+    // are drained directly under their `pcp->lock`, a real per-CPU spin
+    // lock, whatever the configuration; `Trylock` takes it with
+    // `spin_trylock`, the drains with `spin_lock`.
+    let m = Mem::new(8, false);
+    let plat = TestPlatform::pinned(CPUS);
+    let pcp = m.pcp(plat, Policy::Trylock);
+    pcp.set_batch_high(Some((4, 1000))).unwrap();
+    for cpu in 1..3 {
+        plat.on_cpu(cpu, || {
+            let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+            // SAFETY: ours, freed once.
+            unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+        });
+    }
+    plat.on_cpu(0, || {
+        assert_eq!(pcp.cpu_lists(1).map(|l| l.count), Some(4));
+        assert_eq!(pcp.prezero_cpu(1, 1), Ok(1));
+        assert_eq!(pcp.decay_pcp_high_cpu(1), Ok(0));
+        assert_eq!(pcp.drain_cpu(1), Ok(4));
+        assert_eq!(pcp.drain_all(), (4, 0), "CPU 2's pages, none refused");
+    });
+    assert_eq!(pcp.total_count(), 0);
+    // The lists still work locally afterwards (the slots were released).
+    plat.on_cpu(1, || {
+        let p = pcp.alloc(O0, AllocFlags::NONE).unwrap();
+        // SAFETY: ours, freed once.
+        unsafe { pcp.free(p.ptr, O0, FreeFlags::NONE) };
+        pcp.check_local();
+        assert_eq!(pcp.drain_local(), 4);
+    });
     assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
 }
