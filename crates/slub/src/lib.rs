@@ -14,8 +14,8 @@
 //!   `min_partial`, the CPU partial limit. The free pointer lives inside a
 //!   free object, in its middle (at word 0 in [`SlabFlags::HARDENED`]
 //!   caches, whose decoded free pointers are all checked: the hot paths
-//!   then need no offset), or after the object with red zones, poisoning
-//!   or a constructor ([`KmemCache::with_ctor`], the kernel's `ctor`: run
+//!   then need no offset), or after the object with poisoning, red zones
+//!   around an object smaller than a word, or a constructor ([`KmemCache::with_ctor`], the kernel's `ctor`: run
 //!   on each object when its slab is made; objects stay constructed across
 //!   free and alloc; hardened caches with one take the slab paths).
 //! * Per CPU (`kmem_cache_cpu`): the CPU slab, its lockless `freelist`, the
