@@ -38,6 +38,8 @@ use crate::stats::{SlubStat, StatCells};
 mod bulk;
 mod debug;
 mod fast;
+#[cfg(test)]
+mod fidelity_tests;
 mod flush;
 mod freeptr;
 pub(crate) mod report;
