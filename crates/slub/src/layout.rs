@@ -58,9 +58,12 @@ impl SlabFlags {
     pub const HARDENED: SlabFlags = SlabFlags(1 << 3);
 
     /// `CONFIG_SLAB_FREELIST_RANDOM` for this cache: a new slab's objects
-    /// are linked in a shuffled order (a per-cache multiplier coprime with
-    /// the object count and a random start per slab), so the next object
-    /// handed out cannot be predicted from the previous one's address.
+    /// are linked in a shuffled order (the cache's random sequence, a
+    /// Fisher-Yates shuffle of a slab's object indices made at first use,
+    /// walked from a random position per slab: `init_cache_random_seq`,
+    /// `shuffle_freelist`), so the next object handed out cannot be
+    /// predicted from the previous one's address. The sequence takes a
+    /// page block of its own until the cache is destroyed.
     pub const RANDOM_FREELIST: SlabFlags = SlabFlags(1 << 4);
 
     /// `SLAB_CONSISTENCY_CHECKS` (`slub_debug=F`): on free, the object must

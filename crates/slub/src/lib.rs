@@ -104,7 +104,8 @@
 //!   free markers; checked free pointers and sheaf entries, see *Bad
 //!   input*; on in [`GlobalSlub`]: 178 instructions per 64 B alloc + free
 //!   pair with sheaves against 175 unhardened, by callgrind) and
-//!   [`SlabFlags::RANDOM_FREELIST`].
+//!   [`SlabFlags::RANDOM_FREELIST`] (the kernel's per-cache Fisher-Yates
+//!   `random_seq`, walked from a random position in each new slab).
 //! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
 //!   [`SlabFlags::RED_ZONE`], [`SlabFlags::POISON`],
 //!   [`SlabFlags::STORE_USER`]. Debug caches take the locked path: every

@@ -127,3 +127,52 @@ fn a_full_main_swaps_with_a_spare_that_has_room() {
     assert_eq!(Sheaf(c.try_lock_cpu().unwrap().main).size(), 2);
     tear_down(c, p, &m);
 }
+
+#[test]
+fn randomised_slabs_follow_the_caches_fisher_yates_sequence() {
+    // init_cache_random_seq / shuffle_freelist: every slab is linked in the
+    // order of one per-cache random permutation (a Fisher-Yates shuffle),
+    // walked from a random position: two slabs are rotations of the same
+    // cycle, whose steps are not one constant stride (an affine
+    // permutation, `(mul * k + start) % n`, would be).
+    let m = Mem::new(4);
+    let p = TestPlatform::pinned(CPUS);
+    let mut c: Cache<'_> =
+        KmemCache::create("random", 64, 8, SlabFlags::RANDOM_FREELIST, &*m.buddy, p).unwrap();
+    let per = c.layout().oo.objects as usize;
+    let size = c.layout().size;
+    let slab = |c: &Cache<'_>| -> (Vec<usize>, Vec<core::ptr::NonNull<u8>>) {
+        let objs: Vec<_> = (0..per).map(|_| c.alloc().unwrap()).collect();
+        let base = objs.iter().map(|o| o.as_ptr() as usize).min().unwrap();
+        let idx = objs
+            .iter()
+            .map(|o| (o.as_ptr() as usize - base) / size)
+            .collect();
+        (idx, objs)
+    };
+    let (a, oa) = slab(&c);
+    let (b, ob) = slab(&c);
+    for idx in [&a, &b] {
+        let mut sorted = idx.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..per).collect::<Vec<_>>(), "a permutation");
+    }
+    let steps: Vec<usize> = a.windows(2).map(|w| (w[1] + per - w[0]) % per).collect();
+    assert!(
+        steps.iter().any(|&s| s != steps[0]),
+        "an affine walk: {a:?}"
+    );
+    let r = b.iter().position(|&i| i == a[0]).unwrap();
+    let rotated: Vec<usize> = b[r..].iter().chain(&b[..r]).copied().collect();
+    assert_eq!(rotated, a, "both slabs walk the cache's one sequence");
+    for o in oa.into_iter().chain(ob) {
+        // SAFETY: allocated above, freed once.
+        unsafe { c.free(o) };
+    }
+    assert_eq!(c.destroy_exclusive(), Ok(()));
+    drop(c);
+    assert!(
+        m.all_free(),
+        "slabs and the sequence's block back in the buddy"
+    );
+}
