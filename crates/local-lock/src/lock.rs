@@ -276,13 +276,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         let pin = self.platform.pin();
         let slot = self.slot(pin);
         let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
-        if slot
-            .state
-            .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_contended(slot, tag);
-        }
+        self.spin_acquire(slot, tag);
         LocalGuard::new(self, pin, slot, IrqState::Saved(flags), false)
     }
 
@@ -294,34 +288,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// word. `None` if `cpu` is not a slot index (`>= N`). The slot must be
     /// a spin slot (see [`try_lock_spin`](Self::try_lock_spin)).
     pub fn lock_remote_spin(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
-        if cpu >= N {
-            return None;
-        }
-        let flags = self.platform.irq_save();
-        let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
-        // Interrupts stay disabled while held (no preemption in a kernel):
-        // no pin of the caller's own CPU is needed, as on the locked
-        // strategy.
-        let pin = self.platform.pin_remote(cpu).unwrap_or(Pin {
-            cpu,
-            strategy: Strategy::Locked,
-            token: 0,
-        });
-        let slot = &self.slots[cpu];
-        if slot
-            .state
-            .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.lock_contended(slot, tag);
-        }
-        Some(LocalGuard::new(
-            self,
-            pin,
-            slot,
-            IrqState::Saved(flags),
-            true,
-        ))
+        self.remote(cpu, true)
     }
 
     #[inline(always)]
@@ -391,6 +358,18 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         )
     }
 
+    /// Takes a slot's word as a spin lock (acquire CAS, then spinning).
+    #[inline(always)]
+    fn spin_acquire(&self, slot: &Slot<T>, tag: usize) {
+        if slot
+            .state
+            .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended(slot, tag);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_contended(&self, slot: &Slot<T>, tag: usize) {
@@ -423,33 +402,41 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// while it is held. `None` if the platform refuses (pinned kernel CPUs,
     /// live per-thread slots) or if `cpu` is not a slot index (`>= N`).
     pub fn lock_remote(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
+        self.remote(cpu, false)
+    }
+
+    /// [`lock_remote`](Self::lock_remote), or with `spin`
+    /// [`lock_remote_spin`](Self::lock_remote_spin).
+    fn remote(&self, cpu: usize, spin: bool) -> Option<LocalGuard<'_, T, P, N>> {
         if cpu >= N {
             return None;
         }
         let flags = self.platform.irq_save();
-        let Some(pin) = self.platform.pin_remote(cpu) else {
-            // SAFETY: restores the save just above.
-            unsafe { self.platform.irq_restore(flags) };
-            return None;
+        let pin = match self.platform.pin_remote(cpu) {
+            Some(pin) => pin,
+            // A spin slot: interrupts stay disabled while held (no
+            // preemption in a kernel), so no pin of the caller's own CPU is
+            // needed, as on the locked strategy.
+            None if spin => Pin {
+                cpu,
+                strategy: Strategy::Locked,
+                token: 0,
+            },
+            None => {
+                // SAFETY: restores the save just above.
+                unsafe { self.platform.irq_restore(flags) };
+                return None;
+            }
         };
         let slot = self.slot(pin);
-        match pin.strategy {
-            Strategy::Pinned => {
-                // The platform gave us exclusive use of the slot.
-                debug_assert_eq!(slot.state.load(Ordering::Relaxed), FREE);
-                slot.state.store(PINNED_HELD, Ordering::Relaxed);
-                compiler_fence(Ordering::SeqCst);
-            }
-            Strategy::Locked => {
-                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
-                if slot
-                    .state
-                    .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
-                    self.lock_contended(slot, tag);
-                }
-            }
+        if pin.strategy == Strategy::Pinned && !spin {
+            // The platform gave us exclusive use of the slot.
+            debug_assert_eq!(slot.state.load(Ordering::Relaxed), FREE);
+            slot.state.store(PINNED_HELD, Ordering::Relaxed);
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+            self.spin_acquire(slot, tag);
         }
         Some(LocalGuard::new(
             self,

@@ -7,7 +7,7 @@ use std::vec::Vec;
 use local_lock::test_platform::TestPlatform;
 
 use super::{Barn, Sheaf};
-use crate::testing::{Cache, Mem, CPUS};
+use crate::testing::{destroy_all_back, Cache, Mem, CPUS};
 use crate::{KmemCache, SlabFlags, SlubStat};
 
 /// A cache of 100-byte objects with sheaves of 4, whose barn holds full
@@ -34,21 +34,6 @@ fn cache_with_a_stocked_barn(m: &Mem) -> (Cache<'_>, TestPlatform) {
     (c, p)
 }
 
-/// Every sheaf and slab back in the buddy.
-fn tear_down(mut c: Cache<'_>, p: TestPlatform, m: &Mem) {
-    for cpu in 0..CPUS {
-        p.set_cpu(cpu);
-        c.flush_local();
-    }
-    p.set_cpu(0);
-    c.shrink();
-    assert_eq!(c.barn_sheaves(), (0, 0));
-    c.validate_exclusive();
-    assert_eq!(c.destroy_exclusive(), Ok(()));
-    drop(c);
-    assert!(m.all_free(), "slabs and sheaves all back in the buddy");
-}
-
 #[test]
 fn barn_replace_empty_sheaf_keeps_our_empty_sheaf_beyond_the_empty_limit() {
     // barn_replace_empty_sheaf: "We ignore the limit on empty sheaves as
@@ -65,7 +50,7 @@ fn barn_replace_empty_sheaf_keeps_our_empty_sheaf_beyond_the_empty_limit() {
     assert_eq!(c.barn_sheaves(), (full - 1, Barn::MAX_EMPTY + 1));
     assert_eq!(c.stats().get(SlubStat::SHEAF_FREE), freed);
     c.retire_sheaf(full_one);
-    tear_down(c, p, &m);
+    destroy_all_back(c, p, &m);
 }
 
 #[test]
@@ -89,7 +74,7 @@ fn with_no_spare_a_full_main_takes_an_empty_sheaf_from_the_barn_first() {
     let d = before.delta(&c.stats());
     assert_eq!(d.get(SlubStat::SHEAF_ALLOC), 0, "{d}");
     assert_eq!(c.barn_sheaves().1, empty - 1);
-    tear_down(c, p, &m);
+    destroy_all_back(c, p, &m);
 }
 
 #[test]
@@ -125,7 +110,7 @@ fn a_full_main_swaps_with_a_spare_that_has_room() {
     assert_eq!(d.get(SlubStat::SHEAF_SWAP), 1, "{d}");
     assert_eq!(d.get(SlubStat::BARN_PUT), 0, "{d}");
     assert_eq!(Sheaf(c.try_lock_cpu().unwrap().main).size(), 2);
-    tear_down(c, p, &m);
+    destroy_all_back(c, p, &m);
 }
 
 #[test]

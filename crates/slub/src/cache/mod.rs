@@ -38,7 +38,7 @@ use crate::stats::{SlubStat, StatCells};
 mod bulk;
 mod debug;
 mod fast;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod fidelity_tests;
 mod flush;
 mod freeptr;
