@@ -12,7 +12,7 @@
 //! over the difference of the pages (`N * rounds`) is the cost of one page
 //! (alloc + free), without the start-up. Allocators: `buddy`
 //! (`Buddy<Kernel<UserHooks>>` directly), `pcp-irqsafe`, `pcp-taskonly`,
-//! `pcp-perthread` (pcp over that buddy), `bsa` (`buddy_system_allocator`),
+//! `pcp-trylock`, `pcp-perthread` (pcp over that buddy), `bsa` (`buddy_system_allocator`),
 //! `rpmalloc`. The first round is not timed apart: it warms the
 //! allocator up (run both lengths with at least one round more than the
 //! shorter one's).
@@ -55,6 +55,11 @@ fn main() {
         ),
         "pcp-taskonly" => churn(
             &kernel_pcp(&Arena::new(ARENA_BYTES, true), Policy::TaskOnly),
+            n,
+            rounds,
+        ),
+        "pcp-trylock" => churn(
+            &kernel_pcp(&Arena::new(ARENA_BYTES, true), Policy::Trylock),
             n,
             rounds,
         ),

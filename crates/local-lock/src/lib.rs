@@ -27,6 +27,7 @@
 //! | `try_lock()` | fails if the slot is held (an interrupt handler found its task inside) | fails if the lock is held |
 //! | remote access ([`LocalLock::lock_remote`]) | refused while the owner may run (per-thread: allowed once the thread has exited) | locks the target slot directly, as Linux 6.x pcp drains do |
 //! | atomic RMW on the fast path | none | one CAS to lock, one store to unlock |
+//! | spin slots (`try_lock_spin`, `lock_irqsave_spin`, [`LocalLock::lock_remote_spin`]) | a real per-CPU spin lock (acquire CAS) that other CPUs take directly: the kernel's `pcp->lock` (Linux 6.0+) | as the locked strategy |
 //!
 //! # Nesting rules (lock order)
 //!

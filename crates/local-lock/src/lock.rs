@@ -237,6 +237,60 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         g
     }
 
+    /// `spin_trylock(&pcp->lock)` (Linux 6.0+): [`try_lock`](Self::try_lock)
+    /// for slots that are real per-CPU spin locks on every strategy: on a
+    /// pinned platform the slot word is taken with an acquiring CAS (not a
+    /// plain store), so [`lock_remote_spin`](Self::lock_remote_spin) can take
+    /// it from another CPU. A slot must be taken only through the `_spin`
+    /// methods (or only through the others) for its whole life.
+    #[inline]
+    pub fn try_lock_spin(&self) -> Option<LocalGuard<'_, T, P, N>> {
+        let pin = self.platform.pin();
+        let slot = self.slot(pin);
+        let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
+        if slot
+            .state
+            .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            Some(LocalGuard::new(self, pin, slot, IrqState::None, false))
+        } else {
+            // SAFETY: undoes the pin just taken.
+            unsafe { self.platform.unpin(pin) };
+            None
+        }
+    }
+
+    /// `spin_lock_irqsave(&pcp->lock)` on this CPU's slot: the spin-lock
+    /// flavour of [`lock_irqsave`](Self::lock_irqsave) (see
+    /// [`try_lock_spin`](Self::try_lock_spin)); waits while another CPU
+    /// holds the slot remotely.
+    ///
+    /// # Panics
+    ///
+    /// If an interrupt handler wants the slot held by the task it
+    /// interrupted (a deadlock).
+    #[inline]
+    pub fn lock_irqsave_spin(&self) -> LocalGuard<'_, T, P, N> {
+        let flags = self.platform.irq_save();
+        let pin = self.platform.pin();
+        let slot = self.slot(pin);
+        let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
+        self.spin_acquire(slot, tag);
+        LocalGuard::new(self, pin, slot, IrqState::Saved(flags), false)
+    }
+
+    /// `spin_lock_irqsave(&per_cpu_ptr(pcp, cpu)->lock)`: another CPU's slot
+    /// on every platform, for drains (Linux 6.0+ drains remote lists under
+    /// their lock). Where the platform grants remote access
+    /// ([`Platform::pin_remote`]) it is used; otherwise (a pinned platform)
+    /// the caller stays pinned to its own CPU and spins on `cpu`'s slot
+    /// word. `None` if `cpu` is not a slot index (`>= N`). The slot must be
+    /// a spin slot (see [`try_lock_spin`](Self::try_lock_spin)).
+    pub fn lock_remote_spin(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
+        self.remote(cpu, true)
+    }
+
     #[inline(always)]
     fn acquire(&self, irq: IrqState) -> LocalGuard<'_, T, P, N> {
         let pin = self.platform.pin();
@@ -304,6 +358,18 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
         )
     }
 
+    /// Takes a slot's word as a spin lock (acquire CAS, then spinning).
+    #[inline(always)]
+    fn spin_acquire(&self, slot: &Slot<T>, tag: usize) {
+        if slot
+            .state
+            .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended(slot, tag);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn lock_contended(&self, slot: &Slot<T>, tag: usize) {
@@ -336,33 +402,41 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// while it is held. `None` if the platform refuses (pinned kernel CPUs,
     /// live per-thread slots) or if `cpu` is not a slot index (`>= N`).
     pub fn lock_remote(&self, cpu: usize) -> Option<LocalGuard<'_, T, P, N>> {
+        self.remote(cpu, false)
+    }
+
+    /// [`lock_remote`](Self::lock_remote), or with `spin`
+    /// [`lock_remote_spin`](Self::lock_remote_spin).
+    fn remote(&self, cpu: usize, spin: bool) -> Option<LocalGuard<'_, T, P, N>> {
         if cpu >= N {
             return None;
         }
         let flags = self.platform.irq_save();
-        let Some(pin) = self.platform.pin_remote(cpu) else {
-            // SAFETY: restores the save just above.
-            unsafe { self.platform.irq_restore(flags) };
-            return None;
+        let pin = match self.platform.pin_remote(cpu) {
+            Some(pin) => pin,
+            // A spin slot: interrupts stay disabled while held (no
+            // preemption in a kernel), so no pin of the caller's own CPU is
+            // needed, as on the locked strategy.
+            None if spin => Pin {
+                cpu,
+                strategy: Strategy::Locked,
+                token: 0,
+            },
+            None => {
+                // SAFETY: restores the save just above.
+                unsafe { self.platform.irq_restore(flags) };
+                return None;
+            }
         };
         let slot = self.slot(pin);
-        match pin.strategy {
-            Strategy::Pinned => {
-                // The platform gave us exclusive use of the slot.
-                debug_assert_eq!(slot.state.load(Ordering::Relaxed), FREE);
-                slot.state.store(PINNED_HELD, Ordering::Relaxed);
-                compiler_fence(Ordering::SeqCst);
-            }
-            Strategy::Locked => {
-                let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
-                if slot
-                    .state
-                    .compare_exchange(FREE, tag, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
-                    self.lock_contended(slot, tag);
-                }
-            }
+        if pin.strategy == Strategy::Pinned && !spin {
+            // The platform gave us exclusive use of the slot.
+            debug_assert_eq!(slot.state.load(Ordering::Relaxed), FREE);
+            slot.state.store(PINNED_HELD, Ordering::Relaxed);
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            let tag = locked_tag(self.platform.current_cpu(), self.platform.in_interrupt());
+            self.spin_acquire(slot, tag);
         }
         Some(LocalGuard::new(
             self,
@@ -522,13 +596,14 @@ impl<T, P: Platform, const N: usize> LocalGuard<'_, T, P, N> {
         // SAFETY: `ptr` is not used after this point.
         unsafe { ManuallyDrop::drop(&mut self.ptr) };
         let platform = &self.lock.platform;
-        match self.pin.strategy {
-            Strategy::Pinned => {
-                compiler_fence(Ordering::SeqCst);
-                self.slot.state.store(FREE, Ordering::Relaxed);
-            }
-            Strategy::Locked => self.slot.state.store(FREE, Ordering::Release),
-        }
+        // A releasing store on both strategies: a pinned slot may be a spin
+        // slot that another CPU takes (`lock_remote_spin`), and one code
+        // path for both keeps a guard whose acquisition flavour is chosen
+        // at run time (pcp's policies) free of a branch here. On x86 it is
+        // the plain store the pinned strategy needs anyway; the compiler
+        // fence orders it against this CPU's interrupt handlers.
+        compiler_fence(Ordering::SeqCst);
+        self.slot.state.store(FREE, Ordering::Release);
         // SAFETY: the pin was taken by this guard's constructor, in this
         // context; guards are !Send so we are still on that CPU.
         unsafe {

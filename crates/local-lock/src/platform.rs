@@ -278,7 +278,10 @@ pub unsafe trait Platform: Sync {
     ///
     /// # Safety
     ///
-    /// `pin` comes from `pin_remote` on this platform and is released once.
+    /// `pin` comes from `pin_remote` on this platform and is released once;
+    /// or it is `Pin { cpu, strategy: Locked, token: 0 }`, which
+    /// implementations must ignore: a spin slot taken where `pin_remote`
+    /// refused ([`LocalLock::lock_remote_spin`](crate::LocalLock::lock_remote_spin)).
     unsafe fn unpin_remote(&self, pin: Pin) {
         let _ = pin;
     }

@@ -552,3 +552,19 @@ fn generic_this_cpu_sheaf_ops_use_the_pinned_cpus_record() {
     assert!(!this_cpu!(l.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)));
     assert_eq!(this_cpu!(l.this_cpu_xchg(s, SheafWord::Spare, 0)), None);
 }
+
+#[test]
+fn spin_slots_are_taken_remotely_on_every_strategy() {
+    // The kernel's pcp->lock (Linux 6.0+): a per-CPU spin lock that other
+    // CPUs take to drain, pinned platform or not.
+    for p in both() {
+        let l: LocalLock<u32, TestPlatform> = LocalLock::new_with(p, |_| 0);
+        p.on_cpu(1, || *l.try_lock_spin().unwrap() = 5);
+        let g = p.on_cpu(0, || l.lock_remote_spin(1)).unwrap();
+        assert_eq!((g.cpu(), *g), (1, 5));
+        drop(g);
+        assert_eq!(p.preempt_count(), 0);
+        p.on_cpu(1, || assert_eq!(*l.lock_irqsave_spin(), 5));
+        assert!(p.on_cpu(0, || l.lock_remote_spin(64)).is_none());
+    }
+}

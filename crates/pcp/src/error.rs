@@ -91,7 +91,9 @@ impl fmt::Display for BatchHighError {
 
 impl core::error::Error for BatchHighError {}
 
-/// Why a drain of a CPU did not happen.
+/// Why a drain of a CPU did not happen. Only under `IrqSafe` and
+/// `TaskOnly`: `Trylock`'s lists are behind real per-CPU spin locks that
+/// any CPU takes (Linux 6.0+).
 ///
 /// ```
 /// use buddy::{AllocFlags, FreeFlags, Order};
@@ -101,7 +103,7 @@ impl core::error::Error for BatchHighError {}
 /// # // 1 MiB of zeroed memory, declared first: it outlives the allocator.
 /// # let mut mem = vec![0u8; 1 << 20];
 /// # // A 1 MiB buddy and per-thread lists over it (batch 8, high 32), as in
-/// # // `Pcp`'s example.
+/// # // `Pcp`'s example, under `IrqSafe`.
 /// # let heap = buddy::Buddy::new(
 /// #     local_lock::std_platform::StdCpu,
 /// #     buddy::Config::new(4096, 4).with_tunables(buddy::Tunables::NO_MIN),
@@ -112,7 +114,7 @@ impl core::error::Error for BatchHighError {}
 /// #     &heap,
 /// #     buddy::ZoneId::new(0),
 /// #     local_lock::std_platform::PerThread,
-/// #     pcp::Policy::Trylock,
+/// #     pcp::Policy::IrqSafe,
 /// #     Some((8, 32)),
 /// # );
 /// let (slot_tx, slot_rx) = mpsc::channel();
@@ -139,7 +141,8 @@ impl core::error::Error for BatchHighError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DrainError {
     /// The platform does not let this CPU touch that CPU's lists (pinned
-    /// kernel CPUs, live per-thread slots): drain it on that CPU.
+    /// kernel CPUs, live per-thread slots, under `IrqSafe` or `TaskOnly`):
+    /// drain it on that CPU.
     NotAllowed,
 }
 

@@ -10,7 +10,7 @@
 //! ```text
 //!   Pcp<S: PageSource, L: Platform>            one zone of S's buddy
 //!   ├─ cpus: LocalLock<CpuPages, L>            one slot per CPU
-//!   │    count, high, free_count, flags     (Linux 6.7+ tuning)
+//!   │    count, high, free_count, alloc_factor, flags  (Linux 6.7+)
 //!   │    normal[order 0..=3]  head = hot ... tail = cold
 //!   │    zero[order 0..=3]    known-zero pages, same order
 //!   ├─ batch, high_min, high_max               kernel formulas or set by hand
@@ -33,15 +33,21 @@
 //!   known-zero pages going to the zero list. `ZEROED` requests take the zero
 //!   list first, then a normal page and clear it (outside the locks);
 //!   `ONLY_ZERO` never clears; normal requests use zero pages when the normal
-//!   list is empty. Each allocation halves `free_count`; a refill raises
-//!   the CPU's `high` by a batch (`nr_pcp_alloc`).
+//!   list is empty. Each allocation halves `free_count`. A refill
+//!   (`nr_pcp_alloc`) raises the CPU's `high` by what it asks for; order-0
+//!   refills ask for `batch << alloc_factor` pages, the factor growing with
+//!   each refill while that fits below `high` (at most
+//!   `PCP_BATCH_SCALE_MAX`) and halved by each free; a batch of 1 (lists
+//!   that should not keep pages) refills one block of any order.
 //! * **Free**: checked against the descriptor (owned, head, order, not
 //!   already on a list), pushed at the head (the tail for `COLD`), the zero
 //!   list if freed still zero; `free_count` (pages freed since the last
 //!   allocations) grows. When `count` reaches the CPU's `high`
 //!   (`nr_pcp_high`), `free_count` pages (clamped to `[batch, high - batch]`,
-//!   `nr_pcp_free`) return to the buddy from the cold ends, round-robin over
-//!   the orders, under **one** zone-lock acquisition (`free_pcppages_bulk`).
+//!   `nr_pcp_free`) return to the buddy from the cold ends, the freed
+//!   order's list first, each list drained to empty before the next
+//!   (round-robin over the orders, zero lists last), under **one**
+//!   zone-lock acquisition (`free_pcppages_bulk`).
 //! * **Auto-tuned high** (Linux 6.7+): each CPU's `high` lives in
 //!   `[high_min, high_max]` (`zone_highsize` of the low watermark, and of an
 //!   eighth of the zone, each shared out between the platform's **online**
@@ -55,8 +61,10 @@
 //!   frees (`PCPF_PREV_FREE_HIGH_ORDER`) free at once (`free_high`). A
 //!   `high` set by hand (`set_batch_high`, the sysctl) fixes
 //!   `high_min == high_max`: no tuning.
-//! * **Drains**: local, one remote CPU (under its lock where the platform
-//!   allows: the locked strategy, as Linux 6.x), all CPUs with pages.
+//! * **Drains**: local, one remote CPU (under its lock: on every platform
+//!   under `Trylock`, whose slots are real per-CPU spin locks as the
+//!   kernel's `pcp->lock` since 6.0; under the other policies where the
+//!   platform allows, the locked strategy), all CPUs with pages.
 //! * **Bulk**: `alloc_bulk` fills an array's empty slots under one hold;
 //!   `free_bulk` frees many under one hold. `prezero(budget)` clears cold
 //!   pages into the zero list (idle loop).
@@ -67,7 +75,7 @@
 //! |---|---|---|
 //! | `IrqSafe` (5.14) | `lock_irqsave` | `lock_irqsave`: uses the lists |
 //! | `TaskOnly` (seed 000) | `lock` (preemption only) | straight to the buddy (zone lock, IRQs saved) |
-//! | `Trylock` (6.2+) | `try_lock` | `try_lock`; fails if it interrupted the holder → buddy |
+//! | `Trylock` (6.2+) | `try_lock_spin` (a real per-CPU spin lock: remote drains on every platform) | `try_lock_spin`; fails if it interrupted the holder → buddy |
 //!
 //! # Lock order
 //!

@@ -192,15 +192,68 @@ fn min(a: usize, b: usize) -> usize {
     }
 }
 
-/// Pages to refill for an order: `batch` pages for order 0, otherwise
-/// `max(batch >> order, 2)` blocks (kernel: `nr_pcp_alloc`).
+/// Blocks to refill for an order from a page count `batch` (the tail of the
+/// kernel's `nr_pcp_alloc`): `max(batch >> order, 2)` blocks when `batch > 1`;
+/// a batch of 1 (a small zone, a boot pageset: lists that should not keep
+/// pages) stays 1 block (`if (batch > 1) batch = max(batch >> order, 2)`).
 pub const fn refill_blocks(batch: usize, order: u8) -> usize {
+    if batch <= 1 {
+        return batch;
+    }
     let b = batch >> order;
     if b < 2 {
         2
     } else {
         b
     }
+}
+
+/// `nr_pcp_alloc` (Linux 6.7+): how many blocks of `order` a refill of a
+/// CPU's empty list asks the buddy for, updating the CPU's tuned `*high`
+/// and `*alloc_factor`. `*high` is clamped to `[high_min, high_max]`; below
+/// `batch` the lists are disabled (1 block). Order 0 asks for
+/// `batch << alloc_factor` pages, higher orders for `batch`; with a tuned
+/// range `*high` grows by that many pages (up to `high_max`: a larger `high`
+/// would have spared the zone). For order 0 the request is capped at
+/// `max_nr_alloc = max(high - count - batch, batch)`, and `alloc_factor`
+/// (reset by halving on every free) grows only while the scaled batch fits
+/// in it (`batch << alloc_factor <= max_nr_alloc`), at most to
+/// [`PCP_BATCH_SCALE_MAX`]: consecutive refills without frees double, but
+/// never past what `high` can hold. (The kernel's `ZONE_BELOW_HIGH` test
+/// needs the zone's watermark flags, which this crate does not have.)
+#[inline]
+pub fn nr_pcp_alloc(
+    high: &mut usize,
+    alloc_factor: &mut u8,
+    count: usize,
+    base_batch: usize,
+    high_min: usize,
+    high_max: usize,
+    order: u8,
+) -> usize {
+    let mut h = clamp(*high, high_min, high_max);
+    *high = h;
+    // PCP disabled or boot pageset.
+    if h < base_batch {
+        return 1;
+    }
+    let mut batch = if order != 0 {
+        base_batch
+    } else {
+        base_batch << *alloc_factor
+    };
+    if high_min != high_max {
+        h = min(h + batch, high_max);
+        *high = h;
+    }
+    if order == 0 {
+        let max_nr_alloc = max(h.saturating_sub(count + base_batch), base_batch);
+        if batch <= max_nr_alloc && u32::from(*alloc_factor) < PCP_BATCH_SCALE_MAX {
+            *alloc_factor += 1;
+        }
+        batch = min(batch, max_nr_alloc);
+    }
+    refill_blocks(batch, order)
 }
 
 /// The most pages one CPU's lists may hold (`high`): 2^20 (4 GiB of 4 KiB
@@ -330,5 +383,43 @@ mod tests {
         assert_eq!(refill_blocks(63, 0), 63);
         assert_eq!(refill_blocks(63, 3), 7);
         assert_eq!(refill_blocks(3, 3), 2);
+    }
+
+    #[test]
+    fn refill_of_a_one_page_batch_stays_one_block() {
+        // nr_pcp_alloc: `if (batch > 1) batch = max(batch >> order, 2)`.
+        for order in 0..=PAGE_ALLOC_COSTLY_ORDER {
+            assert_eq!(refill_blocks(1, order), 1, "order {order}");
+        }
+        assert_eq!(refill_blocks(2, 3), 2);
+    }
+
+    #[test]
+    fn alloc_factor_grows_only_while_the_scaled_batch_fits_below_high() {
+        // nr_pcp_alloc (Linux 6.7+), high fixed at 64 (high_min == high_max),
+        // batch 8, lists emptied between refills: 8, 16, 32 pages, then the
+        // next doubling (64) exceeds max_nr_alloc = 64 - 0 - 8 = 56, so the
+        // factor stops at 3 (not PCP_BATCH_SCALE_MAX) and refills are capped.
+        let (mut high, mut factor) = (64, 0u8);
+        let sizes: [usize; 5] =
+            core::array::from_fn(|_| nr_pcp_alloc(&mut high, &mut factor, 0, 8, 64, 64, 0));
+        assert_eq!(sizes, [8, 16, 32, 56, 56]);
+        assert_eq!(factor, 3);
+        // A fuller list leaves less room: max(64 - 40 - 8, 8) = 16.
+        let mut factor = 1;
+        assert_eq!(nr_pcp_alloc(&mut high, &mut factor, 40, 8, 64, 64, 0), 16);
+        assert_eq!(factor, 2);
+        // A high range large enough: the factor caps at PCP_BATCH_SCALE_MAX.
+        let (mut high, mut factor) = (0, 0u8);
+        for _ in 0..10 {
+            nr_pcp_alloc(&mut high, &mut factor, 0, 8, 64, 1 << 16, 0);
+        }
+        assert_eq!(u32::from(factor), PCP_BATCH_SCALE_MAX);
+        // Higher orders neither scale nor grow the factor.
+        let mut factor = 2;
+        assert_eq!(nr_pcp_alloc(&mut high, &mut factor, 0, 8, 64, 64, 3), 2);
+        assert_eq!(factor, 2);
+        // Disabled lists (high < batch): one block.
+        assert_eq!(nr_pcp_alloc(&mut 0, &mut 0, 0, 8, 0, 0, 0), 1);
     }
 }

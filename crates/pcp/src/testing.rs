@@ -178,8 +178,8 @@ pub enum Op {
         n: usize,
     },
     /// `decay_pcp_high` of `cpu`'s lists, run from CPU `from` (remotely on a
-    /// locked platform: a high that moves under another CPU; on `cpu`
-    /// itself on a pinned one).
+    /// locked platform or under `Trylock`: a high that moves under another
+    /// CPU; otherwise on `cpu` itself on a pinned one).
     Decay {
         cpu: usize,
         from: usize,
@@ -218,6 +218,9 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
         TestPlatform::pinned(CPUS)
     };
     let pcp = m.pcp(plat, policy);
+    // Remote access to another CPU's lists: on a locked platform, and under
+    // `Trylock` (a real per-CPU spin lock, Linux 6.0+) on every platform.
+    let remote = locked || policy == Policy::Trylock;
     pcp.set_batch_high(Some((5, 20))).unwrap();
     let mut live: Vec<Live> = Vec::new();
     let mut model: BTreeMap<usize, usize> = BTreeMap::new(); // start -> end
@@ -330,7 +333,7 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
                 assert_eq!(m.buddy.trim_with(|_, _| true), 0, "nothing left");
             }
             Op::DrainAll => {
-                if locked {
+                if remote {
                     pcp.drain_all();
                 } else {
                     for cpu in 0..CPUS {
@@ -344,7 +347,7 @@ pub fn run_machine(policy: Policy, locked: bool, ops: &[Op]) {
             }
             Op::Decay { cpu, from } => {
                 let r = plat.on_cpu(from, || pcp.decay_pcp_high_cpu(cpu));
-                if locked || cpu == from {
+                if remote || cpu == from {
                     r.expect("decay refused");
                 } else {
                     assert!(r.is_err(), "remote decay on a pinned platform");

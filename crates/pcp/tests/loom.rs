@@ -62,12 +62,11 @@ fn all_back(p: &LoomPlatform, pcp: &LoomPcp, cpus: usize) {
     b.check_invariants();
 }
 
-/// Two CPUs allocate and free while a third drains both remotely (locked
-/// strategy: Linux 6.x drains under the target's pcp lock).
-#[test]
-fn two_cpus_and_a_remote_drain() {
-    run("two_cpus_and_a_remote_drain", || {
-        let (p, pcp) = setup(3, Strategy::Locked, Policy::IrqSafe);
+/// Two CPUs allocate and free while a third drains both remotely, under
+/// `policy` and `strategy` (the drains must be allowed).
+fn two_cpus_and_a_remote_drainer(name: &str, strategy: Strategy, policy: Policy) {
+    run(name, move || {
+        let (p, pcp) = setup(3, strategy, policy);
         let workers: Vec<_> = (0..2)
             .map(|cpu| {
                 let (p, pcp) = (p.clone(), pcp.clone());
@@ -81,8 +80,9 @@ fn two_cpus_and_a_remote_drain() {
             let (p, pcp) = (p.clone(), pcp.clone());
             thread::spawn(move || {
                 p.set_cpu(2);
-                let _ = pcp.drain_cpu(0);
-                let _ = pcp.drain_cpu(1);
+                for cpu in 0..2 {
+                    assert!(pcp.drain_cpu(cpu).is_ok());
+                }
             })
             .join()
             .unwrap();
@@ -92,6 +92,29 @@ fn two_cpus_and_a_remote_drain() {
         }
         all_back(&p, &pcp, 3);
     });
+}
+
+/// Locked strategy: Linux 6.x drains under the target's pcp lock.
+#[test]
+fn two_cpus_and_a_remote_drain() {
+    two_cpus_and_a_remote_drainer(
+        "two_cpus_and_a_remote_drain",
+        Strategy::Locked,
+        Policy::IrqSafe,
+    );
+}
+
+/// `Trylock` on a pinned platform: its slots are real per-CPU spin locks
+/// (the kernel's `pcp->lock`, Linux 6.0+), so a third CPU drains the two
+/// others' lists under them while they allocate and free (a task that
+/// finds its slot taken by the drain falls back to the buddy).
+#[test]
+fn pinned_trylock_lists_drained_remotely() {
+    two_cpus_and_a_remote_drainer(
+        "pinned_trylock_lists_drained_remotely",
+        Strategy::Pinned,
+        Policy::Trylock,
+    );
 }
 
 /// An interrupt on CPU 0 allocates and frees while CPU 0's task does the

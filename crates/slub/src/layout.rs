@@ -58,9 +58,12 @@ impl SlabFlags {
     pub const HARDENED: SlabFlags = SlabFlags(1 << 3);
 
     /// `CONFIG_SLAB_FREELIST_RANDOM` for this cache: a new slab's objects
-    /// are linked in a shuffled order (a per-cache multiplier coprime with
-    /// the object count and a random start per slab), so the next object
-    /// handed out cannot be predicted from the previous one's address.
+    /// are linked in a shuffled order (the cache's random sequence, a
+    /// Fisher-Yates shuffle of a slab's object indices made at first use,
+    /// walked from a random position per slab: `init_cache_random_seq`,
+    /// `shuffle_freelist`), so the next object handed out cannot be
+    /// predicted from the previous one's address. The sequence takes a
+    /// page block of its own until the cache is destroyed.
     pub const RANDOM_FREELIST: SlabFlags = SlabFlags(1 << 4);
 
     /// `SLAB_CONSISTENCY_CHECKS` (`slub_debug=F`): on free, the object must
@@ -438,12 +441,13 @@ pub const fn calculate_layout_ctor(
     }
     // The free pointer sits inside the object, in the middle (away from
     // small overflows of the neighbour), word aligned; after the object (and
-    // its red zone) when poisoning or red zoning need the whole object, or
-    // a constructor's state must survive the free.
+    // its red zone) when poisoning needs the whole object, a constructor's
+    // state must survive the free, or a red-zoned object is smaller than a
+    // word (calculate_sizes: red zoning alone keeps it inside).
     let align = calculate_alignment(flags, align, object_size);
     let mut size = align_up(object_size, WORD);
     if flags.contains(SlabFlags::RED_ZONE) && size == object_size {
-        // Room for the right red zone.
+        // Room for the right red zone: the kernel's padding word.
         size += WORD;
     }
     let inuse = size;
@@ -457,7 +461,10 @@ pub const fn calculate_layout_ctor(
     } else {
         0
     };
-    if flags.contains(SlabFlags::POISON) || flags.contains(SlabFlags::RED_ZONE) || ctor {
+    if flags.contains(SlabFlags::POISON)
+        || ctor
+        || (flags.contains(SlabFlags::RED_ZONE) && object_size < WORD)
+    {
         offset = size;
         size += WORD;
     }
@@ -612,6 +619,27 @@ mod tests {
         assert_eq!(l.size, 8 + 80 + 48);
         let l = calculate_layout(20, 8, SlabFlags::POISON, &g).unwrap();
         assert_eq!((l.red_left_pad, l.inuse, l.offset, l.size), (0, 24, 24, 32));
+    }
+
+    #[test]
+    fn red_zone_alone_keeps_the_free_pointer_inside_the_object() {
+        // calculate_sizes: SLAB_RED_ZONE moves the free pointer after the
+        // object only when the object is smaller than a word; the padding
+        // word that makes room for the right red zone stays.
+        let g = Geometry::new(4);
+        let l = calculate_layout(64, 8, SlabFlags::RED_ZONE, &g).unwrap();
+        // [8 left red zone][64 object, free pointer at 32][8 right red zone]
+        assert_eq!((l.red_left_pad, l.inuse, l.offset), (8, 72, 8 + 32));
+        assert_eq!((l.track_offset, l.size), (72, 8 + 72));
+        // Not a multiple of a word: the rounding is the right red zone.
+        let l = calculate_layout(20, 8, SlabFlags::RED_ZONE, &g).unwrap();
+        assert_eq!((l.inuse, l.offset, l.size), (24, 8 + 8, 8 + 24));
+        // Hardened: inside, at word 0.
+        let f = SlabFlags::RED_ZONE.union(SlabFlags::HARDENED);
+        assert_eq!(calculate_layout(64, 8, f, &g).unwrap().offset, 8);
+        // Smaller than a word: after the object and its red zone.
+        let l = calculate_layout(4, 4, SlabFlags::RED_ZONE, &g).unwrap();
+        assert_eq!((l.inuse, l.offset, l.size), (8, 8 + 8, 8 + 16));
     }
 
     #[test]

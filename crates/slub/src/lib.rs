@@ -14,8 +14,8 @@
 //!   `min_partial`, the CPU partial limit. The free pointer lives inside a
 //!   free object, in its middle (at word 0 in [`SlabFlags::HARDENED`]
 //!   caches, whose decoded free pointers are all checked: the hot paths
-//!   then need no offset), or after the object with red zones, poisoning
-//!   or a constructor ([`KmemCache::with_ctor`], the kernel's `ctor`: run
+//!   then need no offset), or after the object with poisoning, red zones
+//!   around an object smaller than a word, or a constructor ([`KmemCache::with_ctor`], the kernel's `ctor`: run
 //!   on each object when its slab is made; objects stay constructed across
 //!   free and alloc; hardened caches with one take the slab paths).
 //! * Per CPU (`kmem_cache_cpu`): the CPU slab, its lockless `freelist`, the
@@ -104,7 +104,8 @@
 //!   free markers; checked free pointers and sheaf entries, see *Bad
 //!   input*; on in [`GlobalSlub`]: 178 instructions per 64 B alloc + free
 //!   pair with sheaves against 175 unhardened, by callgrind) and
-//!   [`SlabFlags::RANDOM_FREELIST`].
+//!   [`SlabFlags::RANDOM_FREELIST`] (the kernel's per-cache Fisher-Yates
+//!   `random_seq`, walked from a random position in each new slab).
 //! * **Debugging** (`slub_debug`): [`SlabFlags::CONSISTENCY_CHECKS`],
 //!   [`SlabFlags::RED_ZONE`], [`SlabFlags::POISON`],
 //!   [`SlabFlags::STORE_USER`]. Debug caches take the locked path: every

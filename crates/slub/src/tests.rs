@@ -14,7 +14,7 @@ use local_lock::Platform;
 use proptest::prelude::*;
 
 use crate::error::FreeErrorKind;
-use crate::testing::{fill, holds, run_machine, Cache, Mem, Op, CPUS, PAGE};
+use crate::testing::{destroy_all_back, fill, holds, run_machine, Cache, Mem, Op, CPUS, PAGE};
 use crate::{
     kmalloc_class, kmalloc_index, FreeError, Geometry, Kmalloc, KmemCache, SlabFlags, SlubStat,
     KMALLOC_SIZES, ZERO_SIZE_PTR,
@@ -201,7 +201,7 @@ fn the_free_marker_first_byte_is_a_filter_not_the_check() {
 
 fn sheaf_cycle(p: TestPlatform) {
     let m = Mem::new(16);
-    let mut c = cache(&m, 100, p, SlabFlags::NONE).with_sheaves(16);
+    let c = cache(&m, 100, p, SlabFlags::NONE).with_sheaves(16);
     assert_eq!(c.sheaf_capacity(), 16);
     let mut live = Vec::new();
     let n = if cfg!(miri) { 100 } else { 500 };
@@ -255,20 +255,7 @@ fn sheaf_cycle(p: TestPlatform) {
             })
         ));
     }
-    for cpu in 0..CPUS {
-        p.set_cpu(cpu);
-        c.flush_local();
-    }
-    p.set_cpu(0);
-    c.shrink();
-    assert_eq!(c.barn_sheaves(), (0, 0));
-    // Found by the riscv kernel: shrink used to flush the CPUs before the
-    // barn, leaving slabs the barn's objects froze onto a CPU partial list.
-    assert_eq!(c.nr_slabs(), 0, "{}", c.slabinfo());
-    c.validate_exclusive();
-    assert_eq!(c.destroy_exclusive(), Ok(()));
-    drop(c);
-    assert!(m.all_free(), "slabs and sheaves all back in the buddy");
+    destroy_all_back(c, p, &m);
 }
 
 #[test]

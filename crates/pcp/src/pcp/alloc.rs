@@ -12,7 +12,7 @@ use local_lock::Platform;
 
 use super::{Guard, PageSource, Pcp};
 use crate::list::{list_tag, owner};
-use crate::sizing::refill_blocks;
+use crate::sizing::nr_pcp_alloc;
 use crate::stats::PcpStat;
 
 impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
@@ -173,18 +173,21 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.recompute_sizes();
         let b = self.buddy();
         let o = order.index();
-        let batch = self.batch.load(Relaxed);
         // nr_pcp_alloc (Linux 6.7+): a CPU that refills could have avoided
-        // the zone with a larger `high`: raise it by a batch, up to high_max.
-        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
-        // The kernel's clamp (min(max)): a racing sysctl may leave min > max.
-        let high = g.high.max(high_min).min(high_max);
-        g.high = if high_min != high_max {
-            (high + batch).min(high_max)
-        } else {
-            high
+        // the zone with a larger `high` (raised by the refill, up to
+        // high_max); consecutive order-0 refills double while they fit.
+        let want = {
+            let pages = &mut **g;
+            nr_pcp_alloc(
+                &mut pages.high,
+                &mut pages.alloc_factor,
+                pages.count,
+                self.batch.load(Relaxed),
+                self.high_min.load(Relaxed),
+                self.high_max.load(Relaxed),
+                order.get(),
+            )
         };
-        let want = refill_blocks(batch, order.get());
         // The request's preference for zero blocks and its watermark rights
         // pass on; the zone is ours.
         let bflags = AllocFlags::NONE.union(flags);

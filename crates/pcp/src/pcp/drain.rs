@@ -60,7 +60,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// periodically (an idle loop, a housekeeping thread); no-op when `high`
     /// is fixed. Returns the pages freed.
     pub fn decay_pcp_high(&self) -> usize {
-        let n = self.decay_locked(&mut self.cpus.lock_irqsave()).1;
+        let n = self.decay_locked(&mut self.lock_irqsave()).1;
         self.batched(n)
     }
 
@@ -84,12 +84,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     fn decay_pcp_high_cpu_inner(&self, cpu: usize) -> Result<usize, DrainError> {
         if cpu == self.platform().current_cpu() {
-            let mut g = self.cpus.lock_irqsave();
+            let mut g = self.lock_irqsave();
             if g.cpu() == cpu {
                 return Ok(self.decay_locked(&mut g).1);
             }
         }
-        match self.cpus.lock_remote(cpu) {
+        match self.lock_remote(cpu) {
             Some(mut g) => Ok(self.decay_locked(&mut g).1),
             None => Err(DrainError::NotAllowed),
         }
@@ -97,14 +97,15 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// Drains this CPU's lists (`drain_local_pages`); returns the pages freed.
     pub fn drain_local(&self) -> usize {
-        let n = self.drain_locked(&mut self.cpus.lock_irqsave());
+        let n = self.drain_locked(&mut self.lock_irqsave());
         self.batched(n)
     }
 
     /// Drains `cpu`'s lists from here (`drain_pages(cpu)`): directly under
-    /// its lock where the platform allows (locked strategy, Linux 6.x; a
-    /// per-thread slot whose thread has exited), the local lists if `cpu` is
-    /// this CPU, else [`DrainError::NotAllowed`].
+    /// its lock, on every platform under [`Policy::Trylock`](crate::Policy::Trylock)
+    /// (a real per-CPU spin lock, Linux 6.0+), otherwise where the platform
+    /// allows (locked strategy; a per-thread slot whose thread has exited);
+    /// the local lists if `cpu` is this CPU, else [`DrainError::NotAllowed`].
     pub fn drain_cpu(&self, cpu: usize) -> Result<usize, DrainError> {
         self.drain_cpu_inner(cpu).map(|n| self.batched(n))
     }
@@ -113,12 +114,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if cpu == self.platform().current_cpu() {
             // Pinned platforms name the current CPU reliably only while
             // pinned; take the lock and look again.
-            let mut g = self.cpus.lock_irqsave();
+            let mut g = self.lock_irqsave();
             if g.cpu() == cpu {
                 return Ok(self.drain_locked(&mut g));
             }
         }
-        match self.cpus.lock_remote(cpu) {
+        match self.lock_remote(cpu) {
             Some(mut g) => Ok(self.drain_locked(&mut g)),
             None => Err(DrainError::NotAllowed),
         }
@@ -153,10 +154,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// [`prezero`](Self::prezero) for another CPU's lists, where the
     /// platform allows remote access (a helper thread on a locked platform).
     pub fn prezero_cpu(&self, cpu: usize, budget: usize) -> Result<usize, DrainError> {
-        if self.cpus.lock_remote(cpu).is_none() {
+        if self.lock_remote(cpu).is_none() {
             return Err(DrainError::NotAllowed);
         }
-        Ok(self.prezero_with(budget, || self.cpus.lock_remote(cpu)))
+        Ok(self.prezero_with(budget, || self.lock_remote(cpu)))
     }
 
     fn prezero_with<'a>(

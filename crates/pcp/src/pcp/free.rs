@@ -254,6 +254,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         // free_unref_page_commit (Linux 6.7+).
         let batch = self.batch.load(Relaxed);
         let pages = &mut **g;
+        // On freeing, reduce the number of pages a refill brings (see
+        // nr_pcp_alloc).
+        pages.alloc_factor >>= 1;
         // As high-order pages can contribute to fragmentation, limit the
         // number stored when this CPU keeps freeing them without
         // allocating (`free_high`); what is left is decayed later.
@@ -289,8 +292,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// `free_pcppages_bulk`: returns at least `pages` pages (or all) to the
     /// buddy under one zone-lock acquisition, taking from the cold ends,
-    /// round-robin over the orders starting with `start`; normal lists
-    /// first, zero lists last (their pages keep PG_zero in the buddy).
+    /// round-robin over the orders starting with `start`, each chosen list
+    /// drained to empty (or to the count) before the next (Linux 5.18+);
+    /// normal lists first, zero lists last (their pages keep PG_zero in the
+    /// buddy).
     pub(super) fn free_pcppages_bulk(
         &self,
         g: &mut Guard<'_, L, N>,
@@ -303,8 +308,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         {
             let lists = &mut **g;
             // Phase 0: normal lists, phase 1: zero lists; within a phase,
-            // one block per list in turn, starting at `start`; a phase ends
-            // after a full round of empty lists.
+            // the list at `o` until it is empty, then the next, starting at
+            // `start`; a phase ends after a full round of empty lists.
             let mut zero = false;
             let mut o = start as usize % NR_PCP_ORDERS;
             let mut misses = 0usize;
@@ -315,15 +320,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                     } else {
                         &mut lists.normal[o]
                     };
-                    let popped = list.pop(true);
-                    let this = o;
-                    o = (o + 1) % NR_PCP_ORDERS;
-                    if let Some(ptr) = popped {
+                    if let Some(ptr) = list.pop(true) {
                         misses = 0;
-                        freed += 1 << this;
-                        let order = Order::new(this as u8).unwrap_or(Order::ZERO);
+                        freed += 1 << o;
+                        let order = Order::new(o as u8).unwrap_or(Order::ZERO);
                         return Some(Page { ptr, order, zero });
                     }
+                    o = (o + 1) % NR_PCP_ORDERS;
                     misses += 1;
                     if misses == NR_PCP_ORDERS {
                         if zero {

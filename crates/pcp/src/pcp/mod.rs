@@ -123,7 +123,10 @@ pub enum Policy {
     TaskOnly,
     /// Linux 6.2 on: a per-CPU trylock with IRQs left enabled; an
     /// interrupt that finds its CPU's lists taken (or a contended slot)
-    /// falls back to the buddy.
+    /// falls back to the buddy. The slots are real per-CPU spin locks
+    /// (`pcp->lock`, Linux 6.0+) on every platform, so other CPUs drain
+    /// them directly (`drain_cpu`, `drain_all`, `decay_pcp_high_cpu`,
+    /// `prezero_cpu`).
     Trylock,
 }
 
@@ -177,6 +180,10 @@ pub struct CpuPages {
     /// adds its pages (up to `batch << PCP_BATCH_SCALE_MAX`), each
     /// allocation halves it; a batch free returns about this many pages.
     pub free_count: usize,
+    /// `pcp->alloc_factor` (Linux 6.7+): order-0 refills ask for
+    /// `batch << alloc_factor` pages; each refill raises it while that fits
+    /// below `high` (`nr_pcp_alloc`), each free halves it.
+    pub alloc_factor: u8,
     /// `PCPF_PREV_FREE_HIGH_ORDER` / `PCPF_FREE_HIGH_BATCH` (`pcp->flags`).
     pub flags: u8,
     /// Hot/cold lists, one per order: frees of hot pages and allocations go
@@ -192,6 +199,7 @@ impl ConstInit for CpuPages {
         count: 0,
         high: 0,
         free_count: 0,
+        alloc_factor: 0,
         flags: 0,
         normal: [PageList::EMPTY; NR_PCP_ORDERS],
         zero: [PageList::EMPTY; NR_PCP_ORDERS],
@@ -507,7 +515,30 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                     Some(self.cpus.lock())
                 }
             }
-            Policy::Trylock => self.cpus.try_lock(),
+            // spin_trylock(&pcp->lock): a real per-CPU spin lock, so other
+            // CPUs can drain these lists under it (Linux 6.0+).
+            Policy::Trylock => self.cpus.try_lock_spin(),
+        }
+    }
+
+    /// This CPU's lists with interrupts saved (drains, decay, snapshots),
+    /// in the policy's flavour: `Trylock`'s slots are spin locks.
+    #[inline]
+    fn lock_irqsave(&self) -> Guard<'_, L, N> {
+        match self.policy {
+            Policy::Trylock => self.cpus.lock_irqsave_spin(),
+            _ => self.cpus.lock_irqsave(),
+        }
+    }
+
+    /// `cpu`'s lists from another CPU: `Trylock`'s spin slots on every
+    /// platform (the kernel's `pcp->lock`, Linux 6.0+), the others where
+    /// the platform allows remote access (locked strategy, a per-thread
+    /// slot whose thread left).
+    fn lock_remote(&self, cpu: usize) -> Option<Guard<'_, L, N>> {
+        match self.policy {
+            Policy::Trylock => self.cpus.lock_remote_spin(cpu),
+            _ => self.cpus.lock_remote(cpu),
         }
     }
 

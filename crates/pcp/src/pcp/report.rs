@@ -56,7 +56,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// The local CPU's lists, for tests and reports: a copy taken under the lock.
     pub fn local_lists(&self) -> CpuPages {
-        *self.cpus.lock_irqsave()
+        *self.lock_irqsave()
     }
 
     /// A copy of `cpu`'s lists (per-order lengths of the normal and zero
@@ -64,12 +64,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// reach it (its own CPU; any CPU on a locked platform).
     pub fn cpu_lists(&self, cpu: usize) -> Option<CpuPages> {
         {
-            let g = self.cpus.lock_irqsave();
+            let g = self.lock_irqsave();
             if g.cpu() == cpu {
                 return Some(*g);
             }
         }
-        self.cpus.lock_remote(cpu).map(|g| *g)
+        self.lock_remote(cpu).map(|g| *g)
     }
 
     /// Checks this CPU's lists: `count == Σ len << order`, links and tags
@@ -77,7 +77,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// order, zero-list pages read as zero. Panics on a violation.
     #[cfg(any(test, feature = "invariants"))]
     pub fn check_local(&self) {
-        let g = self.cpus.lock_irqsave();
+        let g = self.lock_irqsave();
         self.check_lists(&g, g.cpu());
     }
 

@@ -351,6 +351,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub fn destroy_exclusive(&mut self) -> Result<(), CacheBusy> {
         self.flush_exclusive();
         self.shrink_node();
+        self.free_random_seq();
         self.busy()
     }
 }

@@ -38,8 +38,11 @@ use crate::stats::{SlubStat, StatCells};
 mod bulk;
 mod debug;
 mod fast;
+#[cfg(all(test, not(loom)))]
+mod fidelity_tests;
 mod flush;
 mod freeptr;
+mod random_seq;
 pub(crate) mod report;
 mod sheaf;
 mod slab_path;
@@ -395,8 +398,13 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     kidx: u8,
     /// Hardening: the per-cache random value (drawn at first use).
     pub(crate) random: CoreAtomicUsize,
-    /// Freelist randomisation: xorshift state (0 until first use).
+    /// Freelist randomisation: xorshift state (0 until first use), for the
+    /// random sequence and each new slab's start in it.
     shuffle: CoreAtomicUsize,
+    /// Freelist randomisation: address of the cache's random sequence
+    /// (`random_seq`, `oo.objects` u16 object indices in a page block), 0
+    /// until the first randomised slab.
+    random_seq: CoreAtomicUsize,
     /// Objects per sheaf (0: no sheaves).
     sheaf_capacity: usize,
     /// The barn (`node->barn`), under its own spin lock (IRQs saved).
@@ -461,6 +469,7 @@ macro_rules! build_cache {
             kidx: 0,
             random: CoreAtomicUsize::new(0),
             shuffle: CoreAtomicUsize::new(0),
+            random_seq: CoreAtomicUsize::new(0),
             sheaf_capacity: 0,
             barn: SpinLock::new(Barn::new()),
             lay: $lay,

@@ -218,7 +218,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// `barn_replace_empty_sheaf`: a full sheaf for our empty one, which
-    /// the barn keeps (or, beyond its limit, is freed).
+    /// the barn keeps whatever its empty limit: the number of sheaves does
+    /// not change (the kernel's comment).
     pub(super) fn barn_get_full(&self, empty: Sheaf) -> Option<Sheaf> {
         let mut b = self.lock_barn();
         if b.full == 0 {
@@ -229,18 +230,39 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let full = Sheaf(b.full);
         b.full = full.next();
         b.nr_full -= 1;
-        let keep = b.nr_empty < Barn::MAX_EMPTY;
-        if keep {
-            empty.set_next(b.empty);
-            b.empty = empty.0;
-            b.nr_empty += 1;
-        }
+        empty.set_next(b.empty);
+        b.empty = empty.0;
+        b.nr_empty += 1;
         drop(b);
-        if !keep {
-            self.free_sheaf(empty);
-        }
         self.stat_here(SlubStat::BARN_GET);
         Some(full)
+    }
+
+    /// An empty sheaf nobody will use: to the barn while it holds fewer
+    /// than its limit of empty sheaves (`barn_put_empty_sheaf` under the
+    /// `MAX_EMPTY_SHEAVES` check of `rcu_free_sheaf`), else freed.
+    pub(super) fn put_empty(&self, sh: Sheaf) {
+        let mut b = self.lock_barn();
+        if b.nr_empty < Barn::MAX_EMPTY {
+            sh.set_next(b.empty);
+            b.empty = sh.0;
+            b.nr_empty += 1;
+            return;
+        }
+        drop(b);
+        self.free_sheaf(sh);
+    }
+
+    /// `barn_get_empty_sheaf`: an empty sheaf from the barn, if it has one.
+    pub(super) fn barn_get_empty(&self) -> Option<Sheaf> {
+        let mut b = self.lock_barn();
+        if b.empty == 0 {
+            return None;
+        }
+        let e = Sheaf(b.empty);
+        b.empty = e.next();
+        b.nr_empty -= 1;
+        Some(e)
     }
 
     /// `barn_replace_full_sheaf`: gives the barn our full sheaf for an
@@ -372,8 +394,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Free into the per-CPU sheaves beyond the inline push: a full main
-    /// is swapped with an empty spare, traded at the barn for an empty
-    /// sheaf, or flushed to slabs by bulk free. `Ok(false)` sends the
+    /// is swapped with a spare that has room (with no spare, one is taken
+    /// from the barn's empty sheaves, or allocated), traded at the barn for
+    /// an empty sheaf, or flushed to slabs by bulk free. `Ok(false)` sends the
     /// caller to the slab path (a failed trylock; no memory for a sheaf).
     #[inline(never)]
     pub(super) fn free_to_pcs_slow<'a>(
@@ -400,15 +423,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     self.stat_cpu(g.cpu(), SlubStat::FREE_PCS);
                     return Ok(true);
                 }
-                if g.spare == 0 || Sheaf(g.spare).size() == 0 {
+                // __pcs_replace_full_main: swap with a spare that has room
+                // (not only an empty one); with no spare, an empty sheaf
+                // from the barn first, then a new one.
+                if g.spare == 0 || Sheaf(g.spare).size() < cap {
                     if g.spare == 0 {
                         drop(g);
-                        let sp = self.new_sheaf();
+                        let sp = self.barn_get_empty().or_else(|| self.new_sheaf());
                         g = match self.try_lock_cpu() {
                             Some(g) => g,
                             None => {
                                 if let Some(sp) = sp {
-                                    self.free_sheaf(sp);
+                                    self.put_empty(sp);
                                 }
                                 return Ok(false);
                             }
@@ -417,7 +443,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                             Some(sp) if g.spare == 0 => g.spare = sp.0,
                             Some(sp) => {
                                 drop(g);
-                                self.free_sheaf(sp);
+                                self.put_empty(sp);
                                 g = match self.try_lock_cpu() {
                                     Some(g) => g,
                                     None => return Ok(false),
@@ -457,7 +483,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                         g.main = empty.0;
                     } else {
                         drop(g);
-                        self.free_sheaf(empty);
+                        self.put_empty(empty);
                         g = match self.try_lock_cpu() {
                             Some(g) => g,
                             None => return Ok(false),
@@ -465,7 +491,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     }
                 }
                 None => {
-                    self.free_sheaf(empty);
+                    self.put_empty(empty);
                     return Ok(false);
                 }
             }

@@ -15,7 +15,6 @@ use local_lock::{this_cpu_cmpxchg_double, Platform};
 
 use crate::error::FreeError;
 use crate::error::FreeErrorKind;
-use crate::layout::SlabFlags;
 use crate::slab::{Counters, Slab, SlabState, TAG_KIND, TAG_SLAB};
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
@@ -305,19 +304,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 CoreOrdering::Relaxed,
             );
         }
-        // Link order: position k holds object (mul * k + start) % objects,
-        // the identity unless the freelist is randomised.
-        let (mul, start) = self.shuffle_params(objects);
-        let obj = |k: usize| {
-            let i = (mul * k + start) % objects;
-            // SAFETY: inside the block.
-            unsafe { base.add(i * size) }.expose_provenance()
-        };
-        let head = obj(0);
-        for k in 0..objects {
-            let next = if k + 1 < objects { obj(k + 1) } else { 0 };
-            self.set_fp(obj(k), next);
-        }
+        let head = self.link_objects(base, objects);
         if self.ctor.is_some() {
             // `setup_object`: the constructor on every object, which no
             // one else can reach yet (the free pointers lie after the
@@ -339,30 +326,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.stat_here(SlubStat::ALLOC_SLAB);
         self.note_active();
         Some((s, head))
-    }
-
-    /// The shuffle of a new slab of `objects` (`shuffle_freelist`): a
-    /// per-cache multiplier made coprime with `objects` and a random start;
-    /// `(1, 0)` (address order) without `RANDOM_FREELIST`.
-    fn shuffle_params(&self, objects: usize) -> (usize, usize) {
-        if !self.flags.contains(SlabFlags::RANDOM_FREELIST) || objects < 2 {
-            return (1, 0);
-        }
-        // xorshift64* step (racy updates only lose randomness).
-        let mut x = self.shuffle.load(CoreOrdering::Relaxed) as u64 | 1;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.shuffle.store(x as usize, CoreOrdering::Relaxed);
-        let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        let mut mul = ((self.id() as u64).wrapping_mul(0x9e37_79b9) % objects as u64) as usize | 1;
-        if mul == 1 && objects > 3 {
-            mul = 3;
-        }
-        while gcd(mul, objects) != 1 {
-            mul += 1;
-        }
-        (mul, (r >> 32) as usize % objects)
     }
 
     /// Returns an empty, unlisted, unfrozen slab to the page allocator.
@@ -748,11 +711,4 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.slab_free_slow(s, head, tail, cnt)
         }
     }
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
