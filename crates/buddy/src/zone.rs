@@ -127,7 +127,10 @@ impl ZoneInner {
 
     // --- lists ------------------------------------------------------------
 
-    /// Links `d` at the head (or tail) of the list for `order`.
+    /// Links `d` at the head (or tail) of the list for `order`. The order's
+    /// bit in `zero_bits`/`dirty_bits` is written only when the list was
+    /// empty (the kernel's `__add_to_free_list` is two link stores and
+    /// `nr_free++`; the bit is the price of the O(1) smallest-fit search).
     ///
     /// # Safety
     ///
@@ -139,32 +142,38 @@ impl ZoneInner {
         let l = &mut self.area[order.index()].lists[li];
         // SAFETY: caller's contract; list members are valid descriptors of
         // this zone and the lock serialises link accesses.
-        unsafe {
+        let was_empty = unsafe {
             if tail {
+                let t = l.tail;
                 (*d).set_next(ptr::null_mut());
-                (*d).set_prev(l.tail);
-                if l.tail.is_null() {
+                (*d).set_prev(t);
+                if t.is_null() {
                     l.head = d;
                 } else {
-                    (*l.tail).set_next(d);
+                    (*t).set_next(d);
                 }
                 l.tail = d;
+                t.is_null()
             } else {
+                let h = l.head;
                 (*d).set_prev(ptr::null_mut());
-                (*d).set_next(l.head);
-                if l.head.is_null() {
+                (*d).set_next(h);
+                if h.is_null() {
                     l.tail = d;
                 } else {
-                    (*l.head).set_prev(d);
+                    (*h).set_prev(d);
                 }
                 l.head = d;
+                h.is_null()
             }
-        }
+        };
         l.nr += 1;
-        if zero {
-            self.zero_bits |= 1 << order.get();
-        } else {
-            self.dirty_bits |= 1 << order.get();
+        if was_empty {
+            if zero {
+                self.zero_bits |= 1 << order.get();
+            } else {
+                self.dirty_bits |= 1 << order.get();
+            }
         }
     }
 
@@ -291,34 +300,27 @@ impl ZoneInner {
         // SAFETY: as above.
         let d = unsafe { &*desc };
         let s = d.load_state();
-        let mut zero = s & ZERO_FULL;
+        let zero = s & ZERO_FULL;
         // A purged block's halves are purged (and zero) too.
         let purged = s & PURGED;
         let p = d.aux.load(Ordering::Relaxed);
-        let mut m = high;
-        while m > order {
-            m = m.minus(1);
-            let half = m.pages();
-            // SAFETY: the block lies in one span, so its descriptors are
-            // contiguous in one memmap.
-            let hd = unsafe { desc.add(half) };
-            let hz = if zero & ZERO_HI != 0 { ZERO_FULL } else { 0 };
-            // SAFETY: `hd` heads the upper half, a page of this zone.
-            unsafe {
-                (*hd)
-                    .aux
-                    .store(p.wrapping_add(half << cfg.page_shift()), Ordering::Relaxed);
-                (*hd)
-                    .state
-                    .store(make_state(KIND_FREE, m, hz | purged), Ordering::Relaxed);
-                self.add(hd, m, hz == ZERO_FULL, false);
+        // SAFETY: `desc` heads a block of `high` taken off its list; the
+        // halves are on no list (caller's contract for the rest).
+        let zero = unsafe {
+            if zero | purged == 0 {
+                // A dirty resident block (the common case): every half is
+                // dirty, no PG_zero bits to pass on.
+                self.expand::<true>(cfg, desc, p, high, order, 0, 0)
+            } else {
+                self.expand::<false>(cfg, desc, p, high, order, zero, purged)
             }
-            zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
-            self.count(Stat::SPLIT, 1);
-        }
-        if order == Order::ZERO && zero != ZERO_FULL {
-            zero = 0;
-        }
+        };
+        self.count(Stat::SPLIT, u64::from(high.get() - order.get()));
+        let zero = if order == Order::ZERO && zero != ZERO_FULL {
+            0
+        } else {
+            zero
+        };
         self.free -= order.pages();
         if purged != 0 {
             // Handed out: its pages are resident again once touched.
@@ -329,6 +331,61 @@ impl ZoneInner {
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
         self.count(Stat::ALLOC, 1);
         Some(Taken { desc, ptr: p, zero })
+    }
+
+    /// `expand`: splits the block of `high` headed by `desc` (first byte
+    /// `p`) down to `order`, the upper halves going to the heads of their
+    /// lists, and returns the PG_zero bits of the part kept (the lower
+    /// half's at each step). `DIRTY`: the block has no PG_zero or `PURGED`
+    /// bits (`zero`, `purged` are 0), so neither do its halves: the loop
+    /// without the bit bookkeeping.
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held; `desc` heads a block of `high` in one span
+    /// and this zone, on no list; `zero` are its PG_zero bits, `purged` its
+    /// `PURGED` bit.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn expand<const DIRTY: bool>(
+        &mut self,
+        cfg: &Config,
+        desc: *mut PageDesc,
+        p: *mut u8,
+        high: Order,
+        order: Order,
+        mut zero: u32,
+        purged: u32,
+    ) -> u32 {
+        let shift = cfg.page_shift();
+        let mut m = high;
+        while m > order {
+            m = m.minus(1);
+            let half = m.pages();
+            // SAFETY: the block lies in one span, so its descriptors are
+            // contiguous in one memmap.
+            let hd = unsafe { desc.add(half) };
+            let hz = if DIRTY || zero & ZERO_HI == 0 {
+                0
+            } else {
+                ZERO_FULL
+            };
+            // SAFETY: `hd` heads the upper half, a page of this zone on no
+            // list.
+            unsafe {
+                (*hd)
+                    .aux
+                    .store(p.wrapping_add(half << shift), Ordering::Relaxed);
+                (*hd)
+                    .state
+                    .store(make_state(KIND_FREE, m, hz | purged), Ordering::Relaxed);
+                self.add(hd, m, hz == ZERO_FULL, false);
+            }
+            if !DIRTY {
+                zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
+            }
+        }
+        zero
     }
 
     // --- free ---------------------------------------------------------------
@@ -378,6 +435,7 @@ impl ZoneInner {
         if order == Order::ZERO && zero != ZERO_FULL {
             zero = 0;
         }
+        let from = order;
         while order < max {
             let bpfn = pfn ^ order.pages();
             let Some(bd) = span.desc_ptr(bpfn) else { break };
@@ -386,20 +444,28 @@ impl ZoneInner {
             if !is_head(bs, KIND_FREE, order) {
                 break;
             }
-            let bz = bs & ZERO_FULL;
-            if (bs & PURGED) != purged {
-                // One half purged, the other resident: the merged block is
-                // resident (the purged half is counted resident again).
-                self.purged -= order.pages();
-                purged = 0;
+            if (bs & (ZERO_FULL | PURGED)) | zero | purged == 0 {
+                // Both halves dirty and resident (the common case): the
+                // merged block is too.
+                // SAFETY: a FREE head of this order in this zone (buddies
+                // share the zone: zone ends are multiples of the largest
+                // block) without PG_zero bits is on the dirty list.
+                unsafe { self.del(bd, order, false) };
+            } else {
+                let bz = bs & ZERO_FULL;
+                if (bs & PURGED) != purged {
+                    // One half purged, the other resident: the merged block
+                    // is resident (the purged half is counted resident
+                    // again).
+                    self.purged -= order.pages();
+                    purged = 0;
+                }
+                // SAFETY: as above, on the list its PG_zero bits name.
+                unsafe { self.del(bd, order, bz == ZERO_FULL) };
+                let (lo, hi) = if bpfn < pfn { (bz, zero) } else { (zero, bz) };
+                zero = (if lo == ZERO_FULL { ZERO_LO } else { 0 })
+                    | (if hi == ZERO_FULL { ZERO_HI } else { 0 });
             }
-            // SAFETY: a FREE head of this order in this zone (buddies share
-            // the zone: zone ends are multiples of the largest block) is on
-            // the list its PG_zero bits name.
-            unsafe { self.del(bd, order, bz == ZERO_FULL) };
-            let (lo, hi) = if bpfn < pfn { (bz, zero) } else { (zero, bz) };
-            zero = (if lo == ZERO_FULL { ZERO_LO } else { 0 })
-                | (if hi == ZERO_FULL { ZERO_HI } else { 0 });
             // SAFETY: both descriptors are valid (span memmap).
             unsafe {
                 if bpfn < pfn {
@@ -412,8 +478,8 @@ impl ZoneInner {
                 }
             }
             order = order.plus(1);
-            self.count(Stat::MERGE, 1);
         }
+        self.count(Stat::MERGE, u64::from(order.get() - from.get()));
         let tail = to_tail || merge_likely(cfg, span, pfn, order);
         // SAFETY: `desc` heads the merged block.
         unsafe {
