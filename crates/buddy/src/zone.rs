@@ -370,11 +370,14 @@ impl ZoneInner {
         mut zero: u32,
         purged: u32,
     ) -> u32 {
-        let shift = cfg.page_shift();
+        // The half's pages and bytes, halved each step (no shifts by `m`).
+        let mut half = high.pages();
+        let mut bytes = cfg.block_size(high);
         let mut m = high;
         while m > order {
             m = m.minus(1);
-            let half = m.pages();
+            half >>= 1;
+            bytes >>= 1;
             // SAFETY: the block lies in one span, so its descriptors are
             // contiguous in one memmap.
             let hd = unsafe { desc.add(half) };
@@ -386,9 +389,7 @@ impl ZoneInner {
             // SAFETY: `hd` heads the upper half, a page of this zone on no
             // list.
             unsafe {
-                (*hd)
-                    .aux
-                    .store(p.wrapping_add(half << shift), Ordering::Relaxed);
+                (*hd).aux.store(p.wrapping_add(bytes), Ordering::Relaxed);
                 (*hd)
                     .state
                     .store(make_state(KIND_FREE, m, hz | purged), Ordering::Relaxed);
@@ -449,8 +450,10 @@ impl ZoneInner {
             zero = 0;
         }
         let from = order;
+        // `order.pages()`, doubled each step.
+        let mut bit = order.pages();
         while order < max {
-            let bpfn = pfn ^ order.pages();
+            let bpfn = pfn ^ bit;
             let Some(bd) = span.desc_ptr(bpfn) else { break };
             // SAFETY: in the span's memmap.
             let bs = unsafe { (*bd).load_state() };
@@ -470,7 +473,7 @@ impl ZoneInner {
                     // One half purged, the other resident: the merged block
                     // is resident (the purged half is counted resident
                     // again).
-                    self.purged -= order.pages();
+                    self.purged -= bit;
                     purged = 0;
                 }
                 // SAFETY: as above, on the list its PG_zero bits name.
@@ -491,6 +494,7 @@ impl ZoneInner {
                 }
             }
             order = order.plus(1);
+            bit <<= 1;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
         let tail = to_tail || merge_likely(cfg, span, pfn, order);
