@@ -9,7 +9,8 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{CachePadded, SpinLock};
 
 use crate::desc::{
-    is_head, make_state, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL, ZERO_HI, ZERO_LO,
+    is_head, make_state, PageDesc, AGED, KIND_ALLOC, KIND_FREE, KIND_MASK, ORDER_MASK, ORDER_SHIFT,
+    PURGED, ZERO_FULL, ZERO_HI, ZERO_LO,
 };
 use crate::span::Found;
 use crate::types::{AllocFlags, Config, Order, Stat, Watermarks, MAX_ZONES, ORDER_SLOTS};
@@ -450,14 +451,16 @@ impl ZoneInner {
             zero = 0;
         }
         let from = order;
-        // `order.pages()`, doubled each step.
+        // `order.pages()`, doubled each step, and the kind and order bits
+        // of a free head of `order` (`is_head`'s), one order up each step.
         let mut bit = order.pages();
+        let mut want = make_state(KIND_FREE, order, 0);
         while order < max {
             let bpfn = pfn ^ bit;
             let Some(bd) = span.desc_ptr(bpfn) else { break };
             // SAFETY: in the span's memmap.
             let bs = unsafe { (*bd).load_state() };
-            if !is_head(bs, KIND_FREE, order) {
+            if bs & (KIND_MASK | ORDER_MASK) != want {
                 break;
             }
             if (bs & (ZERO_FULL | PURGED)) | zero | purged == 0 {
@@ -495,16 +498,15 @@ impl ZoneInner {
             }
             order = order.plus(1);
             bit <<= 1;
+            want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
         let tail = to_tail || merge_likely(cfg, span, pfn, order);
         // SAFETY: `desc` heads the merged block.
         unsafe {
             (*desc).aux.store(p, Ordering::Relaxed);
-            (*desc).state.store(
-                make_state(KIND_FREE, order, zero | purged),
-                Ordering::Release,
-            );
+            // `make_state(KIND_FREE, order, zero | purged)`.
+            (*desc).state.store(want | zero | purged, Ordering::Release);
             self.add(desc, order, zero == ZERO_FULL, tail);
         }
     }
