@@ -153,7 +153,11 @@ impl ZoneInner {
     #[inline(always)]
     unsafe fn add(&mut self, d: *mut PageDesc, order: Order, zero: bool, tail: bool) {
         let li = if zero { ZERO_LIST } else { DIRTY_LIST };
-        let l = &mut self.area[order.index()].lists[li];
+        debug_assert!(order.index() < ORDER_SLOTS);
+        // SAFETY: every `Order` is at most `ORDER_LIMIT` (`Order::new` and
+        // the `Config` constructors check it; the buddy's `plus` stays
+        // within `max_order`), so below `ORDER_SLOTS`.
+        let l = unsafe { &mut self.area.get_unchecked_mut(order.index()).lists[li] };
         // SAFETY: caller's contract; list members are valid descriptors of
         // this zone and the lock serialises link accesses.
         let was_empty = unsafe {
@@ -199,7 +203,11 @@ impl ZoneInner {
     #[inline(always)]
     unsafe fn del(&mut self, d: *mut PageDesc, order: Order, zero: bool) {
         let li = if zero { ZERO_LIST } else { DIRTY_LIST };
-        let l = &mut self.area[order.index()].lists[li];
+        debug_assert!(order.index() < ORDER_SLOTS);
+        // SAFETY: every `Order` is at most `ORDER_LIMIT` (`Order::new` and
+        // the `Config` constructors check it; the buddy's `plus` stays
+        // within `max_order`), so below `ORDER_SLOTS`.
+        let l = unsafe { &mut self.area.get_unchecked_mut(order.index()).lists[li] };
         // SAFETY: caller's contract.
         unsafe {
             let n = (*d).next();
