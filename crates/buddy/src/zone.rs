@@ -406,6 +406,13 @@ impl ZoneInner {
             }
             if !DIRTY {
                 zero = if zero & ZERO_LO != 0 { ZERO_FULL } else { 0 };
+                if zero | purged == 0 {
+                    // The rest is dirty (a block with only its upper half
+                    // known zero, the usual shape of a merged block): the
+                    // loop without the bit bookkeeping.
+                    // SAFETY: as for this call, with the lower half left.
+                    return unsafe { self.expand::<true>(cfg, desc, p, m, order, 0, 0) };
+                }
             }
         }
         zero
