@@ -141,6 +141,18 @@ impl ZoneInner {
 
     // --- lists ------------------------------------------------------------
 
+    /// The known-zero (`zero`) or other list of `free_area[order]`, without
+    /// a bounds check.
+    #[inline(always)]
+    fn list_mut(&mut self, order: Order, zero: bool) -> &mut FreeList {
+        let li = if zero { ZERO_LIST } else { DIRTY_LIST };
+        debug_assert!(order.index() < ORDER_SLOTS);
+        // SAFETY: every `Order` is at most `ORDER_LIMIT` (`Order::new` and
+        // the `Config` constructors check it; the buddy's `plus` stays
+        // within `max_order`), so below `ORDER_SLOTS`.
+        unsafe { &mut self.area.get_unchecked_mut(order.index()).lists[li] }
+    }
+
     /// Links `d` at the head (or tail) of the list for `order`. The order's
     /// bit in `zero_bits`/`dirty_bits` is written only when the list was
     /// empty (the kernel's `__add_to_free_list` is two link stores and
@@ -152,12 +164,7 @@ impl ZoneInner {
     /// page of this zone that is on no list.
     #[inline(always)]
     unsafe fn add(&mut self, d: *mut PageDesc, order: Order, zero: bool, tail: bool) {
-        let li = if zero { ZERO_LIST } else { DIRTY_LIST };
-        debug_assert!(order.index() < ORDER_SLOTS);
-        // SAFETY: every `Order` is at most `ORDER_LIMIT` (`Order::new` and
-        // the `Config` constructors check it; the buddy's `plus` stays
-        // within `max_order`), so below `ORDER_SLOTS`.
-        let l = unsafe { &mut self.area.get_unchecked_mut(order.index()).lists[li] };
+        let l = self.list_mut(order, zero);
         // SAFETY: caller's contract; list members are valid descriptors of
         // this zone and the lock serialises link accesses.
         let was_empty = unsafe {
@@ -202,12 +209,7 @@ impl ZoneInner {
     /// The zone lock is held and `d` is on that list.
     #[inline(always)]
     unsafe fn del(&mut self, d: *mut PageDesc, order: Order, zero: bool) {
-        let li = if zero { ZERO_LIST } else { DIRTY_LIST };
-        debug_assert!(order.index() < ORDER_SLOTS);
-        // SAFETY: every `Order` is at most `ORDER_LIMIT` (`Order::new` and
-        // the `Config` constructors check it; the buddy's `plus` stays
-        // within `max_order`), so below `ORDER_SLOTS`.
-        let l = unsafe { &mut self.area.get_unchecked_mut(order.index()).lists[li] };
+        let l = self.list_mut(order, zero);
         // SAFETY: caller's contract.
         unsafe {
             let n = (*d).next();
