@@ -955,20 +955,20 @@ local_lock::stat_items! {
     /// ```
     pub struct ZoneStats [width = 16, zeros = true];
     items {
-        /// Blocks handed out (single and bulk).
+        /// Blocks handed out (single and bulk; `stats` feature, else 0).
         ALLOC = "alloc",
         /// Attempts on this zone that found no block or failed the watermark
         /// (the request then fell back to a lower zone, or failed).
         ZONE_FAIL = "zone_fail",
         /// Of those, attempts stopped by the watermark (with `lowmem_reserve`).
         WATERMARK_FAIL = "watermark_fail",
-        /// Blocks returned (single and bulk).
+        /// Blocks returned (single and bulk; `stats` feature, else 0).
         FREE = "free",
         /// Blocks returned as still zero (`free_pages_zeroed`).
         FREE_ZERO = "free_zero",
-        /// Halvings in `expand`.
+        /// Halvings in `expand` (`stats` feature, else 0).
         SPLIT = "split",
-        /// Buddy merges in `__free_one_page`.
+        /// Buddy merges in `__free_one_page` (`stats` feature, else 0).
         MERGE = "merge",
         /// Single requests with `ZEROED` served by this zone.
         ZEROED_REQUEST = "zeroed_request",

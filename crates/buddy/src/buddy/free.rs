@@ -148,7 +148,7 @@ impl<P: Platform> Buddy<P> {
         if zero {
             self.verify_zero_free(ptr, order)?;
         }
-        g.count(Stat::FREE, 1);
+        g.count_event(Stat::FREE, 1);
         if zero {
             g.count(Stat::FREE_ZERO, 1);
         }
