@@ -203,6 +203,7 @@ mod fork;
 mod global;
 #[cfg(loom)]
 pub mod loom_support;
+mod slowpath;
 mod source;
 mod span;
 mod types;
@@ -216,6 +217,7 @@ pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
+pub use crate::slowpath::alloc_slowpath;
 pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{

@@ -14,6 +14,7 @@ mod basic;
 mod bulk;
 mod concurrency;
 #[cfg(not(miri))]
+mod gfp;
 mod global;
 mod irq;
 mod model;
