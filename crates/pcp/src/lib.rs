@@ -116,3 +116,5 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod tests_gfp;

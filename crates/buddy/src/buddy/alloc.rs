@@ -67,14 +67,8 @@ impl<P: Platform> Buddy<P> {
         // zone to fall back to: with one zone, a block it would give, the
         // min pass gives too (min <= low).
         if highest > 0 {
-            let mut z = highest + 1;
-            while z > 0 {
-                z -= 1;
-                if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {
-                    if let Some(p) = self.alloc_from(z, order, flags, highest, Mark::Low) {
-                        return Some(p);
-                    }
-                }
+            if let Some(p) = self.low_pass(order, flags, highest) {
+                return Some(p);
             }
         }
         let mut z = highest + 1;
@@ -86,6 +80,32 @@ impl<P: Platform> Buddy<P> {
         }
         if flags.contains(AllocFlags::MEMALLOC) && !flags.contains(AllocFlags::NOMEMALLOC) {
             return self.alloc_no_watermarks(order, flags, highest);
+        }
+        None
+    }
+
+    /// The first pass of `get_page_from_freelist` alone: the request's
+    /// zonelist against the low watermark (each zone's lockless
+    /// `zone_watermark_fast` first), no min pass. For a per-CPU layer whose
+    /// own zone is below its low watermark: the lower zones it would fall
+    /// back to before dipping into its zone's min reserve.
+    pub fn alloc_block_low(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        if order > self.cfg.max_order() || !self.node_allowed(flags) {
+            return None;
+        }
+        self.low_pass(order, flags, self.highest_zone(flags))
+    }
+
+    #[inline]
+    fn low_pass(&self, order: Order, flags: AllocFlags, highest: usize) -> Option<Block<'_>> {
+        let mut z = highest + 1;
+        while z > 0 {
+            z -= 1;
+            if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {
+                if let Some(p) = self.alloc_from(z, order, flags, highest, Mark::Low) {
+                    return Some(p);
+                }
+            }
         }
         None
     }
