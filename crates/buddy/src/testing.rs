@@ -557,7 +557,7 @@ impl Harness {
         if flags.contains(AllocFlags::HIGH) {
             min -= min / 2;
         }
-        if flags.contains(AllocFlags::NONBLOCK) {
+        if flags.contains(AllocFlags::NONBLOCK) && !flags.contains(AllocFlags::NOMEMALLOC) {
             min -= min / 4;
         }
         if mark == 0 {

@@ -274,7 +274,11 @@ impl AllocFlags {
     /// calls the reclaim hook (reclaim does not recurse).
     pub const MEMALLOC: AllocFlags = AllocFlags(1 << 16);
     /// Never the reserves (`__GFP_NOMEMALLOC`): overrides
-    /// [`MEMALLOC`](Self::MEMALLOC).
+    /// [`MEMALLOC`](Self::MEMALLOC), and takes away
+    /// [`NONBLOCK`](Self::NONBLOCK)'s lowering of the min watermark
+    /// (`gfp_to_alloc_flags` sets `ALLOC_NON_BLOCK` only without it): a
+    /// request that must not wait nor dip into reserves (slub's light
+    /// attempt at a slab's preferred order).
     pub const NOMEMALLOC: AllocFlags = AllocFlags(1 << 17);
     /// This node only (`__GFP_THISNODE`): the request's zonelist is its
     /// node's zones, no other node's (`ZONELIST_NOFALLBACK`). The buddy is

@@ -135,7 +135,9 @@ pub(crate) fn wmark_ok(
             if flags.contains(AllocFlags::HIGH) {
                 min -= min / 2;
             }
-            if flags.contains(AllocFlags::NONBLOCK) {
+            // gfp_to_alloc_flags: ALLOC_NON_BLOCK only without
+            // __GFP_NOMEMALLOC.
+            if flags.contains(AllocFlags::NONBLOCK) && !flags.contains(AllocFlags::NOMEMALLOC) {
                 min -= min / 4;
             }
             min

@@ -237,8 +237,9 @@ fn nofail_retries_until_reclaim_succeeds() {
 }
 
 /// 64 pages of 64 B with a min watermark of 16: a plain request stops at
-/// min; `NOFAIL` then takes the min reserve (as `HIGH`); `MEMALLOC` goes
-/// below every watermark without calling reclaim; `NOMEMALLOC` overrides.
+/// min; `NONBLOCK` goes a quarter below, not with `NOMEMALLOC`; `NOFAIL`
+/// then takes the min reserve (as `HIGH`); `MEMALLOC` goes below every
+/// watermark without calling reclaim; `NOMEMALLOC` overrides it.
 #[test]
 fn nofail_and_memalloc_reach_the_reserves() {
     let t = Tunables {
@@ -261,12 +262,17 @@ fn nofail_and_memalloc_reach_the_reserves() {
     }
     assert_eq!(s.fx.nr_free_pages(z), 16, "plain stops at min");
     assert_eq!(s.calls.load(Relaxed), 1);
+    // NONBLOCK lowers min by a quarter (12), not with NOMEMALLOC.
+    let light = AllocFlags::NONBLOCK | AllocFlags::NOMEMALLOC | AllocFlags::NOWARN;
+    assert!(s.alloc_or_grow(o(0), light).is_none());
+    held.push(s.alloc_or_grow(o(0), AllocFlags::NONBLOCK).unwrap().page);
+    assert_eq!(s.calls.load(Relaxed), 1, "NONBLOCK requests never reclaim");
     held.push(
         s.alloc_or_grow(o(0), AllocFlags::NOFAIL)
             .expect("min reserve")
             .page,
     );
-    assert_eq!(s.fx.nr_free_pages(z), 15);
+    assert_eq!(s.fx.nr_free_pages(z), 14);
     let calls = s.calls.load(Relaxed);
     assert!(s
         .alloc_or_grow(
@@ -283,7 +289,7 @@ fn nofail_and_memalloc_reach_the_reserves() {
         calls + 1,
         "only the failing NOMEMALLOC one reclaimed"
     );
-    assert_eq!(s.fx.stat(Stat::NO_WATERMARKS), 15);
+    assert_eq!(s.fx.stat(Stat::NO_WATERMARKS), 14);
     s.release(held);
 }
 
