@@ -10,6 +10,7 @@
 //! | `irqs_disabled` | `mstatus.MIE == 0` |
 //! | `in_interrupt` | this hart's [`HartState::in_irq`], set by `trap_handler` around the handler |
 //! | `preempt_disable` / `enable` | this hart's [`HartState::preempt_count`] += 1 / -= 1 |
+//! | `warn_alloc` | counts failed requests without `NOWARN` ([`ALLOC_WARNINGS`], in the end-of-run report) |
 //!
 //! **Preemption.** This kernel has no scheduler: each hart runs exactly one
 //! task from boot to power-off, and the only thing that can run between
@@ -27,6 +28,10 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use local_lock::kernel::{Kernel, KernelHooks};
 use local_lock::sync::CachePadded;
 use local_lock::IrqFlags;
+
+/// Page allocation failures reported through `warn_alloc` (requests
+/// without `NOWARN` that failed after the slow path), all harts.
+pub static ALLOC_WARNINGS: AtomicUsize = AtomicUsize::new(0);
 
 use crate::arch::{self, MAX_HARTS, MSTATUS_MIE};
 
@@ -121,5 +126,12 @@ unsafe impl KernelHooks for Hooks {
         // The harts taking part (from the device tree), set before any
         // allocator is sized: pcp's `high_max` divides by them.
         crate::N_HARTS.load(Relaxed)
+    }
+    fn warn_alloc(order: u8, gfp: u32) {
+        // `warn_alloc` (requests that may fail quietly pass NOWARN): counted,
+        // not printed here, since it may run in an interrupt handler or
+        // while this hart prints; the end-of-run report shows the count.
+        let _ = (order, gfp);
+        ALLOC_WARNINGS.fetch_add(1, Relaxed);
     }
 }

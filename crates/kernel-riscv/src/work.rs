@@ -503,7 +503,11 @@ fn objects_round(rng: &mut Rng, me: usize, harts: usize) {
         let p = KMALLOC
             .kmalloc(size, 8)
             .unwrap_or_else(|| panic!("kmalloc({size}) failed"));
-        assert_eq!(KMALLOC.ksize(p.as_ptr()), size, "ksize of a kmalloc-{size} object");
+        assert_eq!(
+            KMALLOC.ksize(p.as_ptr()),
+            size,
+            "ksize of a kmalloc-{size} object"
+        );
         fill(p, size, me);
         count(H::TASK_OBJS, 1);
         send_or_free(
@@ -834,7 +838,7 @@ pub fn zone_fallback_test() {
         .expect("zone test: ATOMIC request refused below the min watermark");
     hogs[n] = (p.addr(), 0);
     n += 1;
-    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NONE);
+    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NOWARN);
     assert!(
         pcp_page.is_none(),
         "zone test: pcp served a page from an exhausted zone"

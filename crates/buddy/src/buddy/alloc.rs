@@ -67,7 +67,7 @@ impl<P: Platform> Buddy<P> {
         // zone to fall back to: with one zone, a block it would give, the
         // min pass gives too (min <= low).
         if highest > 0 {
-            if let Some(p) = self.low_pass(order, flags, highest) {
+            if let Some(p) = self.alloc_block_low(ZoneId::new(highest), order, flags) {
                 return Some(p);
             }
         }
@@ -84,21 +84,24 @@ impl<P: Platform> Buddy<P> {
         None
     }
 
-    /// The first pass of `get_page_from_freelist` alone: the request's
-    /// zonelist against the low watermark (each zone's lockless
-    /// `zone_watermark_fast` first), no min pass. For a per-CPU layer whose
-    /// own zone is below its low watermark: the lower zones it would fall
-    /// back to before dipping into its zone's min reserve.
-    pub fn alloc_block_low(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+    /// The first pass of `get_page_from_freelist` alone, over the zones
+    /// from `from` down: each against its low watermark (the lockless
+    /// `zone_watermark_fast` first) plus the `lowmem_reserve` the request
+    /// owes it given its own highest zone (from `flags`, at least `from`).
+    /// For a per-CPU layer whose own zone (above `from`) is below its low
+    /// watermark: the lower zones it would fall back to before dipping
+    /// into its zone's min reserve.
+    pub fn alloc_block_low(
+        &self,
+        from: ZoneId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Block<'_>> {
         if order > self.cfg.max_order() || !self.node_allowed(flags) {
             return None;
         }
-        self.low_pass(order, flags, self.highest_zone(flags))
-    }
-
-    #[inline]
-    fn low_pass(&self, order: Order, flags: AllocFlags, highest: usize) -> Option<Block<'_>> {
-        let mut z = highest + 1;
+        let highest = self.highest_zone(flags).max(from.index());
+        let mut z = from.index().min(self.cfg.nr_zones() - 1) + 1;
         while z > 0 {
             z -= 1;
             if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {

@@ -13,8 +13,8 @@ mod bad_free;
 mod basic;
 mod bulk;
 mod concurrency;
-#[cfg(not(miri))]
 mod gfp;
+#[cfg(not(miri))]
 mod global;
 mod irq;
 mod model;

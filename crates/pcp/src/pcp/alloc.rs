@@ -89,8 +89,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     fn alloc_below_low(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         let b = self.buddy();
         if let Some(lower) = self.zone.index().checked_sub(1) {
-            let below = flags.zone_max(ZoneId::new(lower));
-            if let Some(p) = b.alloc_block_low(order, below) {
+            // The request's own highest zone stays: the lower zones keep
+            // the `lowmem_reserve` they owe it.
+            if let Some(p) = b.alloc_block_low(ZoneId::new(lower), order, self.zflags(flags)) {
                 return Some(p);
             }
         }
