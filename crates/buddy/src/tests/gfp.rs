@@ -101,9 +101,15 @@ impl BuddySource for Shrinker {
 /// its low watermark; once both are below low, Normal serves (at min).
 #[test]
 fn zonelist_tries_low_everywhere_before_min() {
-    let block = 64 << 10;
+    // Two zones of 128 pages of 64 B; min_free_kbytes 2 = 32 pages: min 16
+    // and low 16 + 16/4 = 20 in each.
+    let block = 64 << 4;
+    let t = Tunables {
+        min_free_kbytes: Some(2),
+        ..Tunables::KERNEL
+    };
     let fx = Fx::build(block, 16, false, |base| {
-        two_zone_cfg(4096, 4, base + 8 * block, Tunables::KERNEL)
+        two_zone_cfg(64, 4, base + 8 * block, t)
     });
     let (z0, z1) = (ZoneId::new(0), ZoneId::new(1));
     let w = fx.watermarks(z1);
