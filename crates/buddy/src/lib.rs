@@ -144,7 +144,7 @@
 //! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk), [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), [`try_free_bulk_keep_zero`](Buddy::try_free_bulk_keep_zero) |
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
 //! | page-source contract (pcp, slub) | [`PageAlloc`] (`alloc_block` → [`Block`]: the block with its owner words), [`BuddySource`] (the buddy, its growth and reclaim hooks, the failure report) |
-//! | gfp slow path | [`BuddySource::alloc_or_grow`], [`alloc_slowpath`] (for a layer with its own attempt: pcp's lists), [`alloc_block_low`](Buddy::alloc_block_low), [`watermark_fast`](Buddy::watermark_fast) |
+//! | gfp slow path | [`BuddySource::alloc_or_grow`], [`alloc_slowpath`] (for a layer with its own attempt: pcp's lists), [`alloc_block_low`](Buddy::alloc_block_low), [`watermark_fast`](Buddy::watermark_fast), [`watermark_low_fast`](Buddy::watermark_low_fast) |
 //! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
 //! | memory back to the OS | [`trim_with`](Buddy::trim_with), [`decay_with`](Buddy::decay_with), [`nr_purged_pages`](Buddy::nr_purged_pages), [`BuddySource::trim`], `GlobalBuddy::trim`/`decay`, [`PurgePolicy`] |
 //! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |

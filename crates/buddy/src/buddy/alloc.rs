@@ -91,6 +91,7 @@ impl<P: Platform> Buddy<P> {
     /// For a per-CPU layer whose own zone (above `from`) is below its low
     /// watermark: the lower zones it would fall back to before dipping
     /// into its zone's min reserve.
+    #[inline(never)]
     pub fn alloc_block_low(
         &self,
         from: ZoneId,
@@ -105,7 +106,7 @@ impl<P: Platform> Buddy<P> {
         while z > 0 {
             z -= 1;
             if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {
-                if let Some(p) = self.alloc_from(z, order, flags, highest, Mark::Low) {
+                if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::Low) {
                     return Some(p);
                 }
             }
@@ -126,7 +127,7 @@ impl<P: Platform> Buddy<P> {
         let mut z = highest + 1;
         while z > 0 {
             z -= 1;
-            if let Some(p) = self.alloc_from(z, order, flags, highest, Mark::None) {
+            if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::None) {
                 self.lock_zone(z).count(Stat::NO_WATERMARKS, 1);
                 return Some(p);
             }
@@ -147,6 +148,23 @@ impl<P: Platform> Buddy<P> {
     #[inline(always)]
     fn node_allowed(&self, flags: AllocFlags) -> bool {
         !flags.contains(AllocFlags::THISNODE) || self.platform.numa_node_id() == 0
+    }
+
+    /// The lockless low-watermark check of a per-CPU list hit of `zone`
+    /// (`zone_watermark_fast` before `rmqueue_pcplist`), with the request's
+    /// highest zone `zone` unless `flags` names a higher one (the zonelist
+    /// a request to that zone's lists walks): free pages less
+    /// `2^order - 1` above the low watermark plus that `lowmem_reserve`.
+    #[inline(always)]
+    pub fn watermark_low_fast(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> bool {
+        let zn = &self.zones[zone.index()];
+        let highest = match flags.max_zone() {
+            Some(z) => z.index().min(self.cfg.nr_zones() - 1).max(zone.index()),
+            None => zone.index(),
+        };
+        let free = zn.nr_free.load(Ordering::Relaxed) as isize - (order.pages() as isize - 1);
+        let low = zn.wmark[1].load(Ordering::Relaxed) as isize;
+        free > low + zn.reserve[highest].load(Ordering::Relaxed) as isize
     }
 
     /// `zone_watermark_fast`: the watermark check on the zone's lockless
@@ -199,11 +217,26 @@ impl<P: Platform> Buddy<P> {
             return None;
         }
         let highest = self.highest_zone(flags).max(zone.index());
-        self.alloc_from(zone.index(), order, flags, highest, Mark::Min)
+        self.alloc_from_outline(zone.index(), order, flags, highest, Mark::Min)
             .map(|b| b.page)
     }
 
-    #[inline]
+    /// [`alloc_from`](Self::alloc_from) out of line: for the passes other
+    /// than the min pass of the common single-zone request, so that the
+    /// hot path keeps its one inlined copy.
+    #[inline(never)]
+    fn alloc_from_outline(
+        &self,
+        zone: usize,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+        mark: Mark,
+    ) -> Option<Block<'_>> {
+        self.alloc_from(zone, order, flags, highest, mark)
+    }
+
+    #[inline(always)]
     fn alloc_from(
         &self,
         zone: usize,

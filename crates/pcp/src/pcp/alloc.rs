@@ -43,10 +43,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if !self.uses_lists(order, flags) {
             return self.alloc_buddy(order, flags);
         }
-        if !self
-            .buddy()
-            .watermark_fast(self.zone, order, self.zflags(flags), true)
-        {
+        if !self.buddy().watermark_low_fast(self.zone, order, flags) {
             return self.alloc_below_low(order, flags);
         }
         self.alloc_lists(order, flags)
