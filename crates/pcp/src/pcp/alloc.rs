@@ -96,7 +96,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             return self.alloc_lists(order, flags);
         }
         self.stat_unlocked(PcpStat::WATERMARK_BYPASS);
-        self.alloc_buddy(order, flags)
+        // Pages on this CPU's lists are not free to the watermark: if the
+        // buddy cannot serve, give them back and retry once (the kernel's
+        // `drain_all_pages` in `__alloc_pages_direct_reclaim`).
+        match self.alloc_buddy(order, flags | AllocFlags::NOWARN) {
+            Some(b) => Some(b),
+            None => {
+                self.drain_local_for_alloc();
+                self.alloc_buddy(order, flags)
+            }
+        }
     }
 
     /// The slow path around the lists (`__alloc_pages_slowpath`): the
