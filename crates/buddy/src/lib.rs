@@ -42,14 +42,26 @@
 //!   large `PROT_NONE` range per span (memmap at its start), and maps
 //!   MAX_ORDER-aligned blocks (and the memmap pages describing them) as the
 //!   heap grows.
-//! * **Allocation** ([`alloc_pages`](Buddy::alloc_pages)): for each zone of
-//!   the request's zonelist (its highest allowed zone first): lock, check
-//!   the min watermark (the kernel's slow path without reclaim; `HIGH` may
-//!   go below it by half, `NONBLOCK` by a further quarter) plus the
-//!   `lowmem_reserve` owed to lower zones, take the smallest free block of
-//!   at least the order (`trailing_zeros` of a bitmap), split it down
-//!   (`expand`: upper halves back to their lists), unlock, then clear what
-//!   must be cleared.
+//! * **Allocation** ([`alloc_pages`](Buddy::alloc_pages)): the kernel's
+//!   `get_page_from_freelist` twice over the request's zonelist (its
+//!   highest allowed zone first): every zone against its **low** watermark
+//!   (a lockless `zone_watermark_fast` first; skipped with one zone), then
+//!   every zone against **min** (`HIGH` may go below it by half,
+//!   `NONBLOCK` by a further quarter), each plus the `lowmem_reserve` owed
+//!   to lower zones; then `MEMALLOC`'s pass without watermarks. In a zone:
+//!   lock, check, take the smallest free block of at least the order
+//!   (`trailing_zeros` of a bitmap), split it down (`expand`: upper halves
+//!   back to their lists), unlock, then clear what must be cleared.
+//! * **GFP slow path** ([`alloc_slowpath`], [`BuddySource::alloc_or_grow`]):
+//!   rounds of the source's growth ([`BuddySource::grow`]) and, for
+//!   requests that may block, its reclaim hook ([`BuddySource::reclaim`],
+//!   by default the platform's
+//!   [`reclaim_pages`](local_lock::Platform::reclaim_pages)), each followed
+//!   by a retry, as the retry flags say (`NORETRY` one round,
+//!   `RETRY_MAYFAIL` while they make progress, `NOFAIL` forever, none:
+//!   while they make progress up to [`MAX_GROW_RETRIES`], one round for
+//!   costly orders); then the failure report
+//!   ([`BuddySource::warn_alloc`]) unless `NOWARN`. See [`AllocFlags`].
 //! * **Free** ([`free_pages`](Buddy::free_pages)): the head descriptor must
 //!   be `ALLOC` with the order given (bad frees are caught here and reported
 //!   with the address and the problem, leaving the state intact); merge with
@@ -131,7 +143,8 @@
 //! | one block | [`alloc_pages`](Buddy::alloc_pages), [`alloc_pages_zone`](Buddy::alloc_pages_zone), [`free_pages`](Buddy::free_pages), [`free_pages_zeroed`](Buddy::free_pages_zeroed), [`free_pages_flags`](Buddy::free_pages_flags), [`try_free_pages`](Buddy::try_free_pages) |
 //! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk), [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), [`try_free_bulk_keep_zero`](Buddy::try_free_bulk_keep_zero) |
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
-//! | page-source contract (pcp, slub) | [`PageAlloc`] (`alloc_block` → [`Block`]: the block with its owner words), [`BuddySource`] (the buddy and its one growth hook) |
+//! | page-source contract (pcp, slub) | [`PageAlloc`] (`alloc_block` → [`Block`]: the block with its owner words), [`BuddySource`] (the buddy, its growth and reclaim hooks, the failure report) |
+//! | gfp slow path | [`BuddySource::alloc_or_grow`], [`alloc_slowpath`] (for a layer with its own attempt: pcp's lists), [`alloc_block_low`](Buddy::alloc_block_low), [`watermark_fast`](Buddy::watermark_fast), [`watermark_low_fast`](Buddy::watermark_low_fast) |
 //! | owner words (slub, pcp) | [`owner_of`](Buddy::owner_of) → [`BlockRef`] { head, order, [`Owner`] }, [`page_state`](Buddy::page_state) |
 //! | memory back to the OS | [`trim_with`](Buddy::trim_with), [`decay_with`](Buddy::decay_with), [`nr_purged_pages`](Buddy::nr_purged_pages), [`BuddySource::trim`], `GlobalBuddy::trim`/`decay`, [`PurgePolicy`] |
 //! | observability | `Display` (buddyinfo), [`zoneinfo`](Buddy::zoneinfo), [`zone_info`](Buddy::zone_info), [`stat`](Buddy::stat) |
@@ -203,6 +216,7 @@ mod fork;
 mod global;
 #[cfg(loom)]
 pub mod loom_support;
+mod slowpath;
 mod source;
 mod span;
 mod types;
@@ -216,6 +230,7 @@ pub use crate::desc::{is_pcp_tag, Owner, PCP_TAG, PCP_TAG_MASK};
 pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
+pub use crate::slowpath::alloc_slowpath;
 pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{

@@ -17,6 +17,7 @@ use local_lock::Platform;
 use crate::buddy::{Block, BlockRef, Buddy};
 use crate::desc::is_pcp_tag;
 use crate::error::FreeError;
+use crate::slowpath::alloc_slowpath;
 use crate::types::{AllocFlags, FreeFlags, Order};
 
 /// Times an allocation asks its [`BuddySource`] to grow before it fails:
@@ -263,23 +264,43 @@ pub trait BuddySource: Sync {
             )
         }
     }
-    /// [`Buddy::alloc_block`], asking [`grow`](Self::grow) when the buddy
-    /// is exhausted and retrying (at most [`MAX_GROW_RETRIES`] times).
+    /// The kernel's page reclaim for a request of `2^order` pages that
+    /// may block (`try_to_free_pages`, the shrinkers): free what can be
+    /// freed back into the buddy and return the pages reclaimed (0: no
+    /// progress). Called by the slow path ([`alloc_slowpath`]) outside
+    /// every lock of the callers, never for `NONBLOCK` or `MEMALLOC`
+    /// requests; how often depends on the request's retry flags. The
+    /// default is the platform's hook,
+    /// [`Platform::reclaim_pages`](local_lock::Platform::reclaim_pages)
+    /// (node 0), which reclaims nothing unless the platform has one.
+    fn reclaim(&self, order: Order, flags: AllocFlags) -> usize {
+        let _ = flags;
+        self.buddy().platform().reclaim_pages(0, order.get())
+    }
+    /// `warn_alloc`: a request failed and did not pass
+    /// [`NOWARN`](AllocFlags::NOWARN). Called outside every lock; must not
+    /// allocate. The default is the platform's
+    /// [`warn_alloc`](local_lock::Platform::warn_alloc).
+    fn warn_alloc(&self, order: Order, flags: AllocFlags) {
+        self.buddy()
+            .platform()
+            .warn_alloc(order.get(), flags.bits());
+    }
+    /// [`Buddy::alloc_block`] (the zonelist against the low, then the min
+    /// watermark), then the slow path ([`alloc_slowpath`]): rounds of
+    /// [`grow`](Self::grow) and, for requests that may block,
+    /// [`reclaim`](Self::reclaim), each followed by a retry, as the
+    /// request's retry flags say (`NORETRY`, `RETRY_MAYFAIL`, `NOFAIL`;
+    /// by default while they make progress, at most [`MAX_GROW_RETRIES`]
+    /// rounds, one for costly orders); a failure is reported unless
+    /// `NOWARN`.
     #[inline]
     fn alloc_or_grow(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         let b = self.buddy();
         if let Some(p) = b.alloc_block(order, flags) {
             return Some(p);
         }
-        for _ in 0..MAX_GROW_RETRIES {
-            if !self.grow(order) {
-                break;
-            }
-            if let Some(p) = b.alloc_block(order, flags) {
-                return Some(p);
-            }
-        }
-        None
+        alloc_slowpath(self, order, flags, |f| b.alloc_block(order, f))
     }
 }
 
@@ -313,6 +334,12 @@ impl<S: BuddySource + ?Sized> BuddySource for &S {
     fn grow(&self, order: Order) -> bool {
         (**self).grow(order)
     }
+    fn reclaim(&self, order: Order, flags: AllocFlags) -> usize {
+        (**self).reclaim(order, flags)
+    }
+    fn warn_alloc(&self, order: Order, flags: AllocFlags) {
+        (**self).warn_alloc(order, flags)
+    }
     fn purge(&self, block: NonNull<u8>, bytes: usize) -> bool {
         (**self).purge(block, bytes)
     }
@@ -340,9 +367,11 @@ unsafe impl<P: Platform> PageAlloc for Buddy<P> {
     fn max_order(&self) -> Order {
         self.config().max_order()
     }
+    /// The buddy's zonelist passes, then the slow path with the
+    /// platform's reclaim hook ([`BuddySource::alloc_or_grow`]).
     #[inline]
     fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        Buddy::alloc_block(self, order, flags)
+        self.alloc_or_grow(order, flags)
     }
     #[inline]
     unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {

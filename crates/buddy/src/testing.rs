@@ -531,6 +531,9 @@ impl Harness {
         if bits & 32 != 0 {
             f |= AllocFlags::COMP;
         }
+        if bits & 128 != 0 {
+            f |= AllocFlags::MEMALLOC;
+        }
         if zone != 0 {
             let z = (zone as usize - 1) % self.nr_zones();
             f |= AllocFlags::NONE.zone_max(ZoneId::new(z));
@@ -538,8 +541,9 @@ impl Harness {
         f
     }
 
-    /// Whether the model's zone `z` passes the watermark and has a block of
-    /// at least `order` (with `free` pages and canonical blocks `blocks`).
+    /// Whether the model's zone `z` passes the watermark `mark` (0: low,
+    /// 1: min with the HIGH/NONBLOCK reductions, 2: none) and has a block
+    /// of at least `order` (with `free` pages and canonical blocks `blocks`).
     fn zone_can(
         &self,
         z: usize,
@@ -547,6 +551,7 @@ impl Harness {
         flags: AllocFlags,
         highest: usize,
         blocks: &[(usize, u8)],
+        mark: u8,
     ) -> bool {
         let info = self.buddy.zone_info(ZoneId::new(z));
         let free = self.model_free_in(ZoneId::new(z)) as isize;
@@ -554,10 +559,14 @@ impl Harness {
         if flags.contains(AllocFlags::HIGH) {
             min -= min / 2;
         }
-        if flags.contains(AllocFlags::NONBLOCK) {
+        if flags.contains(AllocFlags::NONBLOCK) && !flags.contains(AllocFlags::NOMEMALLOC) {
             min -= min / 4;
         }
-        let wm = free - (order.pages() as isize - 1) > min + info.lowmem_reserve[highest] as isize;
+        if mark == 0 {
+            min = info.watermarks.low as isize;
+        }
+        let wm = mark == 2
+            || free - (order.pages() as isize - 1) > min + info.lowmem_reserve[highest] as isize;
         wm && blocks
             .iter()
             .any(|&(p, k)| k >= order.get() && self.zone_of_pfn(p).index() == z)
@@ -828,10 +837,24 @@ impl Harness {
             .max_zone()
             .map_or(self.nr_zones() - 1, |z| z.index().min(self.nr_zones() - 1));
         let blocks = self.canonical();
-        let can: Vec<bool> = (0..self.nr_zones())
-            .map(|z| z <= highest && self.zone_can(z, order, flags, highest, &blocks))
-            .collect();
-        let expect = (0..=highest).rev().find(|&z| can[z]);
+        // get_page_from_freelist: the low pass (when there is a zone to
+        // fall back to), the min pass, then MEMALLOC's no-watermark pass.
+        let memalloc = flags.contains(AllocFlags::MEMALLOC);
+        let can_at = |m: u8| -> Vec<bool> {
+            (0..self.nr_zones())
+                .map(|z| z <= highest && self.zone_can(z, order, flags, highest, &blocks, m))
+                .collect()
+        };
+        let low = if highest > 0 {
+            can_at(0)
+        } else {
+            std::vec![false; highest + 1]
+        };
+        let can = can_at(if memalloc { 2 } else { 1 });
+        let min = can_at(1);
+        let expect = [&low, &min, &can]
+            .iter()
+            .find_map(|c| (0..=highest).rev().find(|&z| c[z]));
         let cleared_before = self.buddy.stat(Stat::BYTES_CLEARED);
         let noclear_before = self.buddy.stat(Stat::ZEROED_NO_CLEAR);
         let r = self.buddy.alloc_pages(order, flags);
@@ -895,7 +918,7 @@ impl Harness {
             let blocks = self.canonical();
             let highest = self.nr_zones() - 1;
             assert!(
-                !self.zone_can(z.index(), order, flags, highest, &blocks),
+                !self.zone_can(z.index(), order, flags, highest, &blocks, 1),
                 "bulk stopped early though the zone could serve more"
             );
         }

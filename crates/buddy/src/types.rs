@@ -198,6 +198,19 @@ impl ZoneId {
 /// | [`COLD`](Self::COLD) | `__GFP_COLD` (pre-4.15) | take the cold end (tail) of the free list |
 /// | [`COMP`](Self::COMP) | `__GFP_COMP` | stamp the tail descriptors, so [`owner_of`](crate::Buddy::owner_of) from any address is two descriptor reads |
 /// | [`zone_max`](Self::zone_max) | `gfp_zone()` | the highest zone the block may come from (e.g. a DMA32 zone for "below 4 GiB") |
+/// | [`NOWARN`](Self::NOWARN) | `__GFP_NOWARN` | a failure is not reported (`warn_alloc`: the source's [`warn_alloc`](crate::BuddySource::warn_alloc) hook and `Stat::WARN_ALLOC`) |
+/// | [`NORETRY`](Self::NORETRY) | `__GFP_NORETRY` | one round of growth and reclaim, then fail |
+/// | [`RETRY_MAYFAIL`](Self::RETRY_MAYFAIL) | `__GFP_RETRY_MAYFAIL` | retry while growth or reclaim makes progress, at any order; fail when neither does |
+/// | [`NOFAIL`](Self::NOFAIL) | `__GFP_NOFAIL` | never fails (blocking requests of at most the largest order): retries growth and reclaim, then the min reserve, forever |
+/// | [`MEMALLOC`](Self::MEMALLOC) | `__GFP_MEMALLOC` | the reclaimer's own requests: `ALLOC_NO_WATERMARKS` once the watermarks refuse, and no reclaim (no recursion) |
+/// | [`NOMEMALLOC`](Self::NOMEMALLOC) | `__GFP_NOMEMALLOC` | never the reserves, even with `MEMALLOC` |
+/// | [`THISNODE`](Self::THISNODE) | `__GFP_THISNODE` | no fallback beyond the local node (`ZONELIST_NOFALLBACK`); the buddy is node 0, so a CPU of another node fails |
+///
+/// Without a retry flag a request retries while growth or reclaim makes
+/// progress, at most [`MAX_GROW_RETRIES`](crate::MAX_GROW_RETRIES) rounds,
+/// and a costly one (order above [`COSTLY_ORDER`](Self::COSTLY_ORDER)) does
+/// one round (the kernel's `costly_order && !__GFP_RETRY_MAYFAIL`). See
+/// [`BuddySource::alloc_or_grow`](crate::BuddySource::alloc_or_grow).
 ///
 /// ```
 /// use buddy::{AllocFlags, ZoneId};
@@ -237,9 +250,51 @@ impl AllocFlags {
     /// needs no search.
     pub const COMP: AllocFlags = AllocFlags(1 << 5);
 
+    /// No failure report (`__GFP_NOWARN`): a request that fails does not
+    /// call the source's [`warn_alloc`](crate::BuddySource::warn_alloc)
+    /// hook nor count `Stat::WARN_ALLOC` (it still counts
+    /// `Stat::ALLOC_FAIL`).
+    pub const NOWARN: AllocFlags = AllocFlags(1 << 12);
+    /// Fail rather than retry (`__GFP_NORETRY`): one round of the source's
+    /// growth and reclaim hook, then give up.
+    pub const NORETRY: AllocFlags = AllocFlags(1 << 13);
+    /// Retry while it helps (`__GFP_RETRY_MAYFAIL`): growth and reclaim
+    /// are repeated while either makes progress, costly orders included,
+    /// and the request fails once neither does.
+    pub const RETRY_MAYFAIL: AllocFlags = AllocFlags(1 << 14);
+    /// Never fail (`__GFP_NOFAIL`): growth and reclaim are retried, then
+    /// the min reserve (as [`HIGH`](Self::HIGH)), forever, with the
+    /// platform's back-off between fruitless rounds. Ignored (the request
+    /// may fail) with [`NONBLOCK`](Self::NONBLOCK) (it cannot wait) or
+    /// above the largest order.
+    pub const NOFAIL: AllocFlags = AllocFlags(1 << 15);
+    /// The reclaimer's own allocation (`__GFP_MEMALLOC`, `PF_MEMALLOC`):
+    /// when the watermarks refuse it, it may take the reserves below them
+    /// (`ALLOC_NO_WATERMARKS`, `lowmem_reserve` ignored too), and it never
+    /// calls the reclaim hook (reclaim does not recurse).
+    pub const MEMALLOC: AllocFlags = AllocFlags(1 << 16);
+    /// Never the reserves (`__GFP_NOMEMALLOC`): overrides
+    /// [`MEMALLOC`](Self::MEMALLOC), and takes away
+    /// [`NONBLOCK`](Self::NONBLOCK)'s lowering of the min watermark
+    /// (`gfp_to_alloc_flags` sets `ALLOC_NON_BLOCK` only without it): a
+    /// request that must not wait nor dip into reserves (slub's light
+    /// attempt at a slab's preferred order).
+    pub const NOMEMALLOC: AllocFlags = AllocFlags(1 << 17);
+    /// This node only (`__GFP_THISNODE`): the request's zonelist is its
+    /// node's zones, no other node's (`ZONELIST_NOFALLBACK`). The buddy is
+    /// one node (node 0): a request from a CPU whose
+    /// [`numa_node_id`](local_lock::Platform::numa_node_id) is another node
+    /// fails, where without the flag it falls back to node 0.
+    pub const THISNODE: AllocFlags = AllocFlags(1 << 18);
+
+    /// `PAGE_ALLOC_COSTLY_ORDER`: requests above this order do not retry
+    /// without [`RETRY_MAYFAIL`](Self::RETRY_MAYFAIL) or
+    /// [`NOFAIL`](Self::NOFAIL).
+    pub const COSTLY_ORDER: u8 = 3;
+
     const ZONE_SHIFT: u32 = 8;
     const ZONE_MASK: u32 = 0xf << Self::ZONE_SHIFT;
-    const KNOWN: u32 = 0x3f | Self::ZONE_MASK;
+    const KNOWN: u32 = 0x3f | Self::ZONE_MASK | 0x7f << 12;
 
     /// Restricts the request to `zone` and the zones below it (the highest
     /// zone of its zonelist, `gfp_zone()`).
@@ -276,6 +331,18 @@ impl AllocFlags {
         }
     }
 
+    /// `self` without `other`'s flag bits (and without the zone constraint
+    /// if `other` has one): e.g. the page flags of a slab request, less
+    /// [`ZEROED`](Self::ZEROED), which is for the object.
+    #[inline(always)]
+    pub const fn difference(self, other: AllocFlags) -> AllocFlags {
+        let mut bits = self.0 & !(other.0 & !Self::ZONE_MASK);
+        if other.0 & Self::ZONE_MASK != 0 {
+            bits &= !Self::ZONE_MASK;
+        }
+        AllocFlags(bits)
+    }
+
     /// The raw bits.
     #[inline(always)]
     pub const fn bits(self) -> u32 {
@@ -306,13 +373,20 @@ impl BitOrAssign for AllocFlags {
 
 impl fmt::Debug for AllocFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(AllocFlags, &str); 6] = [
+        const NAMES: [(AllocFlags, &str); 13] = [
             (AllocFlags::ONLY_ZERO, "ONLY_ZERO"),
             (AllocFlags::ZEROED, "ZEROED"),
             (AllocFlags::HIGH, "HIGH"),
             (AllocFlags::NONBLOCK, "NONBLOCK"),
             (AllocFlags::COLD, "COLD"),
             (AllocFlags::COMP, "COMP"),
+            (AllocFlags::NOWARN, "NOWARN"),
+            (AllocFlags::NORETRY, "NORETRY"),
+            (AllocFlags::RETRY_MAYFAIL, "RETRY_MAYFAIL"),
+            (AllocFlags::NOFAIL, "NOFAIL"),
+            (AllocFlags::MEMALLOC, "MEMALLOC"),
+            (AllocFlags::NOMEMALLOC, "NOMEMALLOC"),
+            (AllocFlags::THISNODE, "THISNODE"),
         ];
         let mut first = true;
         let mut shown = 0;
@@ -987,5 +1061,17 @@ local_lock::stat_items! {
         PURGE = "purge",
         /// Bytes purged.
         PURGED_BYTES = "purged_bytes",
+        /// Requests that failed after the slow path (growth, reclaim,
+        /// retries), counted in the request's highest zone.
+        ALLOC_FAIL = "alloc_fail",
+        /// Of those, reported (`warn_alloc`: not `NOWARN`).
+        WARN_ALLOC = "warn_alloc",
+        /// Requests served below the min watermark because of `MEMALLOC`
+        /// (`ALLOC_NO_WATERMARKS`).
+        NO_WATERMARKS = "no_watermarks",
+        /// Rounds of the source's reclaim hook run by blocking requests.
+        RECLAIM = "reclaim",
+        /// Pages the reclaim hook said it reclaimed.
+        RECLAIMED_PAGES = "reclaimed_pages",
     }
 }

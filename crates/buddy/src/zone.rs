@@ -103,6 +103,50 @@ pub(crate) struct Taken {
     pub(crate) zero: u32,
 }
 
+/// Which watermark an attempt is checked against (`ALLOC_WMARK_*`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mark {
+    /// `ALLOC_WMARK_LOW`, no reductions: the first pass over the zonelist.
+    Low,
+    /// `ALLOC_WMARK_MIN` with the `HIGH` (`ALLOC_MIN_RESERVE`) and
+    /// `NONBLOCK` (`ALLOC_NON_BLOCK`) reductions: the slow path.
+    Min,
+    /// `ALLOC_NO_WATERMARKS`: `__GFP_MEMALLOC` requests, no check.
+    None,
+}
+
+/// `__zone_watermark_ok` on a free count (exact under the lock, or the
+/// lockless mirror for `zone_watermark_fast`): after taking the block,
+/// `free` (already less `2^order - 1`) must exceed the mark plus
+/// `lowmem_reserve[highest]`.
+#[inline(always)]
+pub(crate) fn wmark_ok(
+    free: isize,
+    wm: &Watermarks,
+    reserve: &[usize; MAX_ZONES],
+    flags: AllocFlags,
+    highest: usize,
+    mark: Mark,
+) -> bool {
+    let min = match mark {
+        Mark::None => return true,
+        Mark::Low => wm.low as isize,
+        Mark::Min => {
+            let mut min = wm.min as isize;
+            if flags.contains(AllocFlags::HIGH) {
+                min -= min / 2;
+            }
+            // gfp_to_alloc_flags: ALLOC_NON_BLOCK only without
+            // __GFP_NOMEMALLOC.
+            if flags.contains(AllocFlags::NONBLOCK) && !flags.contains(AllocFlags::NOMEMALLOC) {
+                min -= min / 4;
+            }
+            min
+        }
+    };
+    free > min + reserve[highest] as isize
+}
+
 impl ZoneInner {
     local_lock::const_fn! {
         /// An empty zone.
@@ -250,15 +294,30 @@ impl ZoneInner {
     /// the order exists is left to [`rmqueue`](Self::rmqueue).
     #[inline(always)]
     pub(crate) fn watermark_ok(&self, order: Order, flags: AllocFlags, highest: usize) -> bool {
-        let mut min = self.wmark.min as isize;
-        if flags.contains(AllocFlags::HIGH) {
-            min -= min / 2;
-        }
-        if flags.contains(AllocFlags::NONBLOCK) {
-            min -= min / 4;
-        }
+        self.watermark_ok_mark(order, flags, highest, Mark::Min)
+    }
+
+    /// `__zone_watermark_ok` against `mark`: the low watermark as is (the
+    /// first pass of `get_page_from_freelist`), the min watermark lowered
+    /// by the request's `HIGH`/`NONBLOCK` reductions (the slow path), or
+    /// no check at all (`ALLOC_NO_WATERMARKS`).
+    #[inline(always)]
+    pub(crate) fn watermark_ok_mark(
+        &self,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+        mark: Mark,
+    ) -> bool {
         let free = self.free as isize - (order.pages() as isize - 1);
-        free > min + self.lowmem_reserve[highest] as isize
+        wmark_ok(
+            free,
+            &self.wmark,
+            &self.lowmem_reserve,
+            flags,
+            highest,
+            mark,
+        )
     }
 
     // --- allocation -------------------------------------------------------
@@ -692,6 +751,13 @@ pub(crate) struct Zone {
     /// Copies of the watermarks: min, low, high (written under the resize
     /// lock).
     pub(crate) wmark: [AtomicUsize; 3],
+    /// Copy of `lowmem_reserve` (written under the resize lock), for
+    /// `zone_watermark_fast`.
+    pub(crate) reserve: [AtomicUsize; MAX_ZONES],
+    /// `NR_FREE_PAGES` readable without the lock: `ZoneInner::free` as the
+    /// last holder of the zone lock left it (stored when a zone guard
+    /// drops), for `zone_watermark_fast`.
+    pub(crate) nr_free: AtomicUsize,
 }
 
 impl Zone {
@@ -708,6 +774,8 @@ impl Zone {
                 }),
                 managed: AtomicUsize::new(0),
                 wmark: [const { AtomicUsize::new(0) }; 3],
+                reserve: [const { AtomicUsize::new(0) }; MAX_ZONES],
+                nr_free: AtomicUsize::new(0),
             };
             #[cfg(loom)]
             return Zone {
@@ -718,6 +786,8 @@ impl Zone {
                 }),
                 managed: AtomicUsize::new(0),
                 wmark: core::array::from_fn(|_| AtomicUsize::new(0)),
+                reserve: core::array::from_fn(|_| AtomicUsize::new(0)),
+                nr_free: AtomicUsize::new(0),
             };
         }
     }

@@ -15,9 +15,9 @@
 //! a double hand-out would show as a pattern mismatch.
 #![cfg(loom)]
 
-use buddy::loom_support::Heap;
+use buddy::loom_support::{run, Heap};
 use buddy::{AllocFlags, Order, Page, ZoneId};
-use local_lock::loom_platform::{model, LoomPlatform};
+use local_lock::loom_platform::LoomPlatform;
 use local_lock::Strategy;
 use loom::sync::Arc;
 use loom::thread;
@@ -78,7 +78,7 @@ fn o(n: u8) -> Order {
 /// block race through the zone lock.
 #[test]
 fn alloc_free_merge_two_cpus() {
-    model("alloc_free_merge_two_cpus", || {
+    run("alloc_free_merge_two_cpus", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let h = new_heap(&p);
         let ts: Vec<_> = (0..2)
@@ -103,7 +103,7 @@ fn alloc_free_merge_two_cpus() {
 /// merge, and the result is one block (the other half was already free).
 #[test]
 fn concurrent_frees_of_buddies_merge_once() {
-    model("concurrent_frees_of_buddies_merge_once", || {
+    run("concurrent_frees_of_buddies_merge_once", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let h = new_heap(&p);
         let a = h.use_block(o(0), AllocFlags::NONE, 1).unwrap();
@@ -134,7 +134,7 @@ fn concurrent_frees_of_buddies_merge_once() {
 /// the answer is the holder's block.
 #[test]
 fn owner_of_lock_free_vs_churn_on_stale_stamp_target() {
-    model("owner_of_lock_free_vs_churn_on_stale_stamp_target", || {
+    run("owner_of_lock_free_vs_churn_on_stale_stamp_target", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let h = new_heap(&p);
         let c = h.use_block(o(2), AllocFlags::COMP, 1).unwrap();
@@ -161,7 +161,7 @@ fn owner_of_lock_free_vs_churn_on_stale_stamp_target() {
 /// Three CPUs allocate and free single pages of one block at once.
 #[test]
 fn three_cpus_share_one_block() {
-    model("three_cpus_share_one_block", || {
+    run("three_cpus_share_one_block", || {
         let p = LoomPlatform::new(3, Strategy::Locked);
         let h = new_heap(&p);
         let ts: Vec<_> = (0..3)
@@ -185,7 +185,7 @@ fn three_cpus_share_one_block() {
 /// CPU: every page is handed out once, counts add up.
 #[test]
 fn bulk_refill_vs_free() {
-    model("bulk_refill_vs_free", || {
+    run("bulk_refill_vs_free", || {
         let p = LoomPlatform::new(2, Strategy::Locked);
         let h = new_heap(&p);
         let x = h.use_block(o(1), AllocFlags::NONE, 5).unwrap();
@@ -221,7 +221,7 @@ fn bulk_refill_vs_free() {
 /// nothing is handed out twice.
 #[test]
 fn interrupt_on_the_same_cpu() {
-    model("interrupt_on_the_same_cpu", || {
+    run("interrupt_on_the_same_cpu", || {
         let p = LoomPlatform::new(1, Strategy::Pinned);
         let h = new_heap(&p);
         let irq = {

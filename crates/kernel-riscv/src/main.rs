@@ -537,6 +537,10 @@ fn end_of_run(harts: usize) -> ! {
         ticks,
         stat_sum(H::IRQ_FAILS)
     );
+    kprintln!(
+        "page allocation failures reported (warn_alloc: requests without NOWARN): {}",
+        platform::ALLOC_WARNINGS.load(core::sync::atomic::Ordering::Relaxed)
+    );
     kprintln!();
     kprintln!("== buddyinfo ==");
     kprintln!("{}", BUDDY);

@@ -11,6 +11,7 @@
 //! | `in_interrupt` | this hart's [`HartState::in_irq`], set by `trap_handler` around the handler |
 //! | `preempt_disable` / `enable` | this hart's [`HartState::preempt_count`] += 1 / -= 1 |
 //! | `cpu_to_node` / `node_distance` | the device tree's `numa-node-id` and `/distance-map`, recorded at boot ([`set_topology`]) |
+//! | `warn_alloc` | counts failed requests without `NOWARN` ([`ALLOC_WARNINGS`], in the end-of-run report) |
 //!
 //! **Preemption.** This kernel has no scheduler: each hart runs exactly one
 //! task from boot to power-off, and the only thing that can run between
@@ -29,6 +30,10 @@ use local_lock::kernel::{Kernel, KernelHooks};
 use local_lock::sync::CachePadded;
 use local_lock::topology::{Topology, LOCAL_DISTANCE, REMOTE_DISTANCE};
 use local_lock::IrqFlags;
+
+/// Page allocation failures reported through `warn_alloc` (requests
+/// without `NOWARN` that failed after the slow path), all harts.
+pub static ALLOC_WARNINGS: AtomicUsize = AtomicUsize::new(0);
 
 use crate::arch::{self, MAX_HARTS, MSTATUS_MIE};
 
@@ -134,6 +139,13 @@ unsafe impl KernelHooks for Hooks {
         } else {
             REMOTE_DISTANCE
         }
+    }
+    fn warn_alloc(order: u8, gfp: u32) {
+        // `warn_alloc` (requests that may fail quietly pass NOWARN): counted,
+        // not printed here, since it may run in an interrupt handler or
+        // while this hart prints; the end-of-run report shows the count.
+        let _ = (order, gfp);
+        ALLOC_WARNINGS.fetch_add(1, Relaxed);
     }
 }
 

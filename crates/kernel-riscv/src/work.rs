@@ -838,7 +838,7 @@ pub fn zone_fallback_test() {
         .expect("zone test: ATOMIC request refused below the min watermark");
     hogs[n] = (p.addr(), 0);
     n += 1;
-    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NONE);
+    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NOWARN);
     assert!(
         pcp_page.is_none(),
         "zone test: pcp served a page from an exhausted zone"

@@ -149,6 +149,18 @@ pub unsafe trait KernelHooks: Sync + 'static {
     fn nr_online_cpus() -> usize {
         Self::NR_CPUS
     }
+    /// The kernel's page reclaim ([`Platform::reclaim_pages`]): frees pages
+    /// back to the allocators for a blocked request of `2^order` pages on
+    /// node `nid`, returns how many. None by default.
+    fn reclaim_pages(nid: usize, order: u8) -> usize {
+        let _ = (nid, order);
+        0
+    }
+    /// A failed allocation without `__GFP_NOWARN` ([`Platform::warn_alloc`]):
+    /// a kernel prints it. Nothing by default.
+    fn warn_alloc(order: u8, gfp: u32) {
+        let _ = (order, gfp);
+    }
 }
 
 /// The platform of a kernel described by `H`.
@@ -243,6 +255,12 @@ unsafe impl<H: KernelHooks> Platform for Kernel<H> {
     #[inline(always)]
     fn node_distance(&self, a: usize, b: usize) -> u8 {
         H::node_distance(a, b)
+    }
+    fn reclaim_pages(&self, nid: usize, order: u8) -> usize {
+        H::reclaim_pages(nid, order)
+    }
+    fn warn_alloc(&self, order: u8, gfp: u32) {
+        H::warn_alloc(order, gfp)
     }
     #[inline(always)]
     fn in_interrupt(&self) -> bool {

@@ -259,6 +259,27 @@ pub unsafe trait Platform: Sync {
         self.cpu_to_node(self.current_cpu())
     }
 
+    /// The kernel's page reclaim (`try_to_free_pages`, its shrinkers):
+    /// called by the page allocator's slow path when the watermarks refuse
+    /// a request of `2^order` pages that may block (not `NONBLOCK`, not the
+    /// reclaimer's own `MEMALLOC`), outside every allocator lock, for node
+    /// `nid`. Free what can be freed back to the allocators and return the
+    /// number of pages reclaimed (0: no progress). The retry policy
+    /// (`NORETRY` once, `RETRY_MAYFAIL` while it makes progress, `NOFAIL`
+    /// forever) is the caller's. The default reclaims nothing.
+    fn reclaim_pages(&self, nid: usize, order: u8) -> usize {
+        let _ = (nid, order);
+        0
+    }
+
+    /// `warn_alloc`: a request of `2^order` pages with gfp bits `gfp`
+    /// failed and did not pass `__GFP_NOWARN` (a kernel prints "page
+    /// allocation failure" and its memory state). Called outside every
+    /// allocator lock; must not allocate. The default does nothing.
+    fn warn_alloc(&self, order: u8, gfp: u32) {
+        let _ = (order, gfp);
+    }
+
     /// Access to another CPU's slot (for draining). `None` where the platform
     /// cannot allow it (pinned kernel: the owner may be running; per-thread:
     /// the slot's thread is alive). The default allows it on `Locked`

@@ -28,7 +28,13 @@
 //! keep PG_zero in the buddy.
 //!
 //! * **Allocation**: orders 0..=3 pop the head of this CPU's list (the tail
-//!   for `COLD`); an empty list is refilled with `batch` pages under **one**
+//!   for `COLD`) once the zone passes its lockless watermark check
+//!   (`zone_watermark_fast`, as the kernel before `rmqueue_pcplist`: the
+//!   low watermark; else, after the lower zones' low pass, min with the
+//!   request's `HIGH`/`NONBLOCK` reductions; a refused request goes to the
+//!   buddy, `WATERMARK_BYPASS`); when the lists and the buddy cannot serve,
+//!   the gfp slow path ([`buddy::alloc_slowpath`]: the source's growth and
+//!   reclaim hook under the retry flags) retries them; an empty list is refilled with `batch` pages under **one**
 //!   zone-lock acquisition ([`Buddy::alloc_bulk`](buddy::Buddy::alloc_bulk)),
 //!   known-zero pages going to the zero list. `ZEROED` requests take the zero
 //!   list first, then a normal page and clear it (outside the locks);
@@ -124,3 +130,5 @@ pub mod testing;
 
 #[cfg(test)]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod tests_gfp;

@@ -70,6 +70,10 @@ local_lock::stat_items! {
         /// A request bypassed the lists and went to the buddy (IRQ context under
         /// the task-only policy, a failed trylock, an order above 3).
         BUDDY_FALLBACK = "BUDDY_FALLBACK",
+        /// A list request found its zone below the watermark it was held
+        /// to (`zone_watermark_fast`: low, then min with its reductions)
+        /// and went to the buddy's zonelist and slow path.
+        WATERMARK_BYPASS = "WATERMARK_BYPASS",
         /// An only-zero request found no zero page and failed.
         ONLY_ZERO_FAIL = "ONLY_ZERO_FAIL",
         /// A page was freed onto the CPU's lists.

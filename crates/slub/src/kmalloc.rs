@@ -251,6 +251,31 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     #[inline]
     #[track_caller]
     pub fn kzalloc(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        self.kmalloc_flags(size, align, AllocFlags::ZEROED)
+    }
+
+    /// `kmalloc(size, gfp)`: [`kmalloc`](Self::kmalloc) with the request's
+    /// gfp flags, which reach the page allocator: a size class's new slab
+    /// ([`KmemCache::alloc_flags`]) or the large block itself. `ZEROED` is
+    /// `kzalloc` (`__GFP_ZERO`); `NOWARN`, the retry flags (`NORETRY`,
+    /// `RETRY_MAYFAIL`, `NOFAIL`), `MEMALLOC`/`NOMEMALLOC`, `HIGH`/`ATOMIC`,
+    /// `THISNODE` and a zone limit act in the page allocator's slow path.
+    ///
+    /// ```
+    /// use buddy::AllocFlags;
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let k = HEAP.kmalloc();
+    /// let p = k.kmalloc_flags(100, 8, AllocFlags::NOWARN | AllocFlags::ZEROED).unwrap();
+    /// assert_eq!(k.ksize(p.as_ptr()), 128);
+    /// // SAFETY: from this kmalloc, freed once.
+    /// unsafe { k.kfree(p.as_ptr()) };
+    /// // Beyond the largest block without a direct mapping, or an
+    /// // alignment no address has: `None`.
+    /// assert!(k.kmalloc_flags(64, 3, AllocFlags::NOWARN).is_none());
+    /// ```
+    #[inline]
+    #[track_caller]
+    pub fn kmalloc_flags(&self, size: usize, align: usize, gfp: AllocFlags) -> Option<NonNull<u8>> {
         if !align.is_power_of_two() {
             return None;
         }
@@ -259,12 +284,14 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
         match self.class(size, align) {
             Some(i) => {
-                let p = self.caches[i].alloc()?;
-                // SAFETY: a fresh object of at least `size` bytes.
-                unsafe { p.as_ptr().write_bytes(0, size) };
+                let p = self.caches[i].alloc_flags(gfp.difference(AllocFlags::ZEROED))?;
+                if gfp.contains(AllocFlags::ZEROED) {
+                    // SAFETY: a fresh object of at least `size` bytes.
+                    unsafe { p.as_ptr().write_bytes(0, size) };
+                }
                 Some(p)
             }
-            None => self.kmalloc_large(size, align, AllocFlags::ZEROED),
+            None => self.kmalloc_large(size, align, gfp),
         }
     }
 

@@ -26,6 +26,15 @@
 //!   `freelist` and `counters` (`inuse`, `objects`, `frozen`) changed
 //!   together by one double-word compare-exchange; the cache; list links.
 //! * Per node (one node): `list_lock` and the partial list.
+//! * **gfp flags** ([`KmemCache::alloc_flags`], `kmem_cache_alloc(s, gfp)`;
+//!   [`Kmalloc::kmalloc_flags`], `kmalloc(size, gfp)`): the request's
+//!   [`AllocFlags`](buddy::AllocFlags) reach the page allocator when a slab
+//!   (or a large block) is needed: `allocate_slab` tries the preferred
+//!   order lightly (`NOWARN | NORETRY`, no `NOFAIL`, no reclaim and no
+//!   reserves when it could block), then the minimum order with the flags
+//!   as given, so `NOWARN`, the retry flags, `MEMALLOC`, `HIGH`/`ATOMIC`
+//!   and zone limits act in the buddy's slow path. `ZEROED` zeroes the
+//!   object.
 //!
 //! # Fast paths
 //!

@@ -12,7 +12,7 @@ use super::zero::clear_range;
 use super::Buddy;
 use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_TAIL, ZERO_FULL};
 use crate::types::{AllocFlags, Order, Page, Stat, ZoneId};
-use crate::zone::Taken;
+use crate::zone::{wmark_ok, Mark, Taken};
 
 impl<P: Platform> Buddy<P> {
     /// The highest zone a request may use.
@@ -31,11 +31,18 @@ impl<P: Platform> Buddy<P> {
         (0..=self.highest_zone(flags)).rev().map(ZoneId::new)
     }
 
-    /// Allocates a block of `2^order` pages (`alloc_pages`): the zones of
-    /// the request's zonelist in order, each under its lock with IRQs saved,
-    /// checking the min watermark (lowered for `HIGH`/`ATOMIC`) plus the
-    /// `lowmem_reserve` the request owes lower zones. `None` when no zone can
-    /// serve it.
+    /// Allocates a block of `2^order` pages (`alloc_pages`) as the
+    /// kernel's `get_page_from_freelist` does, without the slow path's
+    /// growth and reclaim (those are the source's:
+    /// [`BuddySource::alloc_or_grow`](crate::BuddySource::alloc_or_grow)):
+    /// first every zone of the request's zonelist against its **low**
+    /// watermark (a lockless `zone_watermark_fast` before the lock), then
+    /// every zone against the **min** watermark lowered for
+    /// `HIGH`/`NONBLOCK`, each under its lock with IRQs saved, with the
+    /// `lowmem_reserve` the request owes lower zones; then, for
+    /// [`MEMALLOC`](AllocFlags::MEMALLOC) without
+    /// [`NOMEMALLOC`](AllocFlags::NOMEMALLOC), with no watermark at all.
+    /// `None` when no zone can serve it.
     ///
     /// With [`ZEROED`](AllocFlags::ZEROED) the block reads as zero: a
     /// known-zero block is taken without clearing; otherwise the non-zero
@@ -52,18 +59,153 @@ impl<P: Platform> Buddy<P> {
     /// lookup.
     #[inline]
     pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        if order > self.cfg.max_order() {
+        if order > self.cfg.max_order() || !self.node_allowed(flags) {
             return None;
         }
         let highest = self.highest_zone(flags);
+        // The low-watermark pass only decides something when there is a
+        // zone to fall back to: with one zone, a block it would give, the
+        // min pass gives too (min <= low).
+        if highest > 0 {
+            if let Some(p) = self.alloc_block_low(ZoneId::new(highest), order, flags) {
+                return Some(p);
+            }
+        }
         let mut z = highest + 1;
         while z > 0 {
             z -= 1;
-            if let Some(p) = self.alloc_from(z, order, flags, highest) {
+            if let Some(p) = self.alloc_from(z, order, flags, highest, Mark::Min) {
+                return Some(p);
+            }
+        }
+        if flags.contains(AllocFlags::MEMALLOC) && !flags.contains(AllocFlags::NOMEMALLOC) {
+            return self.alloc_no_watermarks(order, flags, highest);
+        }
+        None
+    }
+
+    /// The first pass of `get_page_from_freelist` alone, over the zones
+    /// from `from` down: each against its low watermark (the lockless
+    /// `zone_watermark_fast` first) plus the `lowmem_reserve` the request
+    /// owes it given its own highest zone (from `flags`, at least `from`).
+    /// For a per-CPU layer whose own zone (above `from`) is below its low
+    /// watermark: the lower zones it would fall back to before dipping
+    /// into its zone's min reserve.
+    #[inline(never)]
+    pub fn alloc_block_low(
+        &self,
+        from: ZoneId,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Block<'_>> {
+        if order > self.cfg.max_order() || !self.node_allowed(flags) {
+            return None;
+        }
+        let highest = self.highest_zone(flags).max(from.index());
+        let mut z = from.index().min(self.cfg.nr_zones() - 1) + 1;
+        while z > 0 {
+            z -= 1;
+            if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {
+                if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::Low) {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
+    /// `ALLOC_NO_WATERMARKS` (`__GFP_MEMALLOC`): the zonelist once more,
+    /// with no watermark and no `lowmem_reserve`.
+    #[cold]
+    #[inline(never)]
+    fn alloc_no_watermarks(
+        &self,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+    ) -> Option<Block<'_>> {
+        let mut z = highest + 1;
+        while z > 0 {
+            z -= 1;
+            if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::None) {
+                self.lock_zone(z).count(Stat::NO_WATERMARKS, 1);
                 return Some(p);
             }
         }
         None
+    }
+
+    /// Counts an event of a request in its highest zone (the slow path's
+    /// counters: failures, reclaim rounds).
+    #[cold]
+    pub(crate) fn count_top(&self, flags: AllocFlags, s: Stat, n: u64) {
+        self.lock_zone(self.highest_zone(flags)).count(s, n);
+    }
+
+    /// Whether the request's node constraint allows this buddy's memory
+    /// (node 0): without [`THISNODE`](AllocFlags::THISNODE) always (other
+    /// nodes fall back to it), with it only from a CPU of node 0.
+    #[inline(always)]
+    fn node_allowed(&self, flags: AllocFlags) -> bool {
+        !flags.contains(AllocFlags::THISNODE) || self.platform.numa_node_id() == 0
+    }
+
+    /// The lockless low-watermark check of a per-CPU list hit of `zone`
+    /// (`zone_watermark_fast` before `rmqueue_pcplist`), with the request's
+    /// highest zone `zone` unless `flags` names a higher one (the zonelist
+    /// a request to that zone's lists walks): free pages less
+    /// `2^order - 1` above the low watermark plus that `lowmem_reserve`.
+    #[inline(always)]
+    pub fn watermark_low_fast(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> bool {
+        let zn = &self.zones[zone.index()];
+        let highest = match flags.max_zone() {
+            Some(z) => z.index().min(self.cfg.nr_zones() - 1).max(zone.index()),
+            None => zone.index(),
+        };
+        let free = zn.nr_free.load(Ordering::Relaxed) as isize - (order.pages() as isize - 1);
+        let low = zn.wmark[1].load(Ordering::Relaxed) as isize;
+        free > low + zn.reserve[highest].load(Ordering::Relaxed) as isize
+    }
+
+    /// `zone_watermark_fast`: the watermark check on the zone's lockless
+    /// free count (as the last holder of its lock left it), without taking
+    /// the lock. `mark` is [`Mark::Low`] (first pass, pcp hits) or
+    /// [`Mark::Min`] with the request's reductions.
+    #[inline(always)]
+    pub(crate) fn zone_watermark_fast(
+        &self,
+        zone: usize,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+        mark: Mark,
+    ) -> bool {
+        let zn = &self.zones[zone];
+        let free = zn.nr_free.load(Ordering::Relaxed) as isize - (order.pages() as isize - 1);
+        if mark == Mark::Low {
+            // The common case first: one load of the low mark.
+            let low = zn.wmark[1].load(Ordering::Relaxed) as isize;
+            let res = zn.reserve[highest].load(Ordering::Relaxed) as isize;
+            return free > low + res;
+        }
+        let wm = self.watermarks(ZoneId::new(zone));
+        let mut reserve = [0usize; crate::types::MAX_ZONES];
+        reserve[highest] = zn.reserve[highest].load(Ordering::Relaxed);
+        wmark_ok(free, &wm, &reserve, flags, highest, mark)
+    }
+
+    /// Whether `zone` passes the lockless `zone_watermark_fast` check a
+    /// per-CPU list hit makes before `rmqueue_pcplist`: its free pages less
+    /// `2^order - 1` above the low watermark (`low`) or above the min
+    /// watermark lowered by the request's `HIGH`/`NONBLOCK` (`!low`), plus
+    /// the `lowmem_reserve` it owes lower zones given the request's
+    /// highest allowed zone. The free count is the one the last holder of
+    /// the zone lock left (pages on per-CPU lists are not free).
+    #[inline(always)]
+    pub fn watermark_fast(&self, zone: ZoneId, order: Order, flags: AllocFlags, low: bool) -> bool {
+        let highest = self.highest_zone(flags).max(zone.index());
+        let mark = if low { Mark::Low } else { Mark::Min };
+        self.zone_watermark_fast(zone.index(), order, flags, highest, mark)
     }
 
     /// Allocates from one zone only (no fallback, e.g. for pcp, which keeps
@@ -75,28 +217,50 @@ impl<P: Platform> Buddy<P> {
             return None;
         }
         let highest = self.highest_zone(flags).max(zone.index());
-        self.alloc_from(zone.index(), order, flags, highest)
+        self.alloc_from_outline(zone.index(), order, flags, highest, Mark::Min)
             .map(|b| b.page)
     }
 
-    #[inline]
+    /// [`alloc_from`](Self::alloc_from) out of line: for the passes other
+    /// than the min pass of the common single-zone request, so that the
+    /// hot path keeps its one inlined copy.
+    #[inline(never)]
+    fn alloc_from_outline(
+        &self,
+        zone: usize,
+        order: Order,
+        flags: AllocFlags,
+        highest: usize,
+        mark: Mark,
+    ) -> Option<Block<'_>> {
+        self.alloc_from(zone, order, flags, highest, mark)
+    }
+
+    #[inline(always)]
     fn alloc_from(
         &self,
         zone: usize,
         order: Order,
         flags: AllocFlags,
         highest: usize,
+        mark: Mark,
     ) -> Option<Block<'_>> {
         let mut g = self.lock_zone(zone);
-        let t = if g.watermark_ok(order, flags, highest) {
+        let t = if g.watermark_ok_mark(order, flags, highest, mark) {
             // SAFETY: zone lock held.
             unsafe { g.rmqueue(&self.cfg, order, flags) }
         } else {
-            g.count(Stat::WATERMARK_FAIL, 1);
+            // Counted by the pass that decides (min): a zone below its low
+            // watermark is only passed over for a lower one.
+            if mark != Mark::Low {
+                g.count(Stat::WATERMARK_FAIL, 1);
+            }
             None
         };
         let Some(t) = t else {
-            g.count(Stat::ZONE_FAIL, 1);
+            if mark != Mark::Low {
+                g.count(Stat::ZONE_FAIL, 1);
+            }
             return None;
         };
         let shift = self.cfg.page_shift();

@@ -35,6 +35,7 @@ use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::ops::{Deref, DerefMut};
 
+use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{SpinLock, SpinLockGuard};
 use local_lock::{IrqFlags, Platform};
 
@@ -91,6 +92,8 @@ pub struct Buddy<P> {
 /// lock, then restores IRQs, on drop. `!Send`.
 pub(crate) struct ZoneGuard<'a, P: Platform> {
     inner: ManuallyDrop<SpinLockGuard<'a, ZoneInner>>,
+    /// The zone's lockless `NR_FREE_PAGES` mirror, refreshed on unlock.
+    nr_free: &'a AtomicUsize,
     platform: &'a P,
     flags: IrqFlags,
     _not_send: PhantomData<*mut ()>,
@@ -114,6 +117,9 @@ impl<P: Platform> DerefMut for ZoneGuard<'_, P> {
 impl<P: Platform> Drop for ZoneGuard<'_, P> {
     #[inline(always)]
     fn drop(&mut self) {
+        // The lockless free count (`zone_watermark_fast`): one relaxed
+        // store of the count this hold leaves.
+        self.nr_free.store(self.inner.free, Ordering::Relaxed);
         // SAFETY: dropped exactly once, here.
         unsafe { ManuallyDrop::drop(&mut self.inner) };
         // SAFETY: `flags` came from the `irq_save` in `lock_zone` on this
@@ -163,6 +169,7 @@ impl<P: Platform> Buddy<P> {
         let inner = self.zones[zone].lock.lock();
         ZoneGuard {
             inner: ManuallyDrop::new(inner),
+            nr_free: &self.zones[zone].nr_free,
             platform: &self.platform,
             flags,
             _not_send: PhantomData,

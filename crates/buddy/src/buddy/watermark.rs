@@ -57,6 +57,9 @@ impl<P: Platform> Buddy<P> {
             w[0].store(wm.min, Ordering::Relaxed);
             w[1].store(wm.low, Ordering::Relaxed);
             w[2].store(wm.high, Ordering::Relaxed);
+            for (a, r) in self.zones[z].reserve.iter().zip(reserve) {
+                a.store(r, Ordering::Relaxed);
+            }
         }
     }
 

@@ -13,6 +13,7 @@ mod bad_free;
 mod basic;
 mod bulk;
 mod concurrency;
+mod gfp;
 #[cfg(not(miri))]
 mod global;
 mod irq;

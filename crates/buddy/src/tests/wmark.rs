@@ -6,7 +6,7 @@ use std::vec::Vec;
 use super::{o, Fx};
 use crate::{AllocFlags, Config, Stat, Tunables, Watermarks, ZoneId, ZoneSpec, MAX_ZONES};
 
-fn two_zone_cfg(page: usize, max_order: u8, split: usize, t: Tunables) -> Config {
+pub(super) fn two_zone_cfg(page: usize, max_order: u8, split: usize, t: Tunables) -> Config {
     Config::new(page, max_order)
         .with_zones(&[
             ZoneSpec {

@@ -6,7 +6,7 @@
 
 use core::ptr::NonNull;
 
-use buddy::{AllocFlags, Block, Order, Owner, Page, MAX_GROW_RETRIES};
+use buddy::{alloc_slowpath, AllocFlags, Block, Order, Owner, Page, ZoneId};
 use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
@@ -31,32 +31,111 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// (the [`PageAlloc`](buddy::PageAlloc) contract): a page from the lists
     /// brings its descriptor (the list node), a page from the buddy the one
     /// the buddy allocated it with, so the caller never looks it up.
+    ///
+    /// As the kernel's `get_page_from_freelist`, a list hit first passes
+    /// the zone's lockless watermark check (`zone_watermark_fast`, before
+    /// `rmqueue_pcplist`): the low watermark, else (after the lower zones
+    /// were tried against theirs) the min watermark with the request's
+    /// `HIGH`/`NONBLOCK` reductions; a zone below it is left to the buddy
+    /// (lower zones, `MEMALLOC`'s reserves) and the slow path.
     #[inline]
     pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         if !self.uses_lists(order, flags) {
             return self.alloc_buddy(order, flags);
         }
-        let mut grown = 0;
-        loop {
-            let Some(mut g) = self.lock() else {
+        if !self.buddy().watermark_low_fast(self.zone, order, flags) {
+            return self.alloc_below_low(order, flags);
+        }
+        self.alloc_lists(order, flags)
+    }
+
+    /// The list path once the watermark allowed it: the lists (refilled
+    /// once if empty), then the slow path.
+    #[inline(always)]
+    fn alloc_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        match self.try_lists(order, flags) {
+            Ok(Some(b)) => Some(b),
+            Ok(None) if flags.contains(AllocFlags::ONLY_ZERO) => None,
+            Ok(None) => self.alloc_lists_slow(order, flags),
+            Err(()) => {
                 self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
-                return self.alloc_buddy(order, flags);
-            };
-            let r = self.rmqueue_pcplist(&mut g, order, flags);
-            drop(g);
-            match r {
-                Some((ptr, known_zero, owner)) => {
-                    return Some(Block {
-                        page: self.prep_new_page(ptr, order, flags, known_zero),
-                        owner,
-                    })
-                }
-                None if flags.contains(AllocFlags::ONLY_ZERO) => return None,
-                // Other CPUs may take what `grow` added before our retry
-                // (their refills): retry while growing makes progress.
-                None if grown < MAX_GROW_RETRIES && self.source.grow(order) => grown += 1,
-                None => return None,
+                self.alloc_buddy(order, flags)
             }
+        }
+    }
+
+    /// One try of the lists: `Err` when the lock cannot be had (the
+    /// trylock policy in an interrupt that hit the holder).
+    #[inline(always)]
+    fn try_lists(&self, order: Order, flags: AllocFlags) -> Result<Option<Block<'_>>, ()> {
+        let mut g = self.lock().ok_or(())?;
+        let r = self.rmqueue_pcplist(&mut g, order, flags);
+        drop(g);
+        Ok(r.map(|(ptr, known_zero, owner)| Block {
+            page: self.prep_new_page(ptr, order, flags, known_zero),
+            owner,
+        }))
+    }
+
+    /// The zone failed its low watermark: the lower zones against theirs
+    /// (the rest of the kernel's first pass), then the lists if the zone
+    /// passes its min watermark (the slow path's first zone), else the
+    /// buddy (lower zones at min, `MEMALLOC`, growth and reclaim).
+    #[cold]
+    #[inline(never)]
+    fn alloc_below_low(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if let Some(lower) = self.zone.index().checked_sub(1) {
+            // The request's own highest zone stays: the lower zones keep
+            // the `lowmem_reserve` they owe it.
+            if let Some(p) = b.alloc_block_low(ZoneId::new(lower), order, self.zflags(flags)) {
+                return Some(p);
+            }
+        }
+        if b.watermark_fast(self.zone, order, self.zflags(flags), false) {
+            return self.alloc_lists(order, flags);
+        }
+        self.stat_unlocked(PcpStat::WATERMARK_BYPASS);
+        // Pages on this CPU's lists are not free to the watermark: if the
+        // buddy cannot serve, give them back and retry once (the kernel's
+        // `drain_all_pages` in `__alloc_pages_direct_reclaim`).
+        match self.alloc_buddy(order, flags | AllocFlags::NOWARN) {
+            Some(b) => Some(b),
+            None => {
+                self.drain_local_for_alloc();
+                self.alloc_buddy(order, flags)
+            }
+        }
+    }
+
+    /// The slow path around the lists (`__alloc_pages_slowpath`): the
+    /// source's growth and reclaim hook under the request's retry flags,
+    /// each round retrying the lists (if the zone's min watermark allows)
+    /// and then the buddy's zonelist.
+    #[cold]
+    #[inline(never)]
+    fn alloc_lists_slow(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        alloc_slowpath(&self.source, order, flags, |f| {
+            if self
+                .buddy()
+                .watermark_fast(self.zone, order, self.zflags(f), false)
+            {
+                if let Ok(Some(b)) = self.try_lists(order, f) {
+                    return Some(b);
+                }
+            }
+            self.buddy().alloc_block(order, self.zflags(f))
+        })
+    }
+
+    /// The request's flags with this zone as its highest unless it names
+    /// one (the zonelist a request to this zone's lists walks).
+    #[inline(always)]
+    fn zflags(&self, flags: AllocFlags) -> AllocFlags {
+        if flags.max_zone().is_some() {
+            flags
+        } else {
+            flags.zone_max(self.zone)
         }
     }
 
@@ -88,12 +167,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[cold]
     #[inline(never)]
     fn alloc_buddy(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        let zflags = if flags.max_zone().is_some() {
-            flags
-        } else {
-            flags.zone_max(self.zone)
-        };
-        self.source.alloc_or_grow(order, zflags)
+        self.source.alloc_or_grow(order, self.zflags(flags))
     }
 
     /// `rmqueue_pcplist`: a page of `order` from the locked lists, refilling

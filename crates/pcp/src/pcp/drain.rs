@@ -101,6 +101,18 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.batched(n)
     }
 
+    /// Drains this CPU's lists if the policy lets this context take them
+    /// (the allocation path's lock: none in an interrupt that hit the
+    /// holder); for the allocation slow path, as the kernel's
+    /// `drain_all_pages` after direct reclaim failed: pages on the lists
+    /// do not count as free to the watermarks. Returns the pages freed.
+    pub(super) fn drain_local_for_alloc(&self) -> usize {
+        let Some(mut g) = self.lock() else { return 0 };
+        let n = self.drain_locked(&mut g);
+        drop(g);
+        self.batched(n)
+    }
+
     /// Drains `cpu`'s lists from here (`drain_pages(cpu)`): directly under
     /// its lock, on every platform under [`Policy::Trylock`](crate::Policy::Trylock)
     /// (a real per-CPU spin lock, Linux 6.0+), otherwise where the platform

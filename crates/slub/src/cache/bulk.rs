@@ -8,7 +8,7 @@
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering as CoreOrdering;
 
-use buddy::Order;
+use buddy::{AllocFlags, Order};
 use local_lock::Platform;
 
 use crate::error::FreeError;
@@ -68,7 +68,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // Debug caches check every object: one at a time (owners
             // recorded at the caller of `alloc_bulk`).
             let loc = core::panic::Location::caller();
-            return self.alloc_bulk_each(out, || self.alloc_debug(loc));
+            return self.alloc_bulk_each(out, || self.alloc_debug(loc, AllocFlags::NONE));
         }
         if self.rcs() {
             // Restartable sheaves: one pop (a section) per object, with

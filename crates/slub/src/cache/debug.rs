@@ -8,6 +8,7 @@ use core::fmt;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
 
+use buddy::AllocFlags;
 use local_lock::Platform;
 
 use crate::error::FreeError;
@@ -223,8 +224,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// A new slab for a debug cache: unfrozen, every object free and
     /// initialised, on no list yet.
-    fn new_debug_slab(&self) -> Option<Slab<'static>> {
-        let (s, head) = self.new_slab()?;
+    fn new_debug_slab(&self, gfp: AllocFlags) -> Option<Slab<'static>> {
+        let (s, head) = self.new_slab(gfp)?;
         let objects = s.state().counters.objects;
         let base = s.base().addr();
         for i in 0..objects as usize {
@@ -247,6 +248,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub(super) fn alloc_debug(
         &self,
         loc: &'static core::panic::Location<'static>,
+        gfp: AllocFlags,
     ) -> Option<NonNull<u8>> {
         self.mode();
         self.stat_here(SlubStat::ALLOC_SLOWPATH);
@@ -256,7 +258,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             unsafe { Slab::from_addr(n.head) }
         } else {
             drop(n);
-            let s = self.new_debug_slab()?;
+            let s = self.new_debug_slab(gfp)?;
             n = self.lock_node();
             n.add(s, false);
             s

@@ -14,6 +14,8 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::sync::DWord;
 use local_lock::{this_cpu_cmpxchg_double, Platform};
 
+use buddy::AllocFlags;
+
 use crate::error::FreeError;
 use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
@@ -46,6 +48,65 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // SAFETY: a fresh object of `object_size` bytes.
         unsafe { p.as_ptr().write_bytes(0, self.object_size()) };
         Some(p)
+    }
+
+    /// `kmem_cache_alloc(s, gfp)`: [`alloc`](Self::alloc) with the
+    /// request's gfp flags, which reach the page allocator when a new slab
+    /// is needed (`allocate_slab`: the preferred order tried with
+    /// `NOWARN | NORETRY` and no reclaim or reserves, then the minimum
+    /// order with `gfp` as given: `NOFAIL`, `RETRY_MAYFAIL`, `MEMALLOC`,
+    /// `HIGH`/`ATOMIC`, `NOWARN`, a zone limit...). `ZEROED` zeroes the
+    /// object (`__GFP_ZERO`: [`zalloc`](Self::zalloc)); `ONLY_ZERO`,
+    /// `COLD` and `COMP` are page-level and ignored. Without page-level
+    /// flags this is `alloc`; with them the object comes from the slab
+    /// path (the CPU slab, partial slabs, a new slab), not the sheaves.
+    ///
+    /// ```
+    /// use buddy::AllocFlags;
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<_, _>::create("gfp", 48, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let p = c.alloc_flags(AllocFlags::NOWARN | AllocFlags::ZEROED).unwrap();
+    /// // SAFETY: a live 48-byte object of ours.
+    /// assert!(unsafe { core::slice::from_raw_parts(p.as_ptr(), 48) }.iter().all(|&b| b == 0));
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(p) };
+    /// ```
+    #[inline]
+    #[track_caller]
+    pub fn alloc_flags(&self, gfp: AllocFlags) -> Option<NonNull<u8>> {
+        let page = gfp.difference(Self::OBJECT_GFP);
+        let p = if page == AllocFlags::NONE {
+            self.alloc()?
+        } else {
+            self.alloc_gfp(page, core::panic::Location::caller())?
+        };
+        if gfp.contains(AllocFlags::ZEROED) {
+            // SAFETY: a fresh object of `object_size` bytes.
+            unsafe { p.as_ptr().write_bytes(0, self.object_size()) };
+        }
+        Some(p)
+    }
+
+    /// Flags that are about the object or a single block, never passed to
+    /// a slab's page allocation.
+    const OBJECT_GFP: AllocFlags = AllocFlags::ONLY_ZERO
+        .union(AllocFlags::COLD)
+        .union(AllocFlags::COMP);
+
+    /// The slab path with page-level gfp flags.
+    #[cold]
+    #[inline(never)]
+    fn alloc_gfp(
+        &self,
+        gfp: AllocFlags,
+        loc: &'static core::panic::Location<'static>,
+    ) -> Option<NonNull<u8>> {
+        self.mode();
+        if self.flags.is_debug() {
+            return self.alloc_debug(loc, gfp);
+        }
+        self.slab_alloc_slow_gfp(self.lock_cpu(), gfp)
     }
 
     /// Allocates an object (`kmem_cache_alloc`); `None` when the page
@@ -101,7 +162,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     fn alloc_special(&self, loc: &'static core::panic::Location<'static>) -> Option<NonNull<u8>> {
         let m = self.mode();
         if self.flags.is_debug() {
-            return self.alloc_debug(loc);
+            return self.alloc_debug(loc, AllocFlags::NONE);
         }
         if self.rcs() {
             return if self.hardened() {

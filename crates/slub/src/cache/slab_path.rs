@@ -97,10 +97,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         Self::obj_ptr(fl)
     }
 
+    /// `___slab_alloc` with no gfp flags.
+    #[inline(always)]
+    pub(super) fn slab_alloc_slow<'a>(&'a self, g: Guard<'a, P, N>) -> Option<NonNull<u8>> {
+        self.slab_alloc_slow_gfp(g, AllocFlags::NONE)
+    }
+
     /// `___slab_alloc`: refill from the CPU slab's freelist, the CPU partial
-    /// slabs, the node partial list, or a new slab.
+    /// slabs, the node partial list, or a new slab (allocated with `gfp`).
     #[inline(never)]
-    pub(super) fn slab_alloc_slow<'a>(&'a self, mut g: Guard<'a, P, N>) -> Option<NonNull<u8>> {
+    pub(super) fn slab_alloc_slow_gfp<'a>(
+        &'a self,
+        mut g: Guard<'a, P, N>,
+        gfp: AllocFlags,
+    ) -> Option<NonNull<u8>> {
         self.stat_cpu(g.cpu(), SlubStat::ALLOC_SLOWPATH);
         loop {
             let cpu = g.cpu();
@@ -141,7 +151,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             drop(g);
             let (slab, fl) = match self.get_partial() {
                 Some(x) => x,
-                None => self.new_slab()?,
+                None => self.new_slab(gfp)?,
             };
             g = self.lock_cpu();
             // retry_load_slab: another context may have installed a slab.
@@ -255,17 +265,28 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// `allocate_slab`: at the preferred order, else at the minimum order
     /// (`ORDER_FALLBACK`); the objects are linked in address order and the
-    /// slab is returned frozen with its freelist taken.
-    pub(super) fn new_slab(&self) -> Option<(Slab<'static>, usize)> {
+    /// slab is returned frozen with its freelist taken. As the kernel, the
+    /// preferred order is a light attempt (`gfp | NOWARN | NORETRY`, not
+    /// `NOFAIL`; no reclaim and no reserves when the request could block:
+    /// `NONBLOCK | NOMEMALLOC`), the minimum order gets `gfp` as given.
+    pub(super) fn new_slab(&self, gfp: AllocFlags) -> Option<(Slab<'static>, usize)> {
         let oo = self.lay.oo;
-        let mut page = self
-            .source
-            .alloc_block(Order::new(oo.order)?, AllocFlags::COMP);
+        let gfp = gfp.difference(AllocFlags::ZEROED) | AllocFlags::COMP;
         let mut objects = oo.objects as usize;
+        let mut page = if self.lay.min.order == oo.order {
+            self.source.alloc_block(Order::new(oo.order)?, gfp)
+        } else {
+            let mut light =
+                (gfp | AllocFlags::NOWARN | AllocFlags::NORETRY).difference(AllocFlags::NOFAIL);
+            if !gfp.contains(AllocFlags::NONBLOCK) {
+                light = light | AllocFlags::NONBLOCK | AllocFlags::NOMEMALLOC;
+            }
+            self.source.alloc_block(Order::new(oo.order)?, light)
+        };
         if page.is_none() && self.lay.min.order != oo.order {
             page = self
                 .source
-                .alloc_block(Order::new(self.lay.min.order)?, AllocFlags::COMP);
+                .alloc_block(Order::new(self.lay.min.order)?, gfp);
             objects = self.lay.min.objects as usize;
             if page.is_some() {
                 self.stat_here(SlubStat::ORDER_FALLBACK);
