@@ -241,6 +241,22 @@ fn panic_message(f: impl FnOnce()) -> String {
     }
 }
 
+/// On this thread, pinned: a cache `name` and `free a, free b, free a`
+/// (the second free of `a` taken by the sheaf); returns the cache and `a`.
+fn aba(name: &'static str) -> (KmemCache<GlobalPages, RseqCpu>, NonNull<u8>) {
+    pin_here();
+    let c = rseq_cache(name);
+    let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+    // SAFETY: the double free under test.
+    unsafe {
+        c.free(a);
+        c.free(b);
+        c.try_free(a)
+            .expect("taken by the sheaf (found when it leaves)");
+    }
+    (c, a)
+}
+
 /// `free a, free b, free a` on the restartable sheaves: the hardened free
 /// stores its marker without reading the object (issue #14's cost), so
 /// the second `a` is taken; the allocation that would hand `a` out a
@@ -251,16 +267,7 @@ fn double_free_with_frees_between_is_reported_before_a_second_hand_out() {
         return;
     }
     std::thread::spawn(|| {
-        pin_here();
-        let c = rseq_cache("aba-alloc");
-        let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
-        // SAFETY: the double free under test.
-        unsafe {
-            c.free(a);
-            c.free(b);
-            c.try_free(a)
-                .expect("taken by the sheaf (found when it leaves)");
-        }
+        let (c, a) = aba("aba-alloc");
         let msg = panic_message(|| {
             let mut seen = Vec::new();
             for _ in 0..4 {
@@ -285,16 +292,7 @@ fn double_free_with_frees_between_is_reported_by_the_flush() {
         return;
     }
     std::thread::spawn(|| {
-        pin_here();
-        let c = rseq_cache("aba-flush");
-        let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
-        // SAFETY: the double free under test.
-        unsafe {
-            c.free(a);
-            c.free(b);
-            c.try_free(a)
-                .expect("taken by the sheaf (found when it leaves)");
-        }
+        let (c, a) = aba("aba-flush");
         let msg = panic_message(|| {
             c.flush_local();
             c.shrink();
