@@ -865,7 +865,19 @@ fn bad_op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: if cfg!(miri) { 1 } else { 48 }, ..ProptestConfig::default() })]
+    // Under miri one case of a fixed seed: op sequences differ in cost by
+    // three orders of magnitude there (a random seed made one CI run of
+    // `state_machine` take 25 minutes, while most take 2-15 s), and CI
+    // needs a bound; the native runs keep 48 random cases.
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 1 } else { 48 },
+        rng_seed: if cfg!(miri) {
+            proptest::test_runner::RngSeed::Fixed(2)
+        } else {
+            ProptestConfig::default().rng_seed
+        },
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn state_machine(policy in prop_oneof![Just(Policy::IrqSafe), Just(Policy::TaskOnly), Just(Policy::Trylock)],
