@@ -13,7 +13,7 @@ use std::vec::Vec;
 use local_lock::test_platform::TestPlatform;
 use local_lock::topology::Topology;
 
-use super::wmark::two_zone_cfg;
+use super::wmark::{reserve_fixture, two_zone_cfg};
 use super::{o, Arena, Fx};
 use crate::{AllocFlags, Buddy, BuddySource, Config, Order, Page, Stat, Tunables, ZoneId};
 
@@ -350,16 +350,7 @@ fn gfp_flags_debug_and_bits() {
 /// request).
 #[test]
 fn low_pass_over_lower_zones_keeps_their_reserve() {
-    let page = 64;
-    let block = page << 4;
-    let t = Tunables {
-        min_free_kbytes: Some(0),
-        watermark_scale_factor: 10,
-        lowmem_reserve_ratio: [4, 4, 4, 4],
-    };
-    let fx = Fx::build(block, 4, false, |base| {
-        two_zone_cfg(page, 4, base + 2 * block, t)
-    });
+    let fx = reserve_fixture();
     let z0 = ZoneId::new(0);
     assert_eq!(fx.zone_info(z0).lowmem_reserve[1], 8);
     let dma = AllocFlags::NONE.zone_max(z0);

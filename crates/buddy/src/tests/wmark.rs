@@ -6,6 +6,22 @@ use std::vec::Vec;
 use super::{o, Fx};
 use crate::{AllocFlags, Config, Stat, Tunables, Watermarks, ZoneId, ZoneSpec, MAX_ZONES};
 
+/// Two zones of 32 pages of 64 bytes (blocks of 16 pages), no min
+/// reserve, `lowmem_reserve_ratio` 4: DMA keeps 8 pages from Normal's
+/// requests.
+pub(super) fn reserve_fixture() -> Fx {
+    let page = 64;
+    let block = page << 4;
+    let t = Tunables {
+        min_free_kbytes: Some(0),
+        watermark_scale_factor: 10,
+        lowmem_reserve_ratio: [4, 4, 4, 4],
+    };
+    Fx::build(block, 4, false, |base| {
+        two_zone_cfg(page, 4, base + 2 * block, t)
+    })
+}
+
 pub(super) fn two_zone_cfg(page: usize, max_order: u8, split: usize, t: Tunables) -> Config {
     Config::new(page, max_order)
         .with_zones(&[
@@ -149,16 +165,8 @@ fn atomic_requests_dip_below_min() {
 /// a zone constraint (DMA: "below the split") that may use it.
 #[test]
 fn zonelist_fallback_and_lowmem_reserve() {
-    let page = 64;
-    let block = page << 4;
-    let t = Tunables {
-        min_free_kbytes: Some(0),
-        watermark_scale_factor: 10,
-        lowmem_reserve_ratio: [4, 4, 4, 4],
-    };
-    let fx = Fx::build(block, 4, false, |base| {
-        two_zone_cfg(page, 4, base + 2 * block, t)
-    });
+    let block = 64 << 4;
+    let fx = reserve_fixture();
     let split = fx.arena.addr() + 2 * block;
     let (z0, z1) = (ZoneId::new(0), ZoneId::new(1));
     assert_eq!((fx.managed_pages(z0), fx.managed_pages(z1)), (32, 32));
