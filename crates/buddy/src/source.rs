@@ -113,6 +113,25 @@ pub unsafe trait PageAlloc: Sync {
         let _ = ptr;
         false
     }
+    /// `nr_node_ids`: the NUMA nodes this source's memory is spread over
+    /// (node ids `0..nr_node_ids()`). One by default.
+    fn nr_node_ids(&self) -> usize {
+        1
+    }
+    /// `page_to_nid()`: the node of the memory at `addr`, an address inside
+    /// a block this source handed out. Node 0 by default.
+    fn page_to_nid(&self, addr: *const u8) -> usize {
+        let _ = addr;
+        0
+    }
+    /// `alloc_pages_node(nid, ...)`: a block from node `nid` while it has
+    /// memory, else from the nearest node that has (by distance), or only
+    /// from `nid` with [`AllocFlags::THISNODE`]. By default the node is
+    /// ignored ([`alloc_block`](Self::alloc_block)): a source of one node.
+    fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let _ = nid;
+        self.alloc_block(order, flags)
+    }
 }
 
 /// A buddy allocator with its growth hook, what a per-CPU layer (pcp) sits
@@ -406,5 +425,30 @@ unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
     #[inline(always)]
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         (**self).block_of(addr)
+    }
+    #[inline(always)]
+    fn alloc_direct(&self, size: usize, align: usize) -> Option<NonNull<u8>> {
+        (**self).alloc_direct(size, align)
+    }
+    #[inline(always)]
+    fn direct_size(&self, addr: *const u8) -> Option<usize> {
+        (**self).direct_size(addr)
+    }
+    #[inline(always)]
+    unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
+        // SAFETY: forwarded.
+        unsafe { (**self).free_direct(ptr) }
+    }
+    #[inline(always)]
+    fn nr_node_ids(&self) -> usize {
+        (**self).nr_node_ids()
+    }
+    #[inline(always)]
+    fn page_to_nid(&self, addr: *const u8) -> usize {
+        (**self).page_to_nid(addr)
+    }
+    #[inline(always)]
+    fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        (**self).alloc_block_node(nid, order, flags)
     }
 }
