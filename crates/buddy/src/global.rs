@@ -61,6 +61,7 @@ use crate::span::MAX_SPANS;
 use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS};
 
 mod purge;
+mod tags;
 
 /// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min
 /// watermark (the heap grows instead of keeping a reserve).
@@ -168,6 +169,8 @@ pub struct GlobalBuddy {
     /// Address → length of every live direct mapping (innermost lock: no
     /// other lock is taken under it).
     direct_table: SpinLock<DirectTable>,
+    /// The page map of the first reservation (see [`PageAlloc::page_tag`]).
+    tags: tags::PageTags,
 }
 
 /// The record of the live direct mappings (address → length), so that a
@@ -401,6 +404,7 @@ impl GlobalBuddy {
             large_freed: AtomicUsize::new(0),
             large_frees: AtomicUsize::new(0),
             direct_table: SpinLock::new(DirectTable::new()),
+            tags: tags::PageTags::new(),
         }
     }
 
@@ -618,6 +622,7 @@ impl GlobalBuddy {
                     return false;
                 };
                 g.failed = false;
+                self.tags.cover(r.heap, r.cap, cfg.page_shift());
                 let n = g.nr;
                 g.res[n] = Some(r);
                 g.nr += 1;
@@ -850,6 +855,16 @@ unsafe impl PageAlloc for GlobalBuddy {
     unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
         // SAFETY: forwarded.
         unsafe { GlobalBuddy::free_direct(self, ptr.as_ptr()) }
+    }
+    fn has_page_tags(&self) -> bool {
+        true
+    }
+    #[inline(always)]
+    fn page_tag(&self, addr: *const u8) -> u8 {
+        self.tags.get(addr.addr())
+    }
+    fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
+        self.tags.set(head.as_ptr().addr(), order.pages(), tag)
     }
 }
 

@@ -132,6 +132,28 @@ pub unsafe trait PageAlloc: Sync {
         let _ = nid;
         self.alloc_block(order, flags)
     }
+    /// Whether this source keeps a page map
+    /// ([`page_tag`](Self::page_tag), [`set_page_tags`](Self::set_page_tags));
+    /// false by default.
+    fn has_page_tags(&self) -> bool {
+        false
+    }
+    /// The page map: the tag [`set_page_tags`](Self::set_page_tags) gave
+    /// the page holding `addr`, or 0 (no tag, an address the map does not
+    /// cover, or a source without a map: the default). One byte read, for
+    /// frees that start from an address (snmalloc's pagemap); a tag is a
+    /// hint the caller checks against what it knows, never a proof.
+    #[inline(always)]
+    fn page_tag(&self, addr: *const u8) -> u8 {
+        let _ = addr;
+        0
+    }
+    /// Tags every page of the block headed at `head` of `order`, which the
+    /// caller holds (0 clears the tags before the block is freed). Nothing
+    /// happens by default.
+    fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
+        let _ = (head, order, tag);
+    }
 }
 
 /// A buddy allocator with its growth hook, what a per-CPU layer (pcp) sits
@@ -450,5 +472,17 @@ unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
     #[inline(always)]
     fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         (**self).alloc_block_node(nid, order, flags)
+    }
+    #[inline(always)]
+    fn has_page_tags(&self) -> bool {
+        (**self).has_page_tags()
+    }
+    #[inline(always)]
+    fn page_tag(&self, addr: *const u8) -> u8 {
+        (**self).page_tag(addr)
+    }
+    #[inline(always)]
+    fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
+        (**self).set_page_tags(head, order, tag)
     }
 }

@@ -163,6 +163,17 @@ unsafe impl PageAlloc for GlobalPcp {
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.pcp.buddy().owner_of(addr)
     }
+    fn has_page_tags(&self) -> bool {
+        self.pcp.source().has_page_tags()
+    }
+    #[inline(always)]
+    fn page_tag(&self, addr: *const u8) -> u8 {
+        self.pcp.source().page_tag(addr)
+    }
+    #[inline(always)]
+    fn set_page_tags(&self, head: core::ptr::NonNull<u8>, order: Order, tag: u8) {
+        self.pcp.source().set_page_tags(head, order, tag)
+    }
 }
 
 impl Default for GlobalPcp {

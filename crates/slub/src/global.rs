@@ -87,6 +87,17 @@ unsafe impl SlabSource for GlobalPages {
         // SAFETY: forwarded.
         unsafe { SlabSource::free_direct(PAGES.pcp().source(), ptr) }
     }
+    /// The heap's page map (`GlobalBuddy`'s first reservation).
+    fn has_page_tags(&self) -> bool {
+        true
+    }
+    #[inline(always)]
+    fn page_tag(&self, addr: *const u8) -> u8 {
+        PAGES.pcp().source().page_tag(addr)
+    }
+    fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
+        PAGES.pcp().source().set_page_tags(head, order, tag)
+    }
 }
 
 /// Per-CPU slots of [`GlobalSlub`]'s caches: CPUs beyond share slots

@@ -535,7 +535,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// lookup, then (under the lock again) the range recorded and the push.
     #[inline(never)]
     fn free_to_pcs_miss(&self, ptr: NonNull<u8>, gen: usize) -> Result<bool, FreeError> {
-        let (base, objects) = self.validate_range(ptr)?;
+        let (base, objects) = self.validate_range_mapped(ptr)?;
         let obj = ptr.as_ptr().expose_provenance();
         if self.looks_free(obj, base, objects * self.lay.size) {
             return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));

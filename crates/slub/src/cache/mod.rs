@@ -42,6 +42,7 @@ mod fast;
 mod fidelity_tests;
 mod flush;
 mod freeptr;
+mod pagemap;
 mod random_seq;
 pub(crate) mod report;
 mod sheaf;
@@ -433,6 +434,9 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// What the restartable hardened free checks (its `gen` is the count
     /// of slabs discarded so far, see `CpuLocked::vgen`).
     fcheck: FreeCheck,
+    /// This cache's page-map tag (`pagemap.rs`): 0 before its first slab,
+    /// [`pagemap::NO_TAG`] without one, else the tag shifted left by 3.
+    map_tag: core::sync::atomic::AtomicU8,
     /// Hardening: the lowest first byte and the highest end of any slab
     /// this cache ever had (grow only): a decoded sheaf entry outside
     /// `[slab_lo, slab_hi)` is not an object of the cache.
@@ -487,6 +491,7 @@ macro_rules! build_cache {
             nr_slabs: CoreAtomicUsize::new(0),
             total_objects: CoreAtomicUsize::new(0),
             fcheck: FreeCheck::new(),
+            map_tag: core::sync::atomic::AtomicU8::new(0),
             slab_lo: CoreAtomicUsize::new(usize::MAX),
             slab_hi: CoreAtomicUsize::new(0),
             slab_ref: CoreAtomicUsize::new(0),

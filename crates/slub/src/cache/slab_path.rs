@@ -294,6 +294,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         let block = page?;
         let page = block.page;
+        self.map_slab(page.ptr, page.order);
         // SAFETY: descriptors live as long as the page allocator, which
         // outlives every slab of this cache.
         let s: Slab<'static> = Slab(unsafe { &*(block.owner as *const buddy::Owner) });
@@ -357,6 +358,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let base = s.base();
         s.set_tag(0);
         s.0.data().store(0, Ordering::Relaxed);
+        // SAFETY: a slab's base is its block's first byte, never null.
+        self.unmap_slab(unsafe { NonNull::new_unchecked(base) }, order);
         // Invalidates every CPU's validated range (sheaf frees).
         self.fcheck.gen.fetch_add(1, CoreOrdering::Relaxed);
         self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);

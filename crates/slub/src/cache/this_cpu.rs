@@ -327,7 +327,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// the double-free check, the range recorded, then the push.
     #[inline(never)]
     fn free_rcs_miss<const H: bool>(&self, ptr: NonNull<u8>, gen: usize) -> Result<(), FreeError> {
-        let (base, objects) = self.validate_range(ptr)?;
+        let (base, objects) = self.validate_range_mapped(ptr)?;
         let obj = ptr.as_ptr().expose_provenance();
         let span = objects * self.lay.size;
         // Hardened: an object on its slab's freelist is refused; one that

@@ -1,0 +1,127 @@
+//! The page map (`GlobalBuddy`'s byte per heap page, `PageAlloc::page_tag`):
+//! slabs of caches over `GlobalPages` carry their cache's tag and order
+//! while they exist, frees outside a CPU's validated ranges find their slab
+//! by it, and bad pointers are still reported precisely.
+#![cfg(not(miri))] // the heap's reservations need mmap
+
+use core::ptr::NonNull;
+
+use local_lock::std_platform::{PerThread, RseqCpu};
+use slub::{FreeErrorKind, GlobalPages, KmemCache, SlabFlags, SlabSource};
+
+/// A slab's pages are tagged (cache tag in the high 5 bits, the slab's
+/// order in the low 3) from its making to its discard, and untagged after.
+#[test]
+fn slab_pages_are_tagged_while_the_slab_lives() {
+    let c = KmemCache::<GlobalPages, PerThread>::create(
+        "pagemap_tagged",
+        192,
+        8,
+        SlabFlags::NONE,
+        GlobalPages,
+        PerThread,
+    )
+    .unwrap();
+    let p = c.alloc().unwrap();
+    let t = GlobalPages.page_tag(p.as_ptr());
+    assert_ne!(t, 0, "a live slab's page is tagged");
+    assert!(t >> 3 != 0, "the tag names a cache: {t:#x}");
+    let b = GlobalPages.block_of(p.as_ptr()).unwrap();
+    assert_eq!(
+        u32::from(t & 7),
+        b.order.get() as u32,
+        "the low bits are the slab's order"
+    );
+    // Every page of the slab, not only the head.
+    let last = b.head.as_ptr().wrapping_add(b.order.pages() * 4096 - 1);
+    assert_eq!(GlobalPages.page_tag(last), t);
+    // SAFETY: ours, freed once.
+    unsafe { c.free(p) };
+    c.shrink();
+    assert_eq!(
+        GlobalPages.page_tag(p.as_ptr()),
+        0,
+        "a discarded slab is untagged"
+    );
+}
+
+/// Two caches get different tags: one cache's tag never vouches for
+/// another's objects.
+#[test]
+fn each_cache_has_its_own_tag() {
+    let mk = |name| {
+        KmemCache::<GlobalPages, PerThread>::create(
+            name,
+            96,
+            8,
+            SlabFlags::NONE,
+            GlobalPages,
+            PerThread,
+        )
+        .unwrap()
+    };
+    let (a, b) = (mk("pagemap_a"), mk("pagemap_b"));
+    let (pa, pb) = (a.alloc().unwrap(), b.alloc().unwrap());
+    let (ta, tb) = (
+        GlobalPages.page_tag(pa.as_ptr()),
+        GlobalPages.page_tag(pb.as_ptr()),
+    );
+    assert!(ta != 0 && tb != 0);
+    assert_ne!(ta >> 3, tb >> 3, "one tag per cache");
+    // SAFETY: `pb` is not an object of `a`: refused before any change.
+    let e = unsafe { a.try_free(pb) }.unwrap_err();
+    assert!(matches!(e.kind, FreeErrorKind::WrongCache(_)), "{e}");
+    // SAFETY: ours, freed once each.
+    unsafe {
+        a.free(pa);
+        b.free(pb);
+    }
+}
+
+/// Frees that miss the CPU's validated ranges go through the map: objects
+/// of many slabs freed in an order that defeats the ranges are all taken,
+/// and an interior pointer of a tagged slab is still reported as one. On
+/// the locked sheaves and on the restartable ones.
+#[test]
+fn frees_found_by_the_map_keep_every_check() {
+    let locked = KmemCache::<GlobalPages, PerThread>::create(
+        "pagemap_locked",
+        256,
+        8,
+        SlabFlags::NONE,
+        GlobalPages,
+        PerThread,
+    )
+    .unwrap();
+    let objs: Vec<_> = (0..2000).map(|_| locked.alloc().unwrap()).collect();
+    // SAFETY: objects of `locked`, each freed once (the interior pointer is
+    // refused before any change).
+    strided_frees(&objs, |p| unsafe { locked.try_free(p) });
+    let rseq = KmemCache::<GlobalPages, RseqCpu>::create(
+        "pagemap_rseq",
+        256,
+        8,
+        SlabFlags::NONE,
+        GlobalPages,
+        RseqCpu::new(),
+    )
+    .unwrap();
+    let objs: Vec<_> = (0..2000).map(|_| rseq.alloc().unwrap()).collect();
+    // SAFETY: as above.
+    strided_frees(&objs, |p| unsafe { rseq.try_free(p) });
+}
+
+/// Frees `objs` strided over their slabs (consecutive frees land in
+/// different slabs), after an interior pointer that must be refused.
+fn strided_frees(objs: &[NonNull<u8>], free: impl Fn(NonNull<u8>) -> Result<(), slub::FreeError>) {
+    let t = GlobalPages.page_tag(objs[7].as_ptr());
+    assert_ne!(t, 0, "tagged");
+    let inner = NonNull::new(objs[7].as_ptr().wrapping_add(8)).unwrap();
+    let e = free(inner).unwrap_err();
+    assert!(matches!(e.kind, FreeErrorKind::NotObjectStart(_)), "{e}");
+    for k in 0..16 {
+        for p in objs.iter().skip(k).step_by(16) {
+            free(*p).unwrap();
+        }
+    }
+}
