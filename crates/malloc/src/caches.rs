@@ -8,7 +8,7 @@
 //! image, rebuilt in place before their first use.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use local_lock::fork::ForkLocks;
 use local_lock::std_platform::RseqCpu;
@@ -323,9 +323,52 @@ impl ForkLocks for CachesFork {
 /// The caches' fork handlers.
 pub static CACHES_FORK: CachesFork = CachesFork;
 
+/// Cache index + 1 of each page-map tag (0: not one of ours).
+static TAG_CACHE: [AtomicU8; 32] = [const { AtomicU8::new(0) }; 32];
+
+/// Claims a page-map tag for every cache ([`KmemCache::claim_map_tag`]):
+/// `free` then finds an object's cache from its page's map byte. Run once
+/// at init, after the caches are configured.
+///
+/// [`KmemCache::claim_map_tag`]: slub::KmemCache::claim_map_tag
+pub fn claim_map_tags() {
+    for i in 0..NR_CACHES {
+        if let Some(t) = cache(i).claim_map_tag() {
+            TAG_CACHE[usize::from(t)].store(i as u8 + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The cache whose slabs carry page-map byte `b` (0: none).
+#[inline(always)]
+pub fn cache_of_tag(b: u8) -> Option<&'static Cache> {
+    match TAG_CACHE[usize::from(b >> 3)].load(Ordering::Relaxed) {
+        0 => None,
+        i => Some(cache(usize::from(i) - 1)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every cache's objects lead back to it through the page map (what
+    /// `free` uses instead of the descriptor walk).
+    #[test]
+    fn page_map_tags_name_each_cache() {
+        use buddy::PageAlloc;
+        claim_map_tags();
+        for i in 0..NR_CACHES {
+            let c = cache(i);
+            let p = c.alloc().unwrap();
+            let t = slub::GlobalPages.page_tag(p.as_ptr());
+            let back = cache_of_tag(t).expect("tagged");
+            assert!(core::ptr::eq(back, c), "{}", name(i));
+            // SAFETY: ours, freed once.
+            unsafe { c.free(p) };
+        }
+        assert!(cache_of_tag(0).is_none(), "an untagged page names no cache");
+    }
 
     #[test]
     fn mid_classes_are_the_smallest_that_fit() {

@@ -136,6 +136,8 @@ fn init() {
     }
     let s = env::read();
     apply_env(&s);
+    // After `apply_env`, which may rebuild caches.
+    caches::claim_map_tags();
     // The pages' fork handlers.
     pages().register_fork();
     local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
@@ -327,6 +329,18 @@ fn bad(what: &str, p: *mut u8, e: &dyn core::fmt::Display) -> ! {
 #[inline(always)]
 unsafe fn dealloc(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
+    // The page map names the cache in one byte (a hint: the cache's free
+    // checks the object as always).
+    if let Some(c) = caches::cache_of_tag(GlobalPages.page_tag(p)) {
+        // SAFETY: as below.
+        match unsafe { c.try_free_fast::<true>(nn) } {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => bad(what, p, &e),
+        }
+        // SAFETY: as below.
+        return unsafe { dealloc_object_slow(c, nn, what) };
+    }
     if let Some(b) = GlobalPages.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {

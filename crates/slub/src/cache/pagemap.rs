@@ -60,6 +60,30 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         (t != NO_TAG).then_some(t)
     }
 
+    /// This cache's page-map tag (`1..=31`: the high 5 bits of its slabs'
+    /// map bytes, [`PageAlloc::page_tag`](buddy::PageAlloc::page_tag)),
+    /// claimed now if it has none yet; `None` when its source keeps no
+    /// map or every tag is taken. A front end that frees by address alone
+    /// (mm-malloc's `free`) maps tags back to its caches with it.
+    ///
+    /// ```
+    /// # #[cfg(not(miri))] {
+    /// use buddy::PageAlloc;
+    /// use local_lock::std_platform::PerThread;
+    /// use slub::{GlobalPages, KmemCache, SlabFlags};
+    /// let c = KmemCache::<GlobalPages, PerThread>::create(
+    ///     "tagged", 64, 8, SlabFlags::NONE, GlobalPages, PerThread).unwrap();
+    /// let t = c.claim_map_tag().unwrap();
+    /// let p = c.alloc().unwrap();
+    /// assert_eq!(GlobalPages.page_tag(p.as_ptr()) >> 3, t);
+    /// // SAFETY: ours, freed once.
+    /// unsafe { c.free(p) };
+    /// # }
+    /// ```
+    pub fn claim_map_tag(&self) -> Option<u8> {
+        self.map_tag_now().map(|t| t >> 3)
+    }
+
     /// Tags the pages of a new slab (headed at `base`, of `order`).
     pub(super) fn map_slab(&self, base: NonNull<u8>, order: Order) {
         if order.get() <= MAX_MAP_ORDER {
