@@ -60,6 +60,7 @@ use crate::source::{BuddySource, PageAlloc};
 use crate::span::MAX_SPANS;
 use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS};
 
+mod private;
 mod purge;
 mod tags;
 
@@ -171,6 +172,8 @@ pub struct GlobalBuddy {
     direct_table: SpinLock<DirectTable>,
     /// The page map of the first reservation (see [`PageAlloc::page_tag`]).
     tags: tags::PageTags,
+    /// Pages for metadata never handed to users ([`PageAlloc::alloc_private`]).
+    private: private::PrivatePages,
 }
 
 /// The record of the live direct mappings (address → length), so that a
@@ -405,6 +408,7 @@ impl GlobalBuddy {
             large_frees: AtomicUsize::new(0),
             direct_table: SpinLock::new(DirectTable::new()),
             tags: tags::PageTags::new(),
+            private: private::PrivatePages::new(),
         }
     }
 
@@ -856,6 +860,16 @@ unsafe impl PageAlloc for GlobalBuddy {
         // SAFETY: forwarded.
         unsafe { GlobalBuddy::free_direct(self, ptr.as_ptr()) }
     }
+    /// Sheaves and other metadata come from [`private`]'s own mappings.
+    const PRIVATE_META: bool = true;
+    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
+        self.private
+            .alloc(order.get(), self.buddy.config().page_size())
+    }
+    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.private.free(ptr, order.get()) }
+    }
     fn has_page_tags(&self) -> bool {
         true
     }
@@ -1011,6 +1025,7 @@ impl GlobalBuddy {
         // The direct-mapping record's lock is a leaf (nothing is taken
         // under it), so it comes last.
         self.direct_table.lock_for_fork();
+        self.private.lock_for_fork();
     }
 
     /// Releases what [`fork_lock`](Self::fork_lock) took.
@@ -1022,6 +1037,7 @@ impl GlobalBuddy {
     pub(crate) unsafe fn fork_unlock(&self) {
         // SAFETY: caller's contract.
         unsafe {
+            self.private.force_unlock();
             self.direct_table.force_unlock();
             self.buddy.fork_unlock();
             self.grow.force_unlock();

@@ -70,6 +70,14 @@ pub const MAX_GROW_RETRIES: usize = 16;
 /// block containing an address with those same owner words, for every
 /// block the caller holds.
 pub unsafe trait PageAlloc: Sync {
+    /// Whether [`alloc_private`](Self::alloc_private) serves metadata from
+    /// memory that no user of this source can ever reach: memory that
+    /// `alloc_block` and `alloc_direct` never handed out and never will
+    /// (its own mappings). SLUB then stores its sheaves' object pointers
+    /// there plain (a write after free through a dangling pointer cannot
+    /// reach them); elsewhere it encodes them with the cache's secret.
+    /// False by default.
+    const PRIVATE_META: bool = false;
     /// The page size in bytes.
     fn page_size(&self) -> usize;
     /// The largest order `alloc_block` can serve.
@@ -112,6 +120,22 @@ pub unsafe trait PageAlloc: Sync {
     unsafe fn free_direct(&self, ptr: NonNull<u8>) -> bool {
         let _ = ptr;
         false
+    }
+    /// A naturally aligned block of `2^order` pages of metadata memory
+    /// that is never a user's (see [`PRIVATE_META`](Self::PRIVATE_META)),
+    /// contents unspecified; `None` by default (and whenever
+    /// `PRIVATE_META` is false: callers use `alloc_block` then).
+    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
+        let _ = order;
+        None
+    }
+    /// Takes back a block from [`alloc_private`](Self::alloc_private).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` came from `alloc_private(order)` and is no longer used.
+    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+        let _ = (ptr, order);
     }
     /// `nr_node_ids`: the NUMA nodes this source's memory is spread over
     /// (node ids `0..nr_node_ids()`). One by default.
@@ -427,6 +451,16 @@ unsafe impl<P: Platform> PageAlloc for Buddy<P> {
 
 // SAFETY: forwarded.
 unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
+    const PRIVATE_META: bool = T::PRIVATE_META;
+    #[inline(always)]
+    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
+        (**self).alloc_private(order)
+    }
+    #[inline(always)]
+    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { (**self).free_private(ptr, order) }
+    }
     #[inline(always)]
     fn page_size(&self) -> usize {
         (**self).page_size()

@@ -457,6 +457,24 @@ pub unsafe trait Platform: Sync {
         this_cpu_generic(self, s, |r| this_cpu::free_push_in(r, chk, obj)).unwrap_or(FreePush::Miss)
     }
 
+    /// [`this_cpu_free_push`](Self::this_cpu_free_push) pushing `obj`
+    /// itself, not `obj ^ key`: for sheaves kept in memory no user can
+    /// reach, whose entries need no encoding.
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_free_push`](Self::this_cpu_free_push).
+    #[inline(always)]
+    unsafe fn this_cpu_free_push_plain(
+        &self,
+        s: SheafSlots<'_>,
+        chk: &FreeCheck,
+        obj: usize,
+    ) -> FreePush {
+        this_cpu_generic(self, s, |r| this_cpu::free_push_in_plain(r, chk, obj))
+            .unwrap_or(FreePush::Miss)
+    }
+
     /// Exchanges sheaf word `w` of another CPU's record (a remote drain)
     /// and waits until no operation that may still use the old value runs
     /// on that CPU. `None` where the platform cannot (the default: pinned

@@ -326,8 +326,85 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
     ok != 0
 }
 
+/// The section of [`free_push`] and [`free_push_plain`]: `$entry` names
+/// the register holding the sheaf entry (`rax` after `$encode`, which
+/// XORs the marker with the object; or `{obj}` itself, with no encoding).
+macro_rules! free_push_section {
+    ($s:ident, $chk:ident, $obj:ident, [$($encode:literal),*], $entry:literal) => {{
+        let e = range_way($obj, $chk.shift.load(Ordering::Relaxed) as u32) * 16;
+        // SAFETY: caller's contract. Before the commit the section only
+        // writes the object (validated: the caller's) and a sheaf entry
+        // beyond the size.
+        unsafe {
+            asm!(
+                "2:",
+                "lea {t}, [rip + 3f]",
+                "mov qword ptr fs:[{off} + {rcs}], {t}",
+                "4:",
+                "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+                "cmp {c}, qword ptr [{k} + 32]",
+                "jae {miss}",
+                "shl {c}, 7",
+                "add {c}, {base}",
+                // off = obj - base < span in the address's way, vgen == gen
+                "mov {t}, {obj}",
+                "sub {t}, qword ptr [{c} + {e} + 24]",
+                "cmp {t}, qword ptr [{c} + {e} + 32]",
+                "jae {miss}",
+                "mov rax, qword ptr [{c} + 16]",
+                "cmp rax, qword ptr [{k} + 24]",
+                "jne {miss}",
+                // an object boundary: ((off * recip) >> 64) * size == off
+                "mov rax, {t}",
+                "mul qword ptr [{k}]",
+                "imul rdx, qword ptr [{k} + 8]",
+                "cmp rdx, {t}",
+                "jne {miss}",
+                // the marker, stored blind; from here a failure is Full
+                "mov rax, qword ptr [{k} + 16]",
+                "mov qword ptr [{obj}], rax",
+                "mov {sh}, qword ptr [{c}]",
+                "test {sh}, {sh}",
+                "jz {full}",
+                "mov {t}, qword ptr [{sh}]",
+                "cmp {t}, qword ptr [{k} + 40]",
+                "jae {full}",
+                $($encode,)*
+                // the sheaf's top entry already is this object: a double
+                // free (at an empty sheaf this reads the link word, never
+                // an entry)
+                concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", $entry),
+                "je {marked}",
+                concat!("mov qword ptr [{sh} + 8*{t} + 16], ", $entry),
+                "add {t}, 1",
+                "mov qword ptr [{sh}], {t}",
+                "5:",
+                rseq_tail!(),
+                off = in(reg) OFFSET.load(Ordering::Relaxed),
+                base = in(reg) $s.base(),
+                k = in(reg) $chk as *const FreeCheck,
+                obj = in(reg) $obj,
+                e = in(reg) e,
+                rcs = const RSEQ_CS,
+                cpu = const CPU_ID,
+                t = out(reg) _,
+                c = out(reg) _,
+                sh = out(reg) _,
+                out("rax") _,
+                out("rdx") _,
+                miss = label { return FreePush::Miss },
+                full = label { return FreePush::Full },
+                marked = label { return FreePush::Marked },
+                options(nostack)
+            )
+        };
+        FreePush::Pushed
+    }};
+}
+
 /// A hardened free's validation, marking and push as one section (see
-/// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)).
+/// [`Platform::this_cpu_free_push`](crate::Platform::this_cpu_free_push)):
+/// the entry pushed is `obj ^ key`.
 ///
 /// The marker is stored without reading the object first (a store the
 /// CPU buffers: a free never waits for the object's line), so a restart
@@ -343,73 +420,18 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 /// are the ones used); object words inside a recorded range are mapped.
 #[inline(always)]
 pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    let e = range_way(obj, chk.shift.load(Ordering::Relaxed) as u32) * 16;
-    // SAFETY: caller's contract. Before the commit the section only
-    // writes the object (validated: the caller's) and a sheaf entry
-    // beyond the size.
-    unsafe {
-        asm!(
-            "2:",
-            "lea {t}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {t}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, qword ptr [{k} + 32]",
-            "jae {miss}",
-            "shl {c}, 7",
-            "add {c}, {base}",
-            // off = obj - base < span in the address's way, vgen == gen
-            "mov {t}, {obj}",
-            "sub {t}, qword ptr [{c} + {e} + 24]",
-            "cmp {t}, qword ptr [{c} + {e} + 32]",
-            "jae {miss}",
-            "mov rax, qword ptr [{c} + 16]",
-            "cmp rax, qword ptr [{k} + 24]",
-            "jne {miss}",
-            // an object boundary: ((off * recip) >> 64) * size == off
-            "mov rax, {t}",
-            "mul qword ptr [{k}]",
-            "imul rdx, qword ptr [{k} + 8]",
-            "cmp rdx, {t}",
-            "jne {miss}",
-            // the marker, stored blind; from here a failure is Full
-            "mov rax, qword ptr [{k} + 16]",
-            "mov qword ptr [{obj}], rax",
-            "mov {sh}, qword ptr [{c}]",
-            "test {sh}, {sh}",
-            "jz {full}",
-            "mov {t}, qword ptr [{sh}]",
-            "cmp {t}, qword ptr [{k} + 40]",
-            "jae {full}",
-            "xor rax, {obj}",
-            // the sheaf's top entry already is this object: a double free
-            // (at an empty sheaf this reads the link word, never an entry)
-            "cmp qword ptr [{sh} + 8*{t} + 8], rax",
-            "je {marked}",
-            "mov qword ptr [{sh} + 8*{t} + 16], rax",
-            "add {t}, 1",
-            "mov qword ptr [{sh}], {t}",
-            "5:",
-            rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base(),
-            k = in(reg) chk as *const FreeCheck,
-            obj = in(reg) obj,
-            e = in(reg) e,
-            rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
-            t = out(reg) _,
-            c = out(reg) _,
-            sh = out(reg) _,
-            out("rax") _,
-            out("rdx") _,
-            miss = label { return FreePush::Miss },
-            full = label { return FreePush::Full },
-            marked = label { return FreePush::Marked },
-            options(nostack)
-        )
-    };
-    FreePush::Pushed
+    free_push_section!(s, chk, obj, ["xor rax, {obj}"], "rax")
+}
+
+/// [`free_push`] pushing `obj` itself: sheaves in memory no user can
+/// reach ([`Platform::this_cpu_free_push_plain`](crate::Platform::this_cpu_free_push_plain)).
+///
+/// # Safety
+///
+/// As [`free_push`].
+#[inline(always)]
+pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+    free_push_section!(s, chk, obj, [], "{obj}")
 }
 
 /// Way `way` of the running CPU's validated ranges, one snapshot (see

@@ -163,6 +163,14 @@ unsafe impl PageAlloc for GlobalPcp {
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.pcp.buddy().owner_of(addr)
     }
+    const PRIVATE_META: bool = <GlobalBuddy as PageAlloc>::PRIVATE_META;
+    fn alloc_private(&self, order: Order) -> Option<core::ptr::NonNull<u8>> {
+        self.pcp.source().alloc_private(order)
+    }
+    unsafe fn free_private(&self, ptr: core::ptr::NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.pcp.source().free_private(ptr, order) }
+    }
     fn has_page_tags(&self) -> bool {
         self.pcp.source().has_page_tags()
     }

@@ -87,6 +87,15 @@ unsafe impl SlabSource for GlobalPages {
         // SAFETY: forwarded.
         unsafe { SlabSource::free_direct(PAGES.pcp().source(), ptr) }
     }
+    /// Sheaves in `GlobalBuddy`'s private pages.
+    const PRIVATE_META: bool = true;
+    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
+        PAGES.pcp().source().alloc_private(order)
+    }
+    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { PAGES.pcp().source().free_private(ptr, order) }
+    }
     /// The heap's page map (`GlobalBuddy`'s first reservation).
     fn has_page_tags(&self) -> bool {
         true

@@ -515,7 +515,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     // Marked free (its free pointer encodes null), and
                     // stored encoded.
                     w.store(r, CoreOrdering::Relaxed);
-                    main.set(n, obj ^ r);
+                    main.set(n, self.entry_of(obj));
                 } else {
                     main.set(n, obj);
                 }

@@ -104,10 +104,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Hardened caches: the key of sheaf entries (entries are stored as
     /// `object ^ key`; the key is the cache's secret, which is also the
     /// marker a free object in a sheaf holds, see
-    /// [`looks_free`](Self::looks_free)).
+    /// [`looks_free`](Self::looks_free)). 0 when the source keeps the
+    /// sheaves in memory no user can reach ([`SlabSource::PRIVATE_META`]:
+    /// the entries are stored plain, and no XOR lies on the path of the
+    /// pointer handed out); the marker stays the secret either way.
+    ///
+    /// [`SlabSource::PRIVATE_META`]: buddy::PageAlloc::PRIVATE_META
     #[inline(always)]
     pub(super) fn entry_key(&self) -> usize {
-        self.random.load(CoreOrdering::Relaxed)
+        if S::PRIVATE_META {
+            0
+        } else {
+            self.random.load(CoreOrdering::Relaxed)
+        }
+    }
+
+    /// Hardened caches: the sheaf entry of `obj` (`obj ^ entry_key()`).
+    #[inline(always)]
+    pub(super) fn entry_of(&self, obj: usize) -> usize {
+        obj ^ self.entry_key()
     }
 
     /// Whether `o` is a word-aligned address within the span of this

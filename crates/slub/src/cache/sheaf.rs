@@ -124,15 +124,30 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// `alloc_empty_sheaf`: a page block for a sheaf.
-    pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
+    /// The order of a sheaf's block.
+    fn sheaf_order(&self) -> Option<Order> {
         let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
-        let order = Order::new(crate::layout::get_order(bytes, self.geometry.page_size))?;
-        let b = self.source.alloc_block(order, AllocFlags::NONE)?;
-        b.owner
-            .tag()
-            .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
-        let sh = Sheaf(b.page.ptr.as_ptr().expose_provenance());
+        Order::new(crate::layout::get_order(bytes, self.geometry.page_size))
+    }
+
+    /// `alloc_empty_sheaf`: a block for a sheaf, from the source's private
+    /// pages where it has them ([`SlabSource::PRIVATE_META`]: no user
+    /// pointer reaches them, so entries are stored plain), else a page
+    /// block tagged `TAG_SHEAF`.
+    ///
+    /// [`SlabSource::PRIVATE_META`]: buddy::PageAlloc::PRIVATE_META
+    pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
+        let order = self.sheaf_order()?;
+        let p = if S::PRIVATE_META {
+            self.source.alloc_private(order)?
+        } else {
+            let b = self.source.alloc_block(order, AllocFlags::NONE)?;
+            b.owner
+                .tag()
+                .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
+            b.page.ptr
+        };
+        let sh = Sheaf(p.as_ptr().expose_provenance());
         sh.set_size(0);
         sh.set_next(0);
         self.stat_here(SlubStat::SHEAF_ALLOC);
@@ -143,6 +158,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub(super) fn free_sheaf(&self, sh: Sheaf) {
         debug_assert_eq!(sh.size(), 0);
         let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
+        if S::PRIVATE_META {
+            if let (Some(p), Some(order)) = (NonNull::new(p), self.sheaf_order()) {
+                // SAFETY: `new_sheaf`'s private block of this order, empty.
+                unsafe { self.source.free_private(p, order) };
+                self.stat_here(SlubStat::SHEAF_FREE);
+            }
+            return;
+        }
         if let Some(b) = self.source.block_of(p) {
             b.owner.tag().store(0, Ordering::Relaxed);
             // SAFETY: the block was allocated by `new_sheaf` and is empty.

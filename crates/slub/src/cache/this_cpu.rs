@@ -83,6 +83,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // The key, read once: the section's memory clobber would make
         // the compiler read it again after it.
         let key = if H { self.entry_key() } else { 0 };
+        let marker = if H && S::PRIVATE_META {
+            self.random.load(CoreOrdering::Relaxed)
+        } else {
+            key
+        };
         let o = rcs_op!(self.cpu.platform().this_cpu_sheaf_pop(self.slots()));
         if o == 0 {
             return None;
@@ -92,7 +97,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if !self.in_slabs(d) {
                 self.bad_entry(d)
             }
-            self.unmark_with::<H>(d, key);
+            self.unmark_with::<H>(d, marker);
             d
         } else {
             o
@@ -145,17 +150,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if f != super::Fast::RseqHardened as u8 {
                 return Ok(false);
             }
-            return match rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj)) {
+            return match self.free_push_rcs(obj) {
                 FreePush::Pushed => {
                     #[cfg(feature = "stats")]
                     self.stat_here(SlubStat::FREE_PCS);
                     Ok(true)
                 }
                 FreePush::Miss | FreePush::Marked => Ok(false),
-                FreePush::Full => {
-                    let r = self.fcheck.key.load(CoreOrdering::Relaxed);
-                    self.free_rcs_slow(obj, obj ^ r).map(|()| true)
-                }
+                FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)).map(|()| true),
             };
         }
         if f != super::Fast::Rseq as u8 {
@@ -295,7 +297,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let obj = ptr.as_ptr().expose_provenance();
         let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
         if H {
-            return match rcs_op!(p.this_cpu_free_push(s, &self.fcheck, obj)) {
+            return match self.free_push_rcs(obj) {
                 FreePush::Pushed => {
                     #[cfg(feature = "stats")]
                     self.stat_here(SlubStat::FREE_PCS);
@@ -303,10 +305,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
                 FreePush::Miss => self.free_rcs_miss::<H>(ptr, gen),
                 FreePush::Marked => Err(FreeError::new(obj, FreeErrorKind::DoubleFree)),
-                FreePush::Full => {
-                    let r = self.fcheck.key.load(CoreOrdering::Relaxed);
-                    self.free_rcs_slow(obj, obj ^ r)
-                }
+                FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)),
             };
         }
         let way = self.range_way(obj);
@@ -321,6 +320,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(());
         }
         self.free_rcs_slow(obj, obj)
+    }
+
+    /// The hardened free's section: entries plain where the sheaves are
+    /// private ([`entry_key`](Self::entry_key)), else encoded.
+    #[inline(always)]
+    fn free_push_rcs(&self, obj: usize) -> FreePush {
+        let p = self.cpu.platform();
+        if S::PRIVATE_META {
+            rcs_op!(p.this_cpu_free_push_plain(self.slots(), &self.fcheck, obj))
+        } else {
+            rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj))
+        }
     }
 
     /// A free outside the CPU's validated range: the descriptor lookup,
@@ -348,7 +359,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let enc = if H {
             let r = self.random.load(CoreOrdering::Relaxed);
             self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
-            obj ^ r
+            self.entry_of(obj)
         } else {
             obj
         };

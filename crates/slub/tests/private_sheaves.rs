@@ -1,0 +1,202 @@
+//! Sheaves in memory no user can reach (`PageAlloc::PRIVATE_META`, issue
+//! #14 item 12): a source that keeps its metadata private gets its sheaves
+//! from `alloc_private`, never from its page blocks, and the hardened
+//! caches store the entries plain (no XOR on the allocation's path) while
+//! every double free is still found.
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use buddy::{AllocFlags, Block, BlockRef, Buddy, Config, Order, PageAlloc, Tunables};
+use local_lock::test_platform::TestPlatform;
+use slub::{FreeErrorKind, KmemCache, SlabFlags};
+
+const PAGE: usize = 4096;
+const MAX_ORDER: u8 = 4;
+const CPUS: usize = 2;
+
+/// A buddy over heap memory whose metadata blocks come from elsewhere.
+struct Private {
+    buddy: Buddy<TestPlatform>,
+    mem: *mut u8,
+    bytes: usize,
+    /// The private blocks handed out (address, order).
+    private: Mutex<Vec<(usize, u8)>>,
+}
+
+// SAFETY: the raw pointer names memory owned by `Private`.
+unsafe impl Sync for Private {}
+
+impl Private {
+    fn new() -> Private {
+        let bytes = 1 << 20;
+        // SAFETY: non-zero size.
+        let mem = unsafe { alloc(Layout::from_size_align(bytes, PAGE << MAX_ORDER).unwrap()) };
+        assert!(!mem.is_null());
+        let cfg = Config::new(PAGE, MAX_ORDER).with_tunables(Tunables::NO_MIN);
+        let buddy = Buddy::new(TestPlatform::pinned(CPUS), cfg);
+        // SAFETY: the memory lives as long as `Private`; nothing else uses it.
+        unsafe { buddy.add_region(mem, bytes, false).unwrap() };
+        Private {
+            buddy,
+            mem,
+            bytes,
+            private: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn in_heap(&self, a: usize) -> bool {
+        a.wrapping_sub(self.mem as usize) < self.bytes
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        // Private blocks still out (sheaves of a cache that was forgotten
+        // or kept them) go with the source, as the heap does.
+        for &(a, o) in self.private.lock().unwrap().iter() {
+            let l = Layout::from_size_align(PAGE << o, PAGE << o).unwrap();
+            // SAFETY: allocated by `alloc_private` with this layout, and
+            // nothing uses it once the source goes.
+            unsafe { dealloc(a as *mut u8, l) };
+        }
+        let l = Layout::from_size_align(self.bytes, PAGE << MAX_ORDER).unwrap();
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.mem, l) };
+    }
+}
+
+// SAFETY: forwarded to the buddy; private blocks are separate heap
+// allocations the buddy never hands out.
+unsafe impl PageAlloc for Private {
+    const PRIVATE_META: bool = true;
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+    fn max_order(&self) -> Order {
+        Order::new(MAX_ORDER).unwrap()
+    }
+    fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.buddy.alloc_block(order, flags)
+    }
+    unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
+        // SAFETY: forwarded.
+        unsafe { self.buddy.free_pages(ptr, order) }
+    }
+    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
+        self.buddy.owner_of(addr)
+    }
+    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
+        let l = Layout::from_size_align(PAGE << order.get(), PAGE << order.get()).ok()?;
+        // SAFETY: non-zero size.
+        let p = NonNull::new(unsafe { alloc(l) })?;
+        self.private
+            .lock()
+            .unwrap()
+            .push((p.as_ptr() as usize, order.get()));
+        Some(p)
+    }
+    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+        let mut v = self.private.lock().unwrap();
+        let i = v
+            .iter()
+            .position(|&(a, _)| a == ptr.as_ptr() as usize)
+            .expect("ours");
+        assert_eq!(v.swap_remove(i).1, order.get(), "freed with its order");
+        let l = Layout::from_size_align(PAGE << order.get(), PAGE << order.get()).unwrap();
+        // SAFETY: allocated by `alloc_private` with this layout.
+        unsafe { dealloc(ptr.as_ptr(), l) };
+    }
+}
+
+type Cache<'a> = KmemCache<&'a Private, TestPlatform, CPUS>;
+
+fn cache(m: &Private, p: TestPlatform) -> Cache<'_> {
+    p.set_cpu(0);
+    KmemCache::create("private", 64, 8, SlabFlags::HARDENED, m, p)
+        .unwrap()
+        .with_sheaves(8)
+}
+
+/// The sheaves are the source's private blocks, outside its heap, and
+/// hold the objects' addresses themselves.
+#[test]
+fn sheaves_come_from_private_memory_and_hold_plain_entries() {
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        let m = Private::new();
+        let c = cache(&m, p);
+        let objs: Vec<NonNull<u8>> = (0..4).map(|_| c.alloc().unwrap()).collect();
+        for &o in &objs {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+        let private = m.private.lock().unwrap().clone();
+        assert!(!private.is_empty(), "a sheaf was made from private memory");
+        assert!(
+            private.iter().all(|&(a, _)| !m.in_heap(a)),
+            "never a heap block"
+        );
+        // Some private sheaf holds the freed objects' addresses as they are.
+        let found = private.iter().any(|&(a, _)| {
+            let w = a as *const usize;
+            // SAFETY: a live private block of at least one page (512
+            // words): the size word, the link word, then entries.
+            let word = |i: usize| unsafe { w.add(i).read() };
+            let n = word(0);
+            let k = objs.len();
+            // The frees are the top entries (a refill may have left others
+            // below them); every entry is an address in the heap.
+            n >= k
+                && n <= 8
+                && (0..k).all(|i| word(2 + n - k + i) == objs[i].as_ptr() as usize)
+                && (0..n).all(|i| m.in_heap(word(2 + i)))
+        });
+        assert!(found, "entries stored plain: {private:x?}");
+        // They come back as they went (last in, first out).
+        for &o in objs.iter().rev() {
+            assert_eq!(c.alloc().unwrap(), o);
+        }
+        for &o in &objs {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+        c.shrink();
+        drop(c);
+    }
+}
+
+/// `free a, free b, free a` with plain entries: refused at the free (the
+/// locked sheaves read the marker) or found before `a` is handed out twice.
+#[test]
+fn a_double_free_with_a_free_between_is_still_found() {
+    for p in [TestPlatform::pinned(CPUS), TestPlatform::locked(CPUS)] {
+        let m = Private::new();
+        let c = cache(&m, p);
+        let a = c.alloc().unwrap();
+        let b = c.alloc().unwrap();
+        // SAFETY: ours, freed once each.
+        unsafe {
+            c.free(a);
+            c.free(b);
+        }
+        // SAFETY: the double free under test, refused before any change
+        // or found later.
+        match unsafe { c.try_free(a) } {
+            Err(e) => assert_eq!(e.kind, FreeErrorKind::DoubleFree, "{e}"),
+            Ok(()) => {
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    let x = c.alloc().unwrap();
+                    let y = c.alloc().unwrap();
+                    let z = c.alloc().unwrap();
+                    assert!(x != z && x != y && y != z, "handed out twice");
+                }));
+                let e = r.expect_err("reported");
+                let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+                assert!(msg.contains("double free"), "{msg}");
+            }
+        }
+        std::mem::forget(c);
+    }
+}
