@@ -224,6 +224,15 @@ fn an_exhausted_node_falls_back_by_distance_unless_thisnode() {
     check_counts(&c);
     // SAFETY: ours, freed once.
     unsafe { c.free(o) };
+    // NOFAIL: the node-only first try is `GFP_NOWAIT | __GFP_THISNODE`
+    // (the request's retry flags dropped), so it fails at once on the
+    // exhausted node and the second try falls back (with NOFAIL kept,
+    // the first try would retry node 2 forever).
+    c.flush_local();
+    let o = c.alloc_node(2, AllocFlags::NOFAIL).unwrap();
+    assert_eq!(nid(src, o), 1, "NOFAIL falls back too");
+    // SAFETY: ours, freed once.
+    unsafe { c.free(o) };
     for o in on2 {
         // SAFETY: ours, freed once.
         unsafe { c.free(o) };

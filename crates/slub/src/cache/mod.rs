@@ -13,7 +13,9 @@
 //!   partial lists, new slabs, deactivation, `do_slab_free`);
 //! * [`debug`]: `slub_debug` checks;
 //! * [`flush`]: flush, shrink, destroy, fork;
-//! * [`report`]: statistics, slabinfo, validation.
+//! * [`report`]: statistics, slabinfo, validation;
+//! * [`node`]: `kmem_cache_node` per NUMA node, `kmem_cache_alloc_node`,
+//!   `get_partial` / `get_any_partial`, the per-node barns.
 //!
 //! Calls run downwards: fast -> sheaf / bulk -> slab_path -> the page
 //! allocator; debug, flush and report use the slab layer.

@@ -184,12 +184,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             // new_objects: outside the local lock (list_lock ranks above
             // it; the page allocator may take long). A node without
-            // THISNODE: that node only and without reclaim first (the
-            // kernel's `GFP_NOWAIT | __GFP_THISNODE`), then as asked.
+            // THISNODE: first that node only, without reclaim or a report,
+            // the request's other flags dropped (the kernel's `pc.flags =
+            // GFP_NOWAIT | __GFP_THISNODE`; its zone limit kept, which the
+            // kernel's caches add back as `s->allocflags`), then as asked.
             drop(g);
             let thisnode = node != NUMA_NO_NODE && !gfp.contains(AllocFlags::THISNODE);
             let pc = if thisnode && try_thisnode {
-                gfp | AllocFlags::THISNODE | AllocFlags::NONBLOCK | AllocFlags::NOWARN
+                let nowait = AllocFlags::THISNODE | AllocFlags::NONBLOCK | AllocFlags::NOWARN;
+                match gfp.max_zone() {
+                    Some(z) => nowait.zone_max(z),
+                    None => nowait,
+                }
             } else {
                 gfp
             };
