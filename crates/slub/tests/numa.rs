@@ -4,7 +4,8 @@
 //! `kmem_cache_alloc_node` / `kmalloc_node` from the requested node while
 //! it has memory, fallback by distance, `THISNODE`, `node_match`, remote
 //! frees onto the slab's node, per-node counters, `get_any_partial`, and
-//! the sheaves' node rule (remote objects bypass them, one barn per node).
+//! the sheaves' node rule (remote objects bypass them, one barn per node,
+//! a node request skips a sheaf object of another node).
 #![cfg(not(loom))]
 
 use std::alloc::Layout;
@@ -455,4 +456,48 @@ fn too_many_nodes_is_refused_at_create() {
         TestPlatform::pinned(3).with_topology(&TOPO).nr_node_ids(),
         3
     );
+}
+
+/// Sheaves refilled from a fallback slab hold objects of another node: a
+/// node-specific request finds one on top, puts it back and takes the slab
+/// path, which gives back the CPU slab of the wrong node and finds the
+/// requested node's partial slab.
+#[test]
+fn alloc_node_skips_a_sheaf_object_of_another_node() {
+    // Node 0: 4 pages (sheaf blocks and one or two slabs).
+    let src = Nodes::new(&[4, 64, 64]);
+    let (p, c) = cache(src, SlabFlags::NONE);
+    let c = c.with_sheaves(8);
+    let mut held = Vec::new();
+    while held.iter().all(|&o| nid(src, o) == 0) {
+        held.push(c.alloc().unwrap());
+        assert!(held.len() < 200, "node 0 never ran out");
+    }
+    // A node-0 object freed on CPU 1 (remote: to its slab, node 0's list).
+    let i = held.iter().position(|&o| nid(src, o) == 0).unwrap();
+    let o0 = held.swap_remove(i);
+    p.set_cpu(1);
+    // SAFETY: ours, freed once.
+    unsafe { c.free(o0) };
+    // Its full slab was frozen onto CPU 1's partial list: to node 0's.
+    c.flush_local();
+    p.set_cpu(0);
+    assert_eq!(c.node_nr_partial(0), 1);
+    let before = c.stats();
+    let x = c.alloc_node(0, AllocFlags::NONE).unwrap();
+    let after = c.stats();
+    assert_eq!(nid(src, x), 0, "node 0's partial slab");
+    let d = |st| after.get(st) - before.get(st);
+    // Popped from the sheaf and put back (its object is of node 1), then
+    // the CPU slab (the fallback slab of node 1) given back.
+    assert_eq!(d(SlubStat::ALLOC_PCS), 1);
+    assert_eq!(d(SlubStat::FREE_PCS), 1);
+    assert_eq!(d(SlubStat::ALLOC_NODE_MISMATCH), 1);
+    assert_eq!(c.node_nr_partial(0), 0, "node 0's partial slab was taken");
+    held.push(x);
+    for o in held {
+        // SAFETY: ours, freed once.
+        unsafe { c.free(o) };
+    }
+    finish(&p, c);
 }
