@@ -185,6 +185,13 @@ fn node_match_deactivates_a_cpu_slab_of_another_node() {
     assert_eq!(c.stats().get(SlubStat::ALLOC_NODE_MISMATCH), 1);
     assert_eq!(c.node_nr_partial(0), 1, "node 0's slab is on node 0's list");
     assert_eq!(c.node_nr_partial(1), 0, "node 1's slab is the CPU slab");
+    // Node 1 again: the CPU slab's freelist (the fast path).
+    let fast = c.stats().get(SlubStat::ALLOC_FASTPATH);
+    let b2 = c.alloc_node(1, AllocFlags::NONE).unwrap();
+    assert_eq!(nid(src, b2), 1);
+    assert_eq!(c.stats().get(SlubStat::ALLOC_FASTPATH), fast + 1);
+    // SAFETY: ours, freed once.
+    unsafe { c.free(b2) };
     // Any node: the CPU slab (node 1) serves, no mismatch.
     let d = c.alloc_node(NUMA_NO_NODE, AllocFlags::NONE).unwrap();
     assert_eq!(nid(src, d), 1);

@@ -18,6 +18,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicUsize as CoreAtomicUsize, Ordering as CoreOrdering};
 
 use buddy::{AllocFlags, Block, Order};
+use local_lock::sync::atomic::Ordering;
 use local_lock::sync::SpinLock;
 use local_lock::Platform;
 
@@ -396,7 +397,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 return Some(o);
             }
         }
-        self.slab_alloc_slow_node(self.lock_cpu(), gfp, node)
+        // `slab_alloc_node`'s fast path: the CPU freelist if the CPU slab
+        // is of the node (here under the local lock).
+        let mut g = self.lock_cpu();
+        let cpu = g.cpu();
+        let slab = self.fast_of(cpu).slab.load(Ordering::Relaxed);
+        // SAFETY: the CPU slab is held (frozen) by this CPU.
+        if slab != 0 && self.node_match(unsafe { Slab::from_addr(slab) }, node) {
+            let fl = self.c_freelist(&g);
+            if fl != 0 {
+                self.stat_cpu(cpu, SlubStat::ALLOC_FASTPATH);
+                return Some(self.load_freelist(&mut g, fl));
+            }
+        }
+        self.slab_alloc_slow_node(g, gfp, node)
     }
 
     /// `alloc_from_pcs` for a node-specific request from the local node:

@@ -79,7 +79,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `load_freelist`: the CPU freelist becomes the rest of `fl`; returns
     /// its first object.
     #[inline(always)]
-    fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
+    pub(super) fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
         let next = self.get_fp(fl);
         if self.hardened() {
             // `fl` heads the CPU slab's freelist (installed just before).
