@@ -279,23 +279,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// The source's nodes ordered by the platform's distance from `from`
-    /// (ties by node id, `build_zonelists`' node order), `from` first.
+    /// (ties by node id, `build_zonelists`' node order), `from` first:
+    /// [`Topology::nodes_by_distance`](local_lock::topology::Topology::nodes_by_distance)
+    /// over the platform's `node_distance(from, _)`.
     pub(super) fn nodes_by_distance(&self, from: usize) -> ([u8; MAX_NUMNODES], usize) {
-        let n = self.nr_nodes().min(MAX_NUMNODES);
-        let mut order = [0u8; MAX_NUMNODES];
-        for (i, o) in order.iter_mut().enumerate().take(n) {
-            *o = i as u8;
-        }
+        let n = self.nr_nodes();
         let p = self.platform();
-        let key = |node: u8| (p.node_distance(from, node as usize), node);
-        for i in 1..n {
-            let mut j = i;
-            while j > 0 && key(order[j]) < key(order[j - 1]) {
-                order.swap(j, j - 1);
-                j -= 1;
-            }
+        let mut t = local_lock::topology::Topology::uniform(n, 1);
+        for b in 0..n {
+            t = t.with_distance(from, b, p.node_distance(from, b));
         }
-        (order, n)
+        t.nodes_by_distance(from)
     }
 
     /// `get_partial_node`: takes the first usable slab of node `nid`'s
