@@ -31,7 +31,10 @@ use super::{Barn, KmemCache, NodeBarnGuard, NodeGuard};
 /// Most NUMA nodes a cache has node structures for (`MAX_NUMNODES`,
 /// `CONFIG_NODES_SHIFT=4`, as [`local_lock::topology::MAX_NUMNODES`]); a
 /// page allocator with more is refused at
-/// [`create`](KmemCache::create) ([`CacheError::TooManyNodes`](crate::CacheError::TooManyNodes)).
+/// [`create`](KmemCache::create) ([`CacheError::TooManyNodes`](crate::CacheError::TooManyNodes));
+/// a cache built by the `const` [`KmemCache::new`] panics at first use.
+/// Each node costs a cache about 256 bytes (a cache-padded
+/// `kmem_cache_node`), used or not.
 pub const MAX_NUMNODES: usize = local_lock::topology::MAX_NUMNODES;
 
 /// `NUMA_NO_NODE`: any node ([`KmemCache::alloc_node`]): the CPU slab of
