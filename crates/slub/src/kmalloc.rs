@@ -7,7 +7,7 @@ use buddy::{AllocFlags, Order};
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
-use crate::cache::KmemCache;
+use crate::cache::{KmemCache, NUMA_NO_NODE};
 use crate::error::FreeError;
 use crate::error::FreeErrorKind;
 use crate::layout::{get_order, Geometry, SlabFlags};
@@ -242,7 +242,7 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
         }
         match self.class(size, align) {
             Some(i) => self.caches[i].alloc(),
-            None => self.kmalloc_large(size, align, AllocFlags::NONE),
+            None => self.kmalloc_large(size, align, AllocFlags::NONE, NUMA_NO_NODE),
         }
     }
 
@@ -291,7 +291,51 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
                 }
                 Some(p)
             }
-            None => self.kmalloc_large(size, align, gfp),
+            None => self.kmalloc_large(size, align, gfp, NUMA_NO_NODE),
+        }
+    }
+
+    /// `kmalloc_node(size, gfp, nid)`: [`kmalloc_flags`](Self::kmalloc_flags)
+    /// from node `nid` ([`NUMA_NO_NODE`]: any): a size class's object by
+    /// [`KmemCache::alloc_node`], a large block by `alloc_pages_node`
+    /// ([`alloc_block_node`](buddy::PageAlloc::alloc_block_node)); with
+    /// [`THISNODE`](AllocFlags::THISNODE) nothing of another node.
+    ///
+    /// ```
+    /// use buddy::AllocFlags;
+    /// static HEAP: slub::GlobalSlub = slub::GlobalSlub::new();
+    /// let k = HEAP.kmalloc();
+    /// let p = k.kmalloc_node(100, 8, 0, AllocFlags::ZEROED).unwrap();
+    /// // SAFETY: 100 fresh bytes of ours.
+    /// assert!(unsafe { core::slice::from_raw_parts(p.as_ptr(), 100) }.iter().all(|&b| b == 0));
+    /// // SAFETY: ours, freed once.
+    /// unsafe { k.kfree(p.as_ptr()) };
+    /// ```
+    #[inline]
+    #[track_caller]
+    pub fn kmalloc_node(
+        &self,
+        size: usize,
+        align: usize,
+        nid: usize,
+        gfp: AllocFlags,
+    ) -> Option<NonNull<u8>> {
+        if !align.is_power_of_two() {
+            return None;
+        }
+        if size == 0 {
+            return Some(ZERO_SIZE_PTR);
+        }
+        match self.class(size, align) {
+            Some(i) => {
+                let p = self.caches[i].alloc_node(nid, gfp.difference(AllocFlags::ZEROED))?;
+                if gfp.contains(AllocFlags::ZEROED) {
+                    // SAFETY: a fresh object of at least `size` bytes.
+                    unsafe { p.as_ptr().write_bytes(0, size) };
+                }
+                Some(p)
+            }
+            None => self.kmalloc_large(size, align, gfp, nid),
         }
     }
 
@@ -379,13 +423,23 @@ impl<S: SlabSource + Copy, P: Platform + Copy, const N: usize> Kmalloc<S, P, N> 
     /// `kmalloc_large`: a block of pages tagged with its size; beyond the
     /// largest order, the source's recorded direct mapping
     /// ([`SlabSource::alloc_direct`]: fresh, so zero), if it has one.
-    fn kmalloc_large(&self, size: usize, align: usize, flags: AllocFlags) -> Option<NonNull<u8>> {
+    fn kmalloc_large(
+        &self,
+        size: usize,
+        align: usize,
+        flags: AllocFlags,
+        nid: usize,
+    ) -> Option<NonNull<u8>> {
         let ps = self.source.page_size();
         let order = get_order(size.max(align), ps);
         let Some(order) = Order::new(order).filter(|o| *o <= self.source.max_order()) else {
             return self.source.alloc_direct(size, align);
         };
-        let b = self.source.alloc_block(order, flags)?;
+        let b = if nid == NUMA_NO_NODE || nid >= self.source.nr_node_ids() {
+            self.source.alloc_block(order, flags)?
+        } else {
+            self.source.alloc_block_node(nid, order, flags)?
+        };
         b.owner.data().store(size, Ordering::Relaxed);
         b.owner.tag().store(TAG_LARGE, Ordering::Relaxed);
         Some(b.page.ptr)

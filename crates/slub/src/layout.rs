@@ -207,6 +207,10 @@ pub enum CacheError {
     TooLarge(usize),
     /// The page size is not a power of two of at least 16 bytes.
     BadPageSize(usize),
+    /// The page allocator has more NUMA nodes (its `nr_node_ids()`) than
+    /// a cache has node structures ([`MAX_NUMNODES`](crate::MAX_NUMNODES)),
+    /// or none.
+    TooManyNodes(usize),
 }
 
 impl core::fmt::Display for CacheError {
@@ -223,6 +227,11 @@ impl core::fmt::Display for CacheError {
             CacheError::BadPageSize(p) => {
                 write!(f, "slub: page size {p} is not a power of two >= 16")
             }
+            CacheError::TooManyNodes(n) => write!(
+                f,
+                "slub: the page allocator has {n} nodes; a cache supports 1 to {}",
+                crate::MAX_NUMNODES
+            ),
         }
     }
 }

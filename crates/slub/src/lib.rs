@@ -25,7 +25,10 @@
 //! * Per slab (the buddy's owner words, see [`slab`]):
 //!   `freelist` and `counters` (`inuse`, `objects`, `frozen`) changed
 //!   together by one double-word compare-exchange; the cache; list links.
-//! * Per node (one node): `list_lock` and the partial list.
+//! * Per node (`kmem_cache_node`, one per node of the page allocator's
+//!   [`nr_node_ids`](buddy::PageAlloc::nr_node_ids), at most
+//!   [`MAX_NUMNODES`]): `list_lock` and the partial list, the barn of
+//!   sheaves, `nr_slabs`, `nr_partial`, `total_objects`. See *NUMA nodes*.
 //! * **gfp flags** ([`KmemCache::alloc_flags`], `kmem_cache_alloc(s, gfp)`;
 //!   [`Kmalloc::kmalloc_flags`], `kmalloc(size, gfp)`): the request's
 //!   [`AllocFlags`](buddy::AllocFlags) reach the page allocator when a slab
@@ -60,9 +63,30 @@
 //!   thread's own and taking the pinned lock costs no atomic instruction,
 //!   which is why [`GlobalSlub`] uses it.
 //!
+//! # NUMA nodes
+//!
+//! New slabs come from [`alloc_block_node`](buddy::PageAlloc::alloc_block_node)
+//! (the node asked, or the local one:
+//! [`Platform::numa_node_id`](local_lock::Platform::numa_node_id)); a
+//! slab's node is [`page_to_nid`](buddy::PageAlloc::page_to_nid) of its
+//! block, kept in its tag, and every free of its objects, from any CPU,
+//! goes to that node's list. [`KmemCache::alloc_node`]
+//! (`kmem_cache_alloc_node`) and [`Kmalloc::kmalloc_node`] take a node or
+//! [`NUMA_NO_NODE`] (any: what `alloc` asks): as `___slab_alloc`, a CPU
+//! slab of another node is deactivated (`node_match`,
+//! [`ALLOC_NODE_MISMATCH`](SlubStat::ALLOC_NODE_MISMATCH)), the node's
+//! partial list and a new slab of the node are tried first without reclaim
+//! (`try_thisnode`), then the other nodes' partial lists by distance
+//! (`get_any_partial`, [`KmemCache::set_remote_node_defrag_ratio`]) and
+//! the page allocator's fallback; [`THISNODE`](buddy::AllocFlags::THISNODE)
+//! allows neither. Each node has its barn; a CPU trades with its node's,
+//! and objects of another node than the freeing CPU's bypass the sheaves
+//! (6.18's `slab_free`). With one node (the default of every source) all
+//! of this folds to node 0 at compile time.
+//!
 //! # Lock order (as 5.15)
 //!
-//! 1. `node->list_lock` (spin lock, interrupts saved)
+//! 1. `node->list_lock` (spin lock, interrupts saved; one node's at a time)
 //! 2. `cpu_slab->lock` (the local lock, `local_lock_irqsave`)
 //!
 //! The slow path never takes the list lock while holding the local lock: it
@@ -179,7 +203,7 @@ mod fork;
 mod global;
 
 pub use crate::cache::report::SlabInfo;
-pub use crate::cache::KmemCache;
+pub use crate::cache::{KmemCache, MAX_NUMNODES, NUMA_NO_NODE};
 pub use crate::error::{CacheBusy, FreeError, FreeErrorKind};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};

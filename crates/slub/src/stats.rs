@@ -63,7 +63,8 @@ local_lock::stat_items! {
         ALLOC_SLAB = "ALLOC_SLAB",
         /// The slow path refilled the CPU freelist from the CPU slab's freelist.
         ALLOC_REFILL = "ALLOC_REFILL",
-        /// The CPU slab was on the wrong node (never: one node here).
+        /// A node-specific allocation found the CPU slab on another node and
+        /// deactivated it (`node_match`).
         ALLOC_NODE_MISMATCH = "ALLOC_NODE_MISMATCH",
         /// A slab went back to the page allocator.
         FREE_SLAB = "FREE_SLAB",

@@ -24,6 +24,10 @@
 //! where a buddy and a cache fit.
 #![cfg(loom)]
 
+/// The per-node list locks (issue #20): two CPUs on two nodes.
+#[path = "loom_numa/mod.rs"]
+mod numa;
+
 use std::ptr::NonNull;
 
 use buddy::loom_support::{run, spawn, Heap};

@@ -537,12 +537,52 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free_bulk`](Self::free_bulk).
     unsafe fn free_bulk_pcs(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
         for window in objs.rchunks(BULK_WINDOW) {
+            if !self.one_node() {
+                // SAFETY: forwarded.
+                unsafe { self.free_window_nodes(window)? };
+                continue;
+            }
             // Validated as a whole first, then onto the sheaves.
             let taken = self.free_window_to_pcs(window)?;
             if taken < window.len() {
                 // SAFETY: forwarded; the sheaves took the first `taken`.
                 unsafe { self.free_detached(&window[taken..])? };
             }
+        }
+        Ok(())
+    }
+
+    /// A window of a sheaf cache's bulk free with several nodes: objects
+    /// of other nodes than the local one bypass the sheaves (6.18's
+    /// `free_to_pcs_bulk` sets them aside as `remote_objects` for
+    /// `__kmem_cache_free_bulk`) and go to their slabs first; the local
+    /// ones onto the sheaves.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_bulk`](Self::free_bulk).
+    unsafe fn free_window_nodes(&self, window: &[NonNull<u8>]) -> Result<(), FreeError> {
+        let node = self.local_node();
+        let mut local = [NonNull::<u8>::dangling(); BULK_WINDOW];
+        let mut remote = [NonNull::<u8>::dangling(); BULK_WINDOW];
+        let (mut nl, mut nr) = (0, 0);
+        for p in window {
+            if self.block_nid(*p) == node {
+                local[nl] = *p;
+                nl += 1;
+            } else {
+                remote[nr] = *p;
+                nr += 1;
+            }
+        }
+        if nr != 0 {
+            // SAFETY: forwarded.
+            unsafe { self.free_detached(&remote[..nr])? };
+        }
+        let taken = self.free_window_to_pcs(&local[..nl])?;
+        if taken < nl {
+            // SAFETY: forwarded; the sheaves took the first `taken`.
+            unsafe { self.free_detached(&local[taken..nl])? };
         }
         Ok(())
     }

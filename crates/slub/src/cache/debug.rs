@@ -18,6 +18,7 @@ use crate::slab::{Counters, Slab, SlabState};
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
+use super::node::NUMA_NO_NODE;
 use super::KmemCache;
 
 /// An owner record for reports.
@@ -224,8 +225,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// A new slab for a debug cache: unfrozen, every object free and
     /// initialised, on no list yet.
-    fn new_debug_slab(&self, gfp: AllocFlags) -> Option<Slab<'static>> {
-        let (s, head) = self.new_slab(gfp)?;
+    fn new_debug_slab(&self, gfp: AllocFlags, node: usize) -> Option<Slab<'static>> {
+        let (s, head) = self.new_slab(gfp, node)?;
         let objects = s.state().counters.objects;
         let base = s.base().addr();
         for i in 0..objects as usize {
@@ -250,16 +251,34 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         loc: &'static core::panic::Location<'static>,
         gfp: AllocFlags,
     ) -> Option<NonNull<u8>> {
+        self.alloc_debug_node(loc, gfp, NUMA_NO_NODE)
+    }
+
+    /// [`alloc_debug`](Self::alloc_debug) from node `node`'s partial list
+    /// (the local node's for [`NUMA_NO_NODE`]), else a new slab of that
+    /// node (as the page allocator falls back), listed on its own node.
+    pub(super) fn alloc_debug_node(
+        &self,
+        loc: &'static core::panic::Location<'static>,
+        gfp: AllocFlags,
+        node: usize,
+    ) -> Option<NonNull<u8>> {
         self.mode();
         self.stat_here(SlubStat::ALLOC_SLOWPATH);
-        let mut n = self.lock_node();
+        let mut nid = if node == NUMA_NO_NODE {
+            self.local_node()
+        } else {
+            node
+        };
+        let mut n = self.lock_node(nid);
         let s = if n.head != 0 {
             // SAFETY: list members are held slabs.
             unsafe { Slab::from_addr(n.head) }
         } else {
             drop(n);
-            let s = self.new_debug_slab(gfp)?;
-            n = self.lock_node();
+            let s = self.new_debug_slab(gfp, node)?;
+            nid = self.slab_nid(s);
+            n = self.lock_node(nid);
             n.add(s, false);
             s
         };
@@ -291,9 +310,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         });
         if next == 0 {
             n.remove(s);
-            self.full.lock().add(s, true);
+            self.get_node(nid).full.lock().add(s, true);
         }
-        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        self.set_nr_partial(nid, &n);
         drop(n);
         self.init_object(slot, true);
         self.set_track(slot, false, loc);
@@ -320,7 +339,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             NonNull::new(slot_ptr).ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?,
         )?;
         self.stat_here(SlubStat::FREE_SLOWPATH);
-        let mut n = self.lock_node();
+        let nid = self.slab_nid(s);
+        let mut n = self.lock_node(nid);
         let st = s.state();
         if self.flags.contains(SlabFlags::CONSISTENCY_CHECKS) {
             let mut p = st.freelist;
@@ -359,14 +379,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             },
         });
         if st.freelist == 0 {
-            self.full.lock().remove(s);
+            self.get_node(nid).full.lock().remove(s);
             n.add(s, true);
         }
         let discard = inuse == 0 && n.nr_partial > self.lay.min_partial;
         if discard {
             n.remove(s);
         }
-        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        self.set_nr_partial(nid, &n);
         drop(n);
         if discard {
             self.discard_slab(s);
@@ -379,8 +399,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// (free objects poisoned and with inactive red zones, allocated ones
     /// with active red zones) and the free count; panics on corruption.
     pub(super) fn validate_debug(&self) {
-        let n = self.lock_node();
-        let full = self.full.lock();
+        for nid in 0..self.nr_nodes() {
+            self.validate_debug_node(nid);
+        }
+    }
+
+    /// [`validate_debug`](Self::validate_debug) of node `nid`'s slabs.
+    fn validate_debug_node(&self, nid: usize) {
+        let n = self.lock_node(nid);
+        let full = self.get_node(nid).full.lock();
         for head in [n.head, full.head] {
             let mut cur = head;
             while cur != 0 {
@@ -434,7 +461,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Debug caches: whether `slot` is on slab `s`'s freelist (a bounded
     /// walk under the list lock).
     pub(super) fn debug_on_freelist(&self, s: Slab<'_>, slot: usize) -> bool {
-        let n = self.lock_node();
+        let n = self.lock_node(self.slab_nid(s));
         let st = s.state();
         let base = s.base().addr();
         let objects = st.counters.objects as usize;

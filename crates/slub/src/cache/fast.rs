@@ -90,7 +90,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// Flags that are about the object or a single block, never passed to
     /// a slab's page allocation.
-    const OBJECT_GFP: AllocFlags = AllocFlags::ONLY_ZERO
+    pub(super) const OBJECT_GFP: AllocFlags = AllocFlags::ONLY_ZERO
         .union(AllocFlags::COLD)
         .union(AllocFlags::COMP);
 
@@ -543,6 +543,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(mut g) = self.try_lock_cpu() else {
             return Ok(false);
         };
+        if !self.one_node() && self.block_nid(ptr) != self.cpu_node(g.cpu()) {
+            // `slab_free`: an object of another node than this CPU's
+            // bypasses the sheaves (`slab_nid(slab) == numa_mem_id()`);
+            // its range is not recorded, so the inline path never takes
+            // it either.
+            g.unlock();
+            return Ok(false);
+        }
         g.vbase = base;
         g.vobjects = objects;
         g.vspan = objects * self.lay.size;
@@ -553,7 +561,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// [`free_to_pcs_slow`](Self::free_to_pcs_slow) from scratch (the
     /// state is re-read under the lock).
     #[inline(never)]
-    fn free_to_pcs_relock(&self, obj: usize) -> Result<bool, FreeError> {
+    pub(super) fn free_to_pcs_relock(&self, obj: usize) -> Result<bool, FreeError> {
         match self.try_lock_cpu() {
             Some(g) => self.free_to_pcs_slow(g, obj),
             None => Ok(false),
@@ -573,7 +581,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// barn; else refill it from slabs. `None` sends the caller to the slab
     /// path (a failed trylock: re-entry from an interrupt; no memory).
     #[inline(always)]
-    fn alloc_from_pcs<const H: bool>(&self) -> Option<NonNull<u8>> {
+    pub(super) fn alloc_from_pcs<const H: bool>(&self) -> Option<NonNull<u8>> {
         let g = self.try_lock_cpu()?;
         if g.main != 0 {
             let main = Sheaf(g.main);

@@ -168,7 +168,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // list, which the CPU flush then empties.
         self.flush_barn();
         self.flush_all();
-        self.shrink_node()
+        self.shrink_nodes()
     }
 
     /// Notes slab-level activity (a slab allocated or discarded) for
@@ -230,11 +230,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         freed
     }
 
-    fn shrink_node(&self) -> usize {
+    /// `__kmem_cache_shrink`'s walk of every node: returns the slabs freed.
+    fn shrink_nodes(&self) -> usize {
+        (0..self.nr_nodes()).map(|nid| self.shrink_node(nid)).sum()
+    }
+
+    /// Node `nid`'s part of [`shrink_nodes`](Self::shrink_nodes).
+    fn shrink_node(&self, nid: usize) -> usize {
         const PROMOTE: usize = 32;
         let mut buckets = [0usize; PROMOTE];
         let mut discard = 0;
-        let mut n = self.lock_node();
+        let mut n = self.lock_node(nid);
         let mut cur = n.head;
         while cur != 0 {
             // SAFETY: list members are held slabs.
@@ -262,7 +268,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 n.add(s, false);
             }
         }
-        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        self.set_nr_partial(nid, &n);
         drop(n);
         let mut freed = 0;
         while discard != 0 {
@@ -320,7 +326,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// [`CacheBusy`] if the cache still has slabs.
     fn busy(&self) -> Result<(), CacheBusy> {
-        let slabs = self.nr_slabs.load(CoreOrdering::Relaxed);
+        let slabs = self.nr_slabs();
         if slabs == 0 {
             Ok(())
         } else {
@@ -350,7 +356,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// ```
     pub fn destroy_exclusive(&mut self) -> Result<(), CacheBusy> {
         self.flush_exclusive();
-        self.shrink_node();
+        self.shrink_nodes();
         self.free_random_seq();
         self.busy()
     }
@@ -360,7 +366,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 #[cfg(all(feature = "std", not(loom)))]
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Takes every lock of the cache in the lock order and keeps them, for
-    /// `fork`: `list_lock`, the debug caches' full list, the per-CPU lock
+    /// `fork`: every node's `list_lock` and full list (node by node), the per-CPU lock
     /// words of `locked_cpus` (slots the platform always locks: every slot
     /// of [`RseqCpu`](local_lock::std_platform::RseqCpu), the per-thread
     /// platform's overflow slot), then the barn (a leaf: nothing is taken
@@ -371,13 +377,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The slots of `locked_cpus` are protected by the locked strategy for
     /// every context that uses them.
     pub unsafe fn fork_lock(&self, locked_cpus: core::ops::Range<usize>) {
-        self.node.lock_for_fork();
-        self.full.lock_for_fork();
+        let nodes = &self.nodes[..self.nr_nodes()];
+        for n in nodes {
+            n.list.lock_for_fork();
+            n.full.lock_for_fork();
+        }
         for cpu in locked_cpus {
             // SAFETY: caller's contract.
             unsafe { self.cpu.fork_lock_slot(cpu) };
         }
-        self.barn.lock_for_fork();
+        for n in nodes {
+            n.barn.lock_for_fork();
+        }
     }
 
     /// Releases what [`fork_lock`](Self::fork_lock) took (same
@@ -388,14 +399,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Taken by `fork_lock` on this thread (in a child: on the thread that
     /// forked).
     pub unsafe fn fork_unlock(&self, locked_cpus: core::ops::Range<usize>) {
+        let nodes = &self.nodes[..self.nr_nodes()];
         // SAFETY: caller's contract: each is held, its guard forgotten.
         unsafe {
-            self.barn.force_unlock();
+            for n in nodes.iter().rev() {
+                n.barn.force_unlock();
+            }
             for cpu in locked_cpus.rev() {
                 self.cpu.fork_unlock_slot(cpu);
             }
-            self.full.force_unlock();
-            self.node.force_unlock();
+            for n in nodes.iter().rev() {
+                n.full.force_unlock();
+                n.list.force_unlock();
+            }
         }
     }
 }

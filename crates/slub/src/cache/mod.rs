@@ -13,7 +13,9 @@
 //!   partial lists, new slabs, deactivation, `do_slab_free`);
 //! * [`debug`]: `slub_debug` checks;
 //! * [`flush`]: flush, shrink, destroy, fork;
-//! * [`report`]: statistics, slabinfo, validation.
+//! * [`report`]: statistics, slabinfo, validation;
+//! * [`node`]: `kmem_cache_node` per NUMA node, `kmem_cache_alloc_node`,
+//!   `get_partial` / `get_any_partial`, the per-node barns.
 //!
 //! Calls run downwards: fast -> sheaf / bulk -> slab_path -> the page
 //! allocator; debug, flush and report use the slab layer.
@@ -24,7 +26,7 @@ use core::sync::atomic::{AtomicU8, AtomicUsize as CoreAtomicUsize, Ordering as C
 
 use buddy::Order;
 use local_lock::sync::atomic::{AtomicUsize, Ordering};
-use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLock, SpinLockGuard};
+use local_lock::sync::{AtomicDWord, CachePadded, DWord, SpinLockGuard};
 use local_lock::this_cpu::{CpuSheaves, FreeCheck};
 use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy};
 
@@ -32,8 +34,11 @@ use crate::layout::{
     calculate_layout, calculate_layout_ctor, CacheError, CacheLayout, Geometry, SlabFlags,
 };
 use crate::slab::{PartialList, Slab, TAG_SLAB};
+
 use crate::source::SlabSource;
 use crate::stats::{SlubStat, StatCells};
+use node::{KmemCacheNode, DEFAULT_REMOTE_NODE_DEFRAG_RATIO};
+pub use node::{MAX_NUMNODES, NUMA_NO_NODE};
 
 mod bulk;
 mod debug;
@@ -42,6 +47,7 @@ mod fast;
 mod fidelity_tests;
 mod flush;
 mod freeptr;
+pub(crate) mod node;
 mod pagemap;
 mod random_seq;
 pub(crate) mod report;
@@ -408,8 +414,6 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     random_seq: CoreAtomicUsize,
     /// Objects per sheaf (0: no sheaves).
     sheaf_capacity: usize,
-    /// The barn (`node->barn`), under its own spin lock (IRQs saved).
-    barn: SpinLock<Barn>,
     lay: CacheLayout,
     flags: SlabFlags,
     geometry: Geometry,
@@ -424,13 +428,15 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// the platform's `this_cpu` operations only (the locked and pinned
     /// platforms keep theirs in [`CpuLocked`]).
     pcs: [CachePadded<CpuSheaves>; N],
-    pub(crate) node: SpinLock<PartialList>,
-    /// Debug caches: the full slabs (`n->full`), under `node` then this.
-    full: SpinLock<PartialList>,
-    /// Racy mirror of the node's `nr_partial`.
-    nr_partial: CoreAtomicUsize,
-    nr_slabs: CoreAtomicUsize,
-    total_objects: CoreAtomicUsize,
+    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
+    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
+    /// list, `list_lock`, barn and counters.
+    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
+    /// `s->remote_node_defrag_ratio` (out of 1024; see
+    /// [`KmemCache::set_remote_node_defrag_ratio`]).
+    defrag_ratio: CoreAtomicUsize,
+    /// `get_any_partial`'s draw: a Weyl sequence (see there).
+    node_rng: CoreAtomicUsize,
     /// What the restartable hardened free checks (its `gen` is the count
     /// of slabs discarded so far, see `CpuLocked::vgen`).
     fcheck: FreeCheck,
@@ -466,7 +472,7 @@ unsafe impl<S: SlabSource + Send, P: Platform + Send, const N: usize> Send for K
 
 /// Builds the struct (shared by the const and the loom constructors).
 macro_rules! build_cache {
-    ($name:expr, $lay:expr, $flags:expr, $g:expr, $source:expr, $cpu:expr, $fast:expr) => {
+    ($name:expr, $lay:expr, $flags:expr, $g:expr, $source:expr, $cpu:expr, $fast:expr, $nodes:expr) => {
         KmemCache {
             name: $name,
             id: CoreAtomicUsize::new(0),
@@ -475,7 +481,6 @@ macro_rules! build_cache {
             shuffle: CoreAtomicUsize::new(0),
             random_seq: CoreAtomicUsize::new(0),
             sheaf_capacity: 0,
-            barn: SpinLock::new(Barn::new()),
             lay: $lay,
             flags: $flags,
             geometry: $g,
@@ -485,11 +490,9 @@ macro_rules! build_cache {
             cpu: $cpu,
             fast: $fast,
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
-            node: SpinLock::new(PartialList::new()),
-            full: SpinLock::new(PartialList::new_full()),
-            nr_partial: CoreAtomicUsize::new(0),
-            nr_slabs: CoreAtomicUsize::new(0),
-            total_objects: CoreAtomicUsize::new(0),
+            nodes: $nodes,
+            defrag_ratio: CoreAtomicUsize::new(DEFAULT_REMOTE_NODE_DEFRAG_RATIO),
+            node_rng: CoreAtomicUsize::new(0),
             fcheck: FreeCheck::new(),
             map_tag: core::sync::atomic::AtomicU8::new(0),
             slab_lo: CoreAtomicUsize::new(usize::MAX),
@@ -532,6 +535,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             Err(CacheError::TooLarge(_)) => panic!("KmemCache::new: object too large for a slab"),
             Err(CacheError::BadPageSize(_)) => panic!("KmemCache::new: bad page size"),
+            Err(CacheError::TooManyNodes(_)) => panic!("KmemCache::new: too many nodes"),
         };
         build_cache!(
             name,
@@ -540,7 +544,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             geometry,
             source,
             LocalLock::new(platform),
-            [const { CachePadded::new(CpuFast::new()) }; N]
+            [const { CachePadded::new(CpuFast::new()) }; N],
+            [const { CachePadded::new(KmemCacheNode::new()) }; MAX_NUMNODES]
         )
     }
 
@@ -578,6 +583,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ) -> Result<Self, CacheError> {
         let flags = flags.union(crate::layout::default_flags());
         let lay = calculate_layout(size, align, flags, &g)?;
+        let nodes = source.nr_node_ids();
+        if nodes == 0 || nodes > MAX_NUMNODES {
+            return Err(CacheError::TooManyNodes(nodes));
+        }
         Ok(build_cache!(
             name,
             lay,
@@ -585,7 +594,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             g,
             source,
             LocalLock::new_with(platform, |_| CpuLocked::INIT),
-            core::array::from_fn(|_| CachePadded::new(CpuFast::new()))
+            core::array::from_fn(|_| CachePadded::new(CpuFast::new())),
+            core::array::from_fn(|_| CachePadded::new(KmemCacheNode::new()))
         ))
     }
 
@@ -870,6 +880,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.geometry.page_size,
             self.source.page_size()
         );
+        let nodes = self.source.nr_node_ids();
+        assert!(
+            (1..=MAX_NUMNODES).contains(&nodes),
+            "KmemCache {}: the page allocator has {nodes} nodes, at most {MAX_NUMNODES} supported",
+            self.name
+        );
         static NEXT_ID: CoreAtomicUsize = CoreAtomicUsize::new(1);
         if self.id.load(CoreOrdering::Relaxed) == 0 {
             let _ = self.id.compare_exchange(
@@ -937,7 +953,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
         // Restartable sheaves need the sheaf layout the sequences assume.
+        // Several nodes: the locked sheaves, whose free path checks the
+        // object's node (the restartable sequences do not know nodes).
         let rseq = p.restartable()
+            && nodes == 1
             && core::mem::size_of::<CachePadded<CpuSheaves>>() == 128
             && Sheaf::HDR == local_lock::this_cpu::SHEAF_HDR_WORDS;
         let f = match m {

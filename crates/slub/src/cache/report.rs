@@ -12,6 +12,7 @@ use crate::slab::{Slab, ON_PARTIAL};
 use crate::source::SlabSource;
 use crate::stats::SlubStats;
 
+use super::node::NID_SHIFT;
 use super::{CpuFast, CpuLocked, FreePtr, KmemCache, Mode};
 
 /// A slabinfo line.
@@ -166,26 +167,27 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// Slabs allocated from the page allocator and not yet freed.
+    /// The sum of every node's (see [`node_nr_slabs`](Self::node_nr_slabs)).
     pub fn nr_slabs(&self) -> usize {
-        self.nr_slabs.load(CoreOrdering::Relaxed)
+        self.sum_nodes().0
     }
 
     /// The slabinfo line (a racy snapshot while the cache is in use).
     pub fn slabinfo(&self) -> SlabInfo {
-        let (partial_slabs, partial_free) = {
-            let n = self.lock_node();
-            let mut free = 0;
+        let (mut partial_slabs, mut partial_free) = (0, 0);
+        for nid in 0..self.nr_nodes() {
+            let n = self.lock_node(nid);
             let mut cur = n.head;
             while cur != 0 {
                 // SAFETY: list members are held slabs.
                 let s = unsafe { Slab::from_addr(cur) };
                 let c = s.state().counters;
-                free += (c.objects - c.inuse) as usize;
+                partial_free += (c.objects - c.inuse) as usize;
                 cur = s.next();
             }
-            (n.nr_partial, free)
-        };
-        let num_objs = self.total_objects.load(CoreOrdering::Relaxed);
+            partial_slabs += n.nr_partial;
+        }
+        let (num_slabs, num_objs) = self.sum_nodes();
         let cpu_partial_slabs = self
             .fast
             .iter()
@@ -203,7 +205,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             objsize: self.lay.size,
             objperslab: self.lay.oo.objects as usize,
             pagesperslab: 1 << self.lay.oo.order,
-            num_slabs: self.nr_slabs.load(CoreOrdering::Relaxed),
+            num_slabs,
             partial_slabs,
             cpu_partial_slabs,
             cpu_slabs,
@@ -302,16 +304,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// The debug slabs and the node partial list (under their locks).
+    /// The debug slabs and every node's partial list (under their locks).
     fn validate_nodes(&self) {
         if self.flags.is_debug() {
             self.validate_debug();
         }
+        for nid in 0..self.nr_nodes() {
+            self.validate_node(nid);
+        }
+    }
+
+    /// Node `nid`'s partial list: as [`validate`](Self::validate) says,
+    /// every member of this node.
+    fn validate_node(&self, nid: usize) {
         let me = self.id();
-        let tag = self.slab_tag();
+        let tag = self.slab_tag() | ((nid as u32) << NID_SHIFT);
         let v = self.validator();
         let name = self.name;
-        let n = self.lock_node();
+        let n = self.lock_node(nid);
         let mut count = 0;
         let mut prev = 0;
         let mut cur = n.head;
@@ -319,7 +329,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // SAFETY: list members are held slabs.
             let s = unsafe { Slab::from_addr(cur) };
             assert_eq!(s.prev(), prev, "{}: partial list prev link broken", name);
-            assert_eq!(s.tag(), tag | ON_PARTIAL, "{}: partial slab tag", name);
+            assert_eq!(
+                s.tag(),
+                tag | ON_PARTIAL,
+                "{}: partial slab tag (node {nid})",
+                name
+            );
             assert_eq!(s.cache_id(), me, "{}: partial slab of another cache", name);
             let st = s.state();
             assert!(

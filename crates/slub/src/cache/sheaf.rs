@@ -16,7 +16,7 @@ use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
-use super::{Barn, CpuLocked, Guard, KmemCache, NodeBarnGuard, Sheaf};
+use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
@@ -230,21 +230,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    fn lock_barn(&self) -> NodeBarnGuard<'_, P> {
-        let platform = self.cpu.platform();
-        let flags = platform.irq_save();
-        NodeBarnGuard {
-            g: core::mem::ManuallyDrop::new(self.barn.lock()),
-            platform,
-            flags,
-        }
-    }
-
     /// `barn_replace_empty_sheaf`: a full sheaf for our empty one, which
     /// the barn keeps whatever its empty limit: the number of sheaves does
     /// not change (the kernel's comment).
     pub(super) fn barn_get_full(&self, empty: Sheaf) -> Option<Sheaf> {
-        let mut b = self.lock_barn();
+        let mut b = self.get_barn();
         if b.full == 0 {
             drop(b);
             self.stat_here(SlubStat::BARN_GET_FAIL);
@@ -265,7 +255,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// than its limit of empty sheaves (`barn_put_empty_sheaf` under the
     /// `MAX_EMPTY_SHEAVES` check of `rcu_free_sheaf`), else freed.
     pub(super) fn put_empty(&self, sh: Sheaf) {
-        let mut b = self.lock_barn();
+        let mut b = self.get_barn();
         if b.nr_empty < Barn::MAX_EMPTY {
             sh.set_next(b.empty);
             b.empty = sh.0;
@@ -278,7 +268,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// `barn_get_empty_sheaf`: an empty sheaf from the barn, if it has one.
     pub(super) fn barn_get_empty(&self) -> Option<Sheaf> {
-        let mut b = self.lock_barn();
+        let mut b = self.get_barn();
         if b.empty == 0 {
             return None;
         }
@@ -292,7 +282,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// empty one (from the barn, or new); `Err(full)` when the barn already
     /// holds its limit of full sheaves (or no empty sheaf can be had).
     pub(super) fn barn_put_full(&self, full: Sheaf) -> Result<Sheaf, Sheaf> {
-        let mut b = self.lock_barn();
+        let mut b = self.get_barn();
         if b.nr_full >= Barn::MAX_FULL {
             drop(b);
             self.stat_here(SlubStat::BARN_PUT_FAIL);
@@ -314,7 +304,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     self.stat_here(SlubStat::BARN_PUT_FAIL);
                     return Err(full);
                 };
-                b = self.lock_barn();
+                b = self.get_barn();
                 if b.nr_full >= Barn::MAX_FULL {
                     drop(b);
                     self.free_sheaf(e);
@@ -539,8 +529,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Empties the barn: full sheaves' objects back to slabs, every sheaf
     /// freed (part of shrink).
     pub(super) fn flush_barn(&self) {
+        for nid in 0..self.nr_nodes() {
+            self.flush_node_barn(nid);
+        }
+    }
+
+    /// Empties node `nid`'s barn.
+    fn flush_node_barn(&self, nid: usize) {
         let (mut full, mut empty) = {
-            let mut b = self.lock_barn();
+            let mut b = self.lock_barn(nid);
             let r = (b.full, b.empty);
             *b = Barn::new();
             r
@@ -558,9 +555,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// Full and empty sheaves in the barn (a racy snapshot).
+    /// Full and empty sheaves in the barns of every node (a racy
+    /// snapshot; [`node_barn_sheaves`](Self::node_barn_sheaves) per node).
     pub fn barn_sheaves(&self) -> (usize, usize) {
-        let b = self.lock_barn();
-        (b.nr_full, b.nr_empty)
+        (0..self.nr_nodes())
+            .map(|nid| self.node_barn_sheaves(nid))
+            .fold((0, 0), |(f, e), (a, b)| (f + a, e + b))
     }
 }

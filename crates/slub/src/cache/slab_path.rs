@@ -19,6 +19,7 @@ use crate::slab::{Counters, Slab, SlabState, TAG_KIND, TAG_SLAB};
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
+use super::node::{NID_SHIFT, NUMA_NO_NODE};
 use super::{Guard, KmemCache, Mode, NodeGuard};
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
@@ -78,7 +79,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `load_freelist`: the CPU freelist becomes the rest of `fl`; returns
     /// its first object.
     #[inline(always)]
-    fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
+    pub(super) fn load_freelist(&self, g: &mut Guard<'_, P, N>, fl: usize) -> NonNull<u8> {
         let next = self.get_fp(fl);
         if self.hardened() {
             // `fl` heads the CPU slab's freelist (installed just before).
@@ -103,19 +104,47 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.slab_alloc_slow_gfp(g, AllocFlags::NONE)
     }
 
+    /// `___slab_alloc` of any node.
+    #[inline(always)]
+    pub(super) fn slab_alloc_slow_gfp<'a>(
+        &'a self,
+        g: Guard<'a, P, N>,
+        gfp: AllocFlags,
+    ) -> Option<NonNull<u8>> {
+        self.slab_alloc_slow_node(g, gfp, NUMA_NO_NODE)
+    }
+
     /// `___slab_alloc`: refill from the CPU slab's freelist, the CPU partial
     /// slabs, the node partial list, or a new slab (allocated with `gfp`).
+    /// For a `node` (not [`NUMA_NO_NODE`]) a CPU slab or CPU partial slab
+    /// of another node is given back first (`node_match`), and the partial
+    /// list and a new slab are first tried on that node only, without
+    /// reclaim (`try_thisnode`), then as `gfp` says.
     #[inline(never)]
-    pub(super) fn slab_alloc_slow_gfp<'a>(
+    pub(super) fn slab_alloc_slow_node<'a>(
         &'a self,
         mut g: Guard<'a, P, N>,
         gfp: AllocFlags,
+        node: usize,
     ) -> Option<NonNull<u8>> {
         self.stat_cpu(g.cpu(), SlubStat::ALLOC_SLOWPATH);
+        let mut try_thisnode = true;
         loop {
             let cpu = g.cpu();
             let c = self.fast_of(cpu);
             let slab = c.slab.load(Ordering::Relaxed);
+            // SAFETY: the CPU slab is held (frozen) by this CPU.
+            if slab != 0 && !self.node_match(unsafe { Slab::from_addr(slab) }, node) {
+                // deactivate_slab: the CPU slab is of another node.
+                self.stat_cpu(cpu, SlubStat::ALLOC_NODE_MISMATCH);
+                self.set_cpu_slab(c, 0);
+                let fl = self.c_take_freelist(&mut g);
+                drop(g);
+                // SAFETY: we detached it from the CPU; it is frozen for us.
+                self.deactivate_slab(unsafe { Slab::from_addr(slab) }, fl);
+                g = self.lock_cpu();
+                continue;
+            }
             if slab != 0 {
                 let fl = self.c_freelist(&g);
                 if fl != 0 {
@@ -142,16 +171,46 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 c.partial_slabs
                     .store(g.partial_slabs, CoreOrdering::Relaxed);
                 s.set_next(0);
+                if !self.node_match(s, node) {
+                    // `__put_partials` of the one slab: to its node.
+                    drop(g);
+                    self.unfreeze_partials(s.addr());
+                    g = self.lock_cpu();
+                    continue;
+                }
                 self.set_cpu_slab(c, s.addr());
                 self.stat_cpu(cpu, SlubStat::CPU_PARTIAL_ALLOC);
                 continue;
             }
             // new_objects: outside the local lock (list_lock ranks above
-            // it; the page allocator may take long).
+            // it; the page allocator may take long). A node without
+            // THISNODE: first that node only, without reclaim or a report,
+            // the request's other flags dropped (the kernel's `pc.flags =
+            // GFP_NOWAIT | __GFP_THISNODE`; its zone limit kept, which the
+            // kernel's caches add back as `s->allocflags`), then as asked.
             drop(g);
-            let (slab, fl) = match self.get_partial() {
+            let thisnode = node != NUMA_NO_NODE && !gfp.contains(AllocFlags::THISNODE);
+            let pc = if thisnode && try_thisnode {
+                let nowait = AllocFlags::THISNODE | AllocFlags::NONBLOCK | AllocFlags::NOWARN;
+                match gfp.max_zone() {
+                    Some(z) => nowait.zone_max(z),
+                    None => nowait,
+                }
+            } else {
+                gfp
+            };
+            let got = match self.get_partial(node, pc) {
+                Some(x) => Some(x),
+                None => self.new_slab(pc, node),
+            };
+            let (slab, fl) = match got {
                 Some(x) => x,
-                None => self.new_slab(gfp)?,
+                None if thisnode && try_thisnode => {
+                    try_thisnode = false;
+                    g = self.lock_cpu();
+                    continue;
+                }
+                None => return None,
             };
             g = self.lock_cpu();
             // retry_load_slab: another context may have installed a slab.
@@ -193,55 +252,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// `spin_lock_irqsave(&n->list_lock)`.
-    pub(super) fn lock_node(&self) -> NodeGuard<'_, P> {
-        let platform = self.cpu.platform();
-        let flags = platform.irq_save();
-        NodeGuard {
-            g: core::mem::ManuallyDrop::new(self.node.lock()),
-            platform,
-            flags,
-        }
-    }
-
-    /// `get_partial_node`: takes the first usable slab of the node partial
-    /// list (frozen, its freelist taken) and moves more to the CPU partial
-    /// list until it holds half its limit.
-    fn get_partial(&self) -> Option<(Slab<'static>, usize)> {
-        if self.nr_partial.load(CoreOrdering::Relaxed) == 0 {
-            return None;
-        }
-        let mut n = self.lock_node();
-        let mut object: Option<(Slab<'static>, usize)> = None;
-        let mut partial_slabs = 0;
-        let mut cur = n.head;
-        while cur != 0 {
-            // SAFETY: list members are held slabs.
-            let s = unsafe { Slab::from_addr(cur) };
-            cur = s.next();
-            let t = self.acquire_slab(&mut n, s, object.is_none());
-            if t == 0 {
-                break;
-            }
-            if object.is_none() {
-                object = Some((s, t));
-                self.stat_here(SlubStat::ALLOC_FROM_PARTIAL);
-            } else {
-                self.put_cpu_partial(s, false);
-                self.stat_here(SlubStat::CPU_PARTIAL_NODE);
-                partial_slabs += 1;
-            }
-            if self.lay.cpu_partial == 0 || partial_slabs > self.lay.cpu_partial_slabs / 2 {
-                break;
-            }
-        }
-        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
-        object
-    }
-
     /// `acquire_slab`: freezes a node partial slab and takes it off the
     /// list; for the CPU slab (`take`) also takes its freelist.
-    fn acquire_slab(&self, n: &mut NodeGuard<'_, P>, s: Slab<'_>, take: bool) -> usize {
+    pub(super) fn acquire_slab(&self, n: &mut NodeGuard<'_, P>, s: Slab<'_>, take: bool) -> usize {
         let mut old = s.state();
         loop {
             debug_assert!(!old.counters.frozen);
@@ -269,24 +282,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// preferred order is a light attempt (`gfp | NOWARN | NORETRY`, not
     /// `NOFAIL`; no reclaim and no reserves when the request could block:
     /// `NONBLOCK | NOMEMALLOC`), the minimum order gets `gfp` as given.
-    pub(super) fn new_slab(&self, gfp: AllocFlags) -> Option<(Slab<'static>, usize)> {
+    /// The block comes from `node` ([`alloc_slab_block`](Self::alloc_slab_block));
+    /// the slab records the node it got.
+    pub(super) fn new_slab(&self, gfp: AllocFlags, node: usize) -> Option<(Slab<'static>, usize)> {
         let oo = self.lay.oo;
         let gfp = gfp.difference(AllocFlags::ZEROED) | AllocFlags::COMP;
         let mut objects = oo.objects as usize;
         let mut page = if self.lay.min.order == oo.order {
-            self.source.alloc_block(Order::new(oo.order)?, gfp)
+            self.alloc_slab_block(Order::new(oo.order)?, gfp, node)
         } else {
             let mut light =
                 (gfp | AllocFlags::NOWARN | AllocFlags::NORETRY).difference(AllocFlags::NOFAIL);
             if !gfp.contains(AllocFlags::NONBLOCK) {
                 light = light | AllocFlags::NONBLOCK | AllocFlags::NOMEMALLOC;
             }
-            self.source.alloc_block(Order::new(oo.order)?, light)
+            self.alloc_slab_block(Order::new(oo.order)?, light, node)
         };
         if page.is_none() && self.lay.min.order != oo.order {
-            page = self
-                .source
-                .alloc_block(Order::new(self.lay.min.order)?, gfp);
+            page = self.alloc_slab_block(Order::new(self.lay.min.order)?, gfp, node);
             objects = self.lay.min.objects as usize;
             if page.is_some() {
                 self.stat_here(SlubStat::ORDER_FALLBACK);
@@ -301,7 +314,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         s.0.data().store(self.id(), Ordering::Relaxed);
         s.set_next(0);
         s.set_prev(0);
-        s.set_tag(self.slab_tag());
+        let nid = self.block_nid(page.ptr);
+        s.set_tag(self.slab_tag() | ((nid as u32) << NID_SHIFT));
         let base = page.ptr.as_ptr();
         let size = self.lay.size;
         self.slab_lo.fetch_min(base.addr(), CoreOrdering::Relaxed);
@@ -343,8 +357,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 frozen: true,
             },
         });
-        self.nr_slabs.fetch_add(1, CoreOrdering::Relaxed);
-        self.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
+        let n = self.get_node(nid);
+        n.nr_slabs.fetch_add(1, CoreOrdering::Relaxed);
+        n.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
         self.stat_here(SlubStat::ALLOC_SLAB);
         self.note_active();
         Some((s, head))
@@ -356,14 +371,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         debug_assert_eq!(st.counters.inuse, 0);
         let order = s.0.order().expect("a slab is an allocated block");
         let base = s.base();
+        let n = self.get_node(self.slab_nid(s));
         s.set_tag(0);
         s.0.data().store(0, Ordering::Relaxed);
         // SAFETY: a slab's base is its block's first byte, never null.
         self.unmap_slab(unsafe { NonNull::new_unchecked(base) }, order);
         // Invalidates every CPU's validated range (sheaf frees).
         self.fcheck.gen.fetch_add(1, CoreOrdering::Relaxed);
-        self.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
-        self.total_objects
+        n.nr_slabs.fetch_sub(1, CoreOrdering::Relaxed);
+        n.total_objects
             .fetch_sub(st.counters.objects as usize, CoreOrdering::Relaxed);
         self.note_active();
         // SAFETY: we held the block since new_slab and nothing uses it.
@@ -450,6 +466,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ) -> Result<(), FreeError> {
         self.stat_here(SlubStat::FREE_SLOWPATH);
         let has_cpu_partial = self.lay.cpu_partial != 0;
+        // The slab's own node, whoever frees (a remote-node free included).
+        let nid = self.slab_nid(s);
         let mut n: Option<NodeGuard<'_, P>> = None;
         let mut old = s.state();
         let (was_frozen, new) = loop {
@@ -471,7 +489,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     // A full slab: freeze it onto this CPU's partial list.
                     new.counters.frozen = true;
                 } else {
-                    n = Some(self.lock_node());
+                    n = Some(self.lock_node(nid));
                 }
             }
             match s.cas(old, new) {
@@ -499,7 +517,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 n.remove(s);
                 self.stat_here(SlubStat::FREE_REMOVE_PARTIAL);
             }
-            self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+            self.set_nr_partial(nid, &n);
             drop(n);
             self.stat_here(SlubStat::FREE_SLAB);
             self.discard_slab(s);
@@ -508,7 +526,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // Full -> partial (only without CPU partial lists).
         if !has_cpu_partial && prior == 0 {
             n.add(s, true);
-            self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+            self.set_nr_partial(nid, &n);
             self.stat_here(SlubStat::FREE_ADD_PARTIAL);
         }
         Ok(())
@@ -516,7 +534,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// `put_cpu_partial`: pushes a frozen slab onto this CPU's partial
     /// list; with `drain`, a full list is first moved to the node list.
-    fn put_cpu_partial(&self, s: Slab<'_>, drain: bool) {
+    pub(super) fn put_cpu_partial(&self, s: Slab<'_>, drain: bool) {
         let mut g = self.lock_cpu();
         let cpu = g.cpu();
         let mut to_unfreeze = 0;
@@ -543,15 +561,30 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// `__unfreeze_partials`: moves a detached CPU partial chain to the node
-    /// list; empty slabs beyond `min_partial` go back to the page allocator.
+    /// `__unfreeze_partials`: moves a detached CPU partial chain to the
+    /// lists of its slabs' nodes (one list lock at a time, switched when
+    /// the node changes); empty slabs beyond `min_partial` go back to the
+    /// page allocator.
     pub(super) fn unfreeze_partials(&self, mut chain: usize) {
         let mut discard = 0;
-        let mut n = self.lock_node();
+        let mut nid = if chain == 0 {
+            0
+        } else {
+            // SAFETY: chain members are slabs frozen for this CPU.
+            self.slab_nid(unsafe { Slab::from_addr(chain) })
+        };
+        let mut n = self.lock_node(nid);
         while chain != 0 {
             // SAFETY: chain members are slabs frozen for this CPU.
             let s = unsafe { Slab::from_addr(chain) };
             chain = s.next();
+            let snid = self.slab_nid(s);
+            if snid != nid {
+                self.set_nr_partial(nid, &n);
+                drop(n);
+                nid = snid;
+                n = self.lock_node(nid);
+            }
             let mut old = s.state();
             let new = loop {
                 let mut new = old;
@@ -572,7 +605,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_here(SlubStat::FREE_ADD_PARTIAL);
             }
         }
-        self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+        self.set_nr_partial(nid, &n);
         drop(n);
         while discard != 0 {
             // SAFETY: collected above, unlisted and empty.
@@ -624,6 +657,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             Partial,
             Full,
         }
+        let nid = self.slab_nid(s);
+        let node = self.get_node(nid);
         let mut n: Option<NodeGuard<'_, P>> = None;
         let mut old = s.state();
         let mode = loop {
@@ -635,7 +670,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             new.counters.inuse = old.counters.inuse - free_delta as u16;
             new.counters.frozen = false;
             let mode = if new.counters.inuse == 0
-                && self.nr_partial.load(CoreOrdering::Relaxed) >= self.lay.min_partial
+                && node.nr_partial.load(CoreOrdering::Relaxed) >= self.lay.min_partial
             {
                 M::Free
             } else if new.freelist != 0 {
@@ -645,7 +680,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             };
             if mode == M::Partial {
                 if n.is_none() {
-                    n = Some(self.lock_node());
+                    n = Some(self.lock_node(nid));
                 }
             } else {
                 n = None;
@@ -662,7 +697,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             M::Partial => {
                 let mut n = n.expect("list lock held for a partial slab");
                 n.add(s, tail_pos);
-                self.nr_partial.store(n.nr_partial, CoreOrdering::Relaxed);
+                self.set_nr_partial(nid, &n);
                 drop(n);
                 self.stat_here(if tail_pos {
                     SlubStat::DEACTIVATE_TO_TAIL
