@@ -290,7 +290,7 @@ impl<P: Platform> Buddy<P> {
         let Some(found) = self.spans.find(a, shift) else {
             return PageState::Unmanaged;
         };
-        let zone = self.cfg.zone_of_addr(a).index();
+        let zone = self.zone_in(&found, a);
         let _g = self.lock_zone(zone);
         let Some(d) = found.desc(a >> shift) else {
             return PageState::Unmanaged;
