@@ -194,6 +194,12 @@ impl ZoneId {
     pub const fn index(self) -> usize {
         self.0 as usize
     }
+    /// Zone `index` without the check of [`new`](Self::new): for indices
+    /// the buddy computed (a span's zone base plus a type).
+    #[inline(always)]
+    pub(crate) const fn raw(index: usize) -> ZoneId {
+        ZoneId(index as u8)
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -182,7 +182,7 @@ impl<P: Platform> Buddy<P> {
             let addr = p.addr();
             let zero = keep_zero && p.zero;
             let (found, pfn) = self.locate(addr, p.order)?;
-            let actual = ZoneId::new(self.zone_in(&found, addr));
+            let actual = ZoneId::raw(self.zone_in(&found, addr));
             if actual != zone {
                 return Err(FreeError {
                     addr,

@@ -200,11 +200,21 @@ impl<P: Platform> Buddy<P> {
     /// zonelist ([`numa_node_id`](local_lock::Platform::numa_node_id); node
     /// 0's zones from the highest allowed type down on one node).
     pub fn zonelist(&self, flags: AllocFlags) -> impl Iterator<Item = ZoneId> {
-        let zl = self.node_zonelist(self.platform.numa_node_id(), flags);
+        self.zonelist_node(self.platform.numa_node_id(), flags)
+    }
+
+    /// The zones a request for node `nid` tries, in order
+    /// (`node_zonelist(nid, gfp)`): `nid`'s zones from the highest allowed
+    /// type down, then the other nodes' by distance (only `nid`'s with
+    /// `THISNODE`; none for a node at or above [`MAX_NUMNODES`]). For a
+    /// per-CPU layer with lists per zone walking it as
+    /// `get_page_from_freelist` does.
+    pub fn zonelist_node(&self, nid: usize, flags: AllocFlags) -> impl Iterator<Item = ZoneId> {
+        let zl = self.node_zonelist(nid, flags);
         zl.zones
             .into_iter()
             .take(zl.len)
-            .map(|z| ZoneId::new(z.into()))
+            .map(|z| ZoneId::raw(z.into()))
     }
 
     /// `alloc_pages_node(nid, order, flags)`: a block from node `nid`'s

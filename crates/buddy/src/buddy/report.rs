@@ -132,7 +132,7 @@ impl<P: Platform> Buddy<P> {
     pub fn zone_of(&self, addr: *const u8) -> Option<ZoneId> {
         let a = addr as usize;
         let f = self.spans.find(a, self.cfg.page_shift())?;
-        Some(ZoneId::new(self.zone_in(&f, a)))
+        Some(ZoneId::raw(self.zone_in(&f, a)))
     }
 
     /// Whether a span of this allocator covers `addr`.

@@ -33,4 +33,21 @@ unsafe impl<S: PageSource, L: Platform, const N: usize> PageAlloc for Pcp<S, L, 
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.buddy().owner_of(addr)
     }
+    fn nr_node_ids(&self) -> usize {
+        self.buddy().nr_node_ids()
+    }
+    fn page_to_nid(&self, addr: *const u8) -> usize {
+        self.buddy().page_to_nid(addr).unwrap_or(0)
+    }
+    /// The lists for a request to the node of the zone they cache;
+    /// another node's request goes to the buddy's node path (lists of
+    /// every zone: [`ZonePcps`](crate::ZonePcps)).
+    fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if nid == b.zone_node(self.zone()) && b.node_has_memory(nid) {
+            Pcp::alloc_block(self, order, flags)
+        } else {
+            self.source().alloc_or_grow_node(nid, order, flags)
+        }
+    }
 }
