@@ -5,6 +5,7 @@
 //! miri.
 
 use std::string::ToString;
+use std::vec;
 use std::vec::Vec;
 
 use local_lock::test_platform::TestPlatform;
@@ -339,4 +340,95 @@ fn zones_per_node_and_zone_max() {
         "{s}"
     );
     fx.free(vec_of(&[p]));
+}
+
+/// A node-allocation step of the state machine below.
+#[derive(Clone, Debug)]
+enum NodeOp {
+    /// `alloc_pages_node(nid)` (`nid` up to 4: node 3 has no memory, 4 is
+    /// out of range), or `alloc_pages` from CPU `nid` when `local`.
+    Alloc {
+        nid: usize,
+        order: u8,
+        thisnode: bool,
+        local: bool,
+    },
+    /// Frees held block `idx % len` from CPU `cpu`.
+    Free { idx: usize, cpu: usize },
+}
+
+fn node_op() -> impl proptest::strategy::Strategy<Value = NodeOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => (0usize..=4, 0u8..=MAX_ORDER, any::<bool>(), any::<bool>())
+            .prop_map(|(nid, order, thisnode, local)| NodeOp::Alloc { nid, order, thisnode, local }),
+        2 => (any::<usize>(), 0usize..3).prop_map(|(idx, cpu)| NodeOp::Free { idx, cpu }),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 64 },
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Random node requests and frees on three nodes: each allocation comes
+    /// from the first node of the request's zonelist (by distance; its own
+    /// only with THISNODE) that has a free block of the order (no
+    /// watermarks here), or fails when none has; frees go back to the
+    /// page's node wherever they run; per-node counters add up and the
+    /// invariants hold after every step; everything merges back.
+    #[test]
+    fn node_requests_follow_the_zonelist(
+        ops in proptest::collection::vec(node_op(), 1..if cfg!(miri) { 10 } else { 80 }),
+    ) {
+        let fx = NumaFx::three();
+        let b = &fx.b;
+        let has_block = |n: usize, o: u8| {
+            (o..=MAX_ORDER).any(|k| b.free_blocks(ZoneId::new(n), crate::Order::new(k).unwrap()) > 0)
+        };
+        let mut held: Vec<Page> = Vec::new();
+        for op in &ops {
+            match *op {
+                NodeOp::Alloc { nid, order, thisnode, local } => {
+                    let flags = if thisnode { AllocFlags::THISNODE } else { AllocFlags::NONE };
+                    let (nid, local) = if local { (nid % 3, true) } else { (nid, false) };
+                    // The zonelist from the topology itself (nodes 0-2 have
+                    // memory), not from the buddy's tables.
+                    let mut zl: Vec<usize> = match (thisnode, nid < 3) {
+                        _ if nid >= MAX_NUMNODES => Vec::new(),
+                        (true, true) => vec![nid],
+                        (true, false) => Vec::new(),
+                        (false, _) => (0..3).collect(),
+                    };
+                    zl.sort_by_key(|&n| (T3.node_distance(nid, n), n));
+                    let expect = zl.into_iter().find(|&n| has_block(n, order));
+                    let p = if local {
+                        fx.on(nid, || b.alloc_pages(o(order), flags))
+                    } else {
+                        b.alloc_pages_node(nid, o(order), flags)
+                    };
+                    proptest::prop_assert_eq!(p.map(|p| fx.nid(&p)), expect);
+                    held.extend(p);
+                }
+                NodeOp::Free { idx, cpu } => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let p = held.swap_remove(idx % held.len());
+                    let (n, before) = (fx.nid(&p), b.nr_free_pages_node(fx.nid(&p)));
+                    // SAFETY: ours, freed once.
+                    fx.on(cpu, || unsafe { b.free_pages(p.ptr, p.order) });
+                    proptest::prop_assert_eq!(b.nr_free_pages_node(n), before + p.order.pages());
+                }
+            }
+            let per_node: usize = (0..MAX_NUMNODES).map(|n| b.nr_free_pages_node(n)).sum();
+            proptest::prop_assert_eq!(per_node, b.total_free_pages());
+            b.check_invariants();
+        }
+        fx.free(held);
+        for n in 0..3 {
+            proptest::prop_assert_eq!(b.nr_free_pages_node(n), BLOCK / PAGE);
+        }
+    }
 }
