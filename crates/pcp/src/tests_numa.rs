@@ -195,3 +195,101 @@ fn single_zone_pcp_keeps_other_nodes_pages_off_its_lists() {
     assert_eq!(n.b.total_free_pages(), n.b.total_managed_pages());
     n.b.check_invariants();
 }
+
+/// A step of the state machine below.
+#[derive(Clone, Debug)]
+enum ZOp {
+    /// On CPU `cpu`: `alloc_block_node(nid)` (node 2 has no memory, 4 is
+    /// out of range), or `alloc` (the CPU's node) when `local`.
+    Alloc {
+        cpu: usize,
+        nid: usize,
+        order: u8,
+        thisnode: bool,
+        local: bool,
+    },
+    /// On CPU `cpu`, frees held block `idx % len`.
+    Free { cpu: usize, idx: usize },
+    /// On CPU `cpu`, drains its lists of zone `zone` (or all with 2).
+    Drain { cpu: usize, zone: usize },
+}
+
+fn zop() -> impl proptest::strategy::Strategy<Value = ZOp> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0usize..4, 0usize..=4, 0u8..=3, any::<bool>(), any::<bool>())
+            .prop_map(|(cpu, nid, order, thisnode, local)| ZOp::Alloc { cpu, nid, order, thisnode, local }),
+        3 => (0usize..4, any::<usize>()).prop_map(|(cpu, idx)| ZOp::Free { cpu, idx }),
+        1 => (0usize..4, 0usize..3).prop_map(|(cpu, zone)| ZOp::Drain { cpu, zone }),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: if cfg!(miri) { 2 } else { 48 },
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Random node requests, frees and drains from four CPUs of two
+    /// nodes through the lists of every zone: every block handed out for
+    /// a node with THISNODE is that node's; after every step each CPU's
+    /// lists of zone `z` hold only zone `z`'s pages (the checker), and
+    /// buddy free + lists + held = managed; at the end everything merges
+    /// back.
+    #[test]
+    fn zone_lists_hold_only_their_zones_pages(
+        ops in proptest::collection::vec(zop(), 1..if cfg!(miri) { 10 } else { 60 }),
+    ) {
+        let n = Nodes::new();
+        let mut p = n.pcps();
+        let pl = platform();
+        let managed = n.b.total_managed_pages();
+        let mut held: Vec<Page> = Vec::new();
+        for op in &ops {
+            match *op {
+                ZOp::Alloc { cpu, nid, order, thisnode, local } => {
+                    let f = if thisnode { AllocFlags::THISNODE } else { AllocFlags::NONE };
+                    let o = Order::new(order).unwrap();
+                    let b = pl.on_cpu(cpu, || {
+                        if local {
+                            p.alloc(o, f)
+                        } else {
+                            p.alloc_block_node(nid, o, f).map(|b| b.page)
+                        }
+                    });
+                    let want = if local { cpu / 2 } else { nid };
+                    if let Some(b) = b {
+                        proptest::prop_assert!(want < 4);
+                        if thisnode {
+                            proptest::prop_assert_eq!(n.nid(&b), want);
+                        }
+                        held.push(b);
+                    }
+                }
+                ZOp::Free { cpu, idx } => {
+                    if !held.is_empty() {
+                        let b = held.swap_remove(idx % held.len());
+                        // SAFETY: ours, freed once.
+                        pl.on_cpu(cpu, || unsafe { p.free(b.ptr, b.order, FreeFlags::NONE) });
+                    }
+                }
+                ZOp::Drain { cpu, zone } => {
+                    pl.on_cpu(cpu, || match p.zone(ZoneId::new(zone)) {
+                        Some(z) => z.drain_local(),
+                        None => p.drain_local(),
+                    });
+                }
+            }
+            let live: usize = held.iter().map(|b| b.order.pages()).sum();
+            proptest::prop_assert_eq!(n.b.total_free_pages() + p.total_count() + live, managed);
+            p.check_all();
+        }
+        for b in held.drain(..) {
+            // SAFETY: ours, freed once.
+            unsafe { p.free(b.ptr, b.order, FreeFlags::NONE) };
+        }
+        p.drain_all();
+        proptest::prop_assert_eq!(n.b.total_free_pages(), managed);
+        n.b.check_invariants();
+    }
+}

@@ -230,6 +230,19 @@ impl<S: PageSource, L: Platform, const N: usize, const Z: usize> ZonePcps<S, L, 
     pub fn total_count(&self) -> usize {
         self.pcps.iter().map(Pcp::total_count).sum()
     }
+
+    /// [`Pcp::check_local`] for every zone: among others, every page on
+    /// this CPU's lists of zone `z` is of zone `z`.
+    #[cfg(any(test, feature = "invariants"))]
+    pub fn check_local(&self) {
+        self.pcps.iter().for_each(Pcp::check_local);
+    }
+
+    /// [`Pcp::check_all`] for every zone.
+    #[cfg(any(test, feature = "invariants"))]
+    pub fn check_all(&mut self) {
+        self.pcps.iter_mut().for_each(Pcp::check_all);
+    }
 }
 
 // SAFETY: the blocks of each zone's `Pcp` (buddy blocks with their head
