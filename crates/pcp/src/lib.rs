@@ -122,6 +122,32 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+/// The [`PageAlloc`](buddy::PageAlloc) methods a pcp type answers from
+/// its buddy (`self.buddy()`): page size, largest order, the owner lookup
+/// and the node queries (in `impl PageAlloc` blocks of this crate).
+macro_rules! page_alloc_from_buddy {
+    () => {
+        #[inline]
+        fn page_size(&self) -> usize {
+            self.buddy().config().page_size()
+        }
+        #[inline]
+        fn max_order(&self) -> buddy::Order {
+            self.buddy().config().max_order()
+        }
+        #[inline(always)]
+        fn block_of(&self, addr: *const u8) -> Option<buddy::BlockRef<'_>> {
+            self.buddy().owner_of(addr)
+        }
+        fn nr_node_ids(&self) -> usize {
+            self.buddy().nr_node_ids()
+        }
+        fn page_to_nid(&self, addr: *const u8) -> usize {
+            self.buddy().page_to_nid(addr).unwrap_or(0)
+        }
+    };
+}
+
 #[cfg(feature = "allocator-api2")]
 mod api2;
 mod error;

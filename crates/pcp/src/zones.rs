@@ -22,8 +22,7 @@
 use core::ptr::NonNull;
 
 use buddy::{
-    AllocFlags, Block, BlockRef, Buddy, FreeFlags, Order, Page, PageAlloc, ZoneId, MAX_NUMNODES,
-    MAX_ZONE_IDS,
+    AllocFlags, Block, Buddy, FreeFlags, Order, Page, PageAlloc, ZoneId, MAX_NUMNODES, MAX_ZONE_IDS,
 };
 use local_lock::{Platform, DEFAULT_SLOTS};
 
@@ -250,14 +249,7 @@ impl<S: PageSource, L: Platform, const N: usize, const Z: usize> ZonePcps<S, L, 
 unsafe impl<S: PageSource, L: Platform, const N: usize, const Z: usize> PageAlloc
     for ZonePcps<S, L, N, Z>
 {
-    #[inline]
-    fn page_size(&self) -> usize {
-        self.buddy().config().page_size()
-    }
-    #[inline]
-    fn max_order(&self) -> Order {
-        self.buddy().config().max_order()
-    }
+    page_alloc_from_buddy!();
     #[inline]
     fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         ZonePcps::alloc_block(self, order, flags)
@@ -266,16 +258,6 @@ unsafe impl<S: PageSource, L: Platform, const N: usize, const Z: usize> PageAllo
     unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
         // SAFETY: forwarded.
         unsafe { self.free(ptr, order, FreeFlags::NONE) }
-    }
-    #[inline(always)]
-    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
-        self.buddy().owner_of(addr)
-    }
-    fn nr_node_ids(&self) -> usize {
-        self.buddy().nr_node_ids()
-    }
-    fn page_to_nid(&self, addr: *const u8) -> usize {
-        self.buddy().page_to_nid(addr).unwrap_or(0)
     }
     fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         ZonePcps::alloc_block_node(self, nid, order, flags)

@@ -4,7 +4,7 @@
 
 use core::ptr::NonNull;
 
-use buddy::{AllocFlags, Block, BlockRef, FreeFlags, Order, PageAlloc};
+use buddy::{AllocFlags, Block, FreeFlags, Order, PageAlloc};
 use local_lock::Platform;
 
 use super::{PageSource, Pcp};
@@ -12,14 +12,7 @@ use super::{PageSource, Pcp};
 // SAFETY: pcp hands out buddy blocks with their head descriptors' owner
 // words (the list node, or the buddy's), and finds them through the buddy.
 unsafe impl<S: PageSource, L: Platform, const N: usize> PageAlloc for Pcp<S, L, N> {
-    #[inline]
-    fn page_size(&self) -> usize {
-        self.buddy().config().page_size()
-    }
-    #[inline]
-    fn max_order(&self) -> Order {
-        self.buddy().config().max_order()
-    }
+    page_alloc_from_buddy!();
     #[inline]
     fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         Pcp::alloc_block(self, order, flags)
@@ -28,16 +21,6 @@ unsafe impl<S: PageSource, L: Platform, const N: usize> PageAlloc for Pcp<S, L, 
     unsafe fn free_block(&self, ptr: NonNull<u8>, order: Order) {
         // SAFETY: forwarded.
         unsafe { self.free(ptr, order, FreeFlags::NONE) }
-    }
-    #[inline(always)]
-    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
-        self.buddy().owner_of(addr)
-    }
-    fn nr_node_ids(&self) -> usize {
-        self.buddy().nr_node_ids()
-    }
-    fn page_to_nid(&self, addr: *const u8) -> usize {
-        self.buddy().page_to_nid(addr).unwrap_or(0)
     }
     /// The lists for a request to the node of the zone they cache;
     /// another node's request goes to the buddy's node path (lists of
