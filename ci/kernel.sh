@@ -58,9 +58,16 @@ for smp in 1 4 8 numa2; do
     if [[ $smp == 4 ]]; then
         cat "$log"
     elif [[ $smp == numa2 ]]; then
-        grep -E '^(NUMA nodes|  node [0-9]|    \[|  distances|hart [0-9]+:|interrupt-context|checks passed|KERNEL)' "$log" || true
+        grep -E '^(NUMA nodes|  node [0-9]|    \[|  distances|  numa test|Node [0-9]+, zone|hart [0-9]+:|interrupt-context|checks passed|KERNEL)' "$log" || true
     else
         grep -E '^(hart [0-9]+:|interrupt-context|checks passed|KERNEL)' "$log" || true
+    fi
+    # The two-node boot's self-test must have checked node 1's node-local and
+    # fallback allocations (the buddy's nodes, issue #20).
+    if [[ $smp == numa2 ]] && ! grep -q '^  numa test: node 1: node-local page from node 1' "$log"; then
+        tail -n 60 "$log"
+        echo "FAIL: kernel -smp $smp: no node-1 line of the NUMA self-test (output above)"
+        exit 1
     fi
     if [[ $smp == numa2 ]] && ! grep -q '^NUMA nodes: 2$' "$log"; then
         tail -n 60 "$log"

@@ -28,7 +28,7 @@ impl<P: Platform> Buddy<P> {
     ///
     /// Cost: O(pages managed). Tests and fuzzing only.
     pub fn check_invariants(&self) {
-        for z in 0..self.nr_zones() {
+        for z in 0..self.nr_zone_ids() {
             let g = self.lock_zone(z);
             self.check_zone(ZoneId::new(z), &g);
         }
@@ -126,7 +126,7 @@ impl<P: Platform> Buddy<P> {
             let f = spans.get(i);
             for idx in 0..f.pages {
                 let pfn = f.info.first_pfn + idx;
-                if cfg.zone_of_addr(pfn << shift) != zone {
+                if self.zone_in(&f, pfn << shift) != zone.index() {
                     continue;
                 }
                 let d = f.desc(pfn).unwrap();
@@ -196,15 +196,15 @@ impl<P: Platform> Buddy<P> {
             0,
             "zone {z}: free block {addr:#x} not aligned to its {order}"
         );
-        assert_eq!(
-            cfg.zone_of_addr(addr),
-            zone,
-            "free block {addr:#x} in the wrong zone"
-        );
         let f = self
             .spans()
             .find(addr, shift)
             .unwrap_or_else(|| panic!("free block {addr:#x} outside every span"));
+        assert_eq!(
+            self.zone_in(&f, addr),
+            zone.index(),
+            "free block {addr:#x} in the wrong zone (or node)"
+        );
         let pfn = addr >> shift;
         assert_eq!(
             f.desc_ptr(pfn),

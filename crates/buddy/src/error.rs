@@ -194,6 +194,10 @@ pub enum RegionError {
     BadSpan,
     /// The region wraps around the address space.
     Overflow,
+    /// The node id is at or above [`MAX_NUMNODES`](crate::MAX_NUMNODES), or
+    /// the region lies in a span of another node (a span's pages are all of
+    /// one node).
+    BadNode,
 }
 
 impl fmt::Display for RegionError {
@@ -207,6 +211,9 @@ impl fmt::Display for RegionError {
             RegionError::Unpopulated => "buddy: region in an unpopulated part of a span",
             RegionError::BadSpan => "buddy: span or memmap misaligned or too small",
             RegionError::Overflow => "buddy: region wraps the address space",
+            RegionError::BadNode => {
+                "buddy: bad node: node id >= MAX_NUMNODES, or the region lies in another node's span"
+            }
         })
     }
 }

@@ -9,14 +9,18 @@
 //! ```text
 //!            Buddy<P: Platform>
 //!   ┌─────────────────────────────────────────────────────────────────┐
-//!   │ zones[0..nr]   (by address: zone i = [end(i-1), end(i)))        │
+//!   │ zones[nid * nr + t]  node nid's zone of type t (by address:     │
+//!   │                type t = [end(t-1), end(t))), empty ones allowed │
 //!   │   lock ─ SpinLock<ZoneInner>, taken inside irq_save/restore     │
 //!   │     free_area[order 0..=MAX_ORDER]                              │
 //!   │        lists[ZERO]  ⇄ heads of known-zero blocks                │
 //!   │        lists[DIRTY] ⇄ heads of other blocks                     │
 //!   │     zero_bits / dirty_bits (non-empty orders), free, managed,   │
 //!   │     watermarks, lowmem_reserve, stats                           │
-//!   │ spans[0..16]   address range + memmap (one descriptor per page)  │
+//!   │ spans[0..16]   address range + memmap (one descriptor per page) │
+//!   │                + its node (page → node is the span lookup)      │
+//!   │ nodes          which have memory; per node its zonelist's node  │
+//!   │                order by distance (build_zonelists)              │
 //!   └─────────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -42,9 +46,33 @@
 //!   large `PROT_NONE` range per span (memmap at its start), and maps
 //!   MAX_ORDER-aligned blocks (and the memmap pages describing them) as the
 //!   heap grows.
+//! * **NUMA nodes** (`pglist_data`): memory is tagged with a node when it
+//!   is added ([`add_region_node`](Buddy::add_region_node),
+//!   [`add_span_node`](Buddy::add_span_node); `add_region`/`add_span` are
+//!   node 0), up to [`MAX_NUMNODES`] (4: each node holds its zones
+//!   inline). Every node has the configuration's zone types, so zone ids
+//!   are `nid * nr_zones + type` ([`ZoneId`]: a type where flags use it,
+//!   [`AllocFlags::zone_max`]; node 0's zone ids are the types). A node
+//!   is a property of its spans: a page's node, and so its zone on free,
+//!   comes from the span lookup every free already does (one add). When a
+//!   node first gets memory every node's zonelist is rebuilt: the nodes
+//!   with memory by the platform's
+//!   [`node_distance`](local_lock::Platform::node_distance), nearest
+//!   first (`build_zonelists`), each node's zones from the highest allowed
+//!   type down. [`alloc_pages_node`](Buddy::alloc_pages_node) walks node
+//!   `nid`'s zonelist, [`alloc_pages`](Buddy::alloc_pages) the caller's
+//!   ([`numa_node_id`](local_lock::Platform::numa_node_id)); `THISNODE`
+//!   keeps only the node's own zones (fails, never falls back). With one
+//!   node (only node 0 has memory) allocation keeps its single-node path:
+//!   one relaxed load decides. Per-node counters:
+//!   [`nr_free_pages_node`](Buddy::nr_free_pages_node),
+//!   [`managed_pages_node`](Buddy::managed_pages_node),
+//!   [`stat_node`](Buddy::stat_node); buddyinfo prints a `Node n, zone`
+//!   line per zone of each node with memory.
 //! * **Allocation** ([`alloc_pages`](Buddy::alloc_pages)): the kernel's
 //!   `get_page_from_freelist` twice over the request's zonelist (its
-//!   highest allowed zone first): every zone against its **low** watermark
+//!   node's zones, highest allowed first, then the other nodes' by
+//!   distance): every zone against its **low** watermark
 //!   (a lockless `zone_watermark_fast` first; skipped with one zone), then
 //!   every zone against **min** (`HIGH` may go below it by half,
 //!   `NONBLOCK` by a further quarter), each plus the `lowmem_reserve` owed
@@ -116,7 +144,8 @@
 //!
 //! * per zone: `free = Σ_order nr_free(order) × 2^order`, `free <= managed`;
 //! * every listed block is a naturally aligned `FREE` head of its list's
-//!   order, in its zone and span, with no block head inside it; every
+//!   order, in its zone (of its span's node) and span, with no block head
+//!   inside it; every
 //!   `FREE` descriptor is listed; PG_zero matches the list it is on;
 //! * no two free buddies of equal order remain unmerged. With eager merging
 //!   this makes the free blocks a function of the set of free pages: each
@@ -139,7 +168,8 @@
 //!
 //! | need | call |
 //! |---|---|
-//! | memory | [`add_region`](Buddy::add_region), [`add_span`](Buddy::add_span), [`GlobalBuddy`] |
+//! | memory | [`add_region`](Buddy::add_region), [`add_span`](Buddy::add_span), [`add_region_node`](Buddy::add_region_node), [`add_span_node`](Buddy::add_span_node), [`GlobalBuddy`] |
+//! | nodes | [`alloc_pages_node`](Buddy::alloc_pages_node), [`alloc_block_node`](Buddy::alloc_block_node), [`nr_node_ids`](Buddy::nr_node_ids), [`page_to_nid`](Buddy::page_to_nid), [`node_order`](Buddy::node_order), [`zone_id`](Buddy::zone_id), [`zone_node`](Buddy::zone_node), [`zone_type`](Buddy::zone_type), [`node_zones`](Buddy::node_zones), [`nr_free_pages_node`](Buddy::nr_free_pages_node), [`managed_pages_node`](Buddy::managed_pages_node), [`stat_node`](Buddy::stat_node) |
 //! | one block | [`alloc_pages`](Buddy::alloc_pages), [`alloc_pages_zone`](Buddy::alloc_pages_zone), [`free_pages`](Buddy::free_pages), [`free_pages_zeroed`](Buddy::free_pages_zeroed), [`free_pages_flags`](Buddy::free_pages_flags), [`try_free_pages`](Buddy::try_free_pages) |
 //! | pcp refill / drain | [`alloc_bulk`](Buddy::alloc_bulk), [`free_bulk`](Buddy::free_bulk), [`try_free_bulk`](Buddy::try_free_bulk), [`free_bulk_keep_zero`](Buddy::free_bulk_keep_zero), [`try_free_bulk_keep_zero`](Buddy::try_free_bulk_keep_zero) |
 //! | zones | [`zonelist`](Buddy::zonelist), [`zone_of`](Buddy::zone_of), [`managed_pages`](Buddy::managed_pages), [`watermarks`](Buddy::watermarks), [`watermark_ok`](Buddy::watermark_ok), [`set_tunables`](Buddy::set_tunables) |
@@ -235,7 +265,7 @@ pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, PurgePolicy, Stat, Tunables, Watermarks,
-    ZoneId, ZoneSpec, ZoneStats, CAP_CHECK_MS, MAX_ZONES, ORDER_LIMIT,
+    ZoneId, ZoneSpec, ZoneStats, CAP_CHECK_MS, MAX_NUMNODES, MAX_ZONES, MAX_ZONE_IDS, ORDER_LIMIT,
 };
 
 #[cfg(all(test, not(loom)))]

@@ -367,6 +367,22 @@ pub trait BuddySource: Sync {
         }
         alloc_slowpath(self, order, flags, |f| b.alloc_block(order, f))
     }
+    /// [`alloc_or_grow`](Self::alloc_or_grow) for node `nid`
+    /// ([`Buddy::alloc_block_node`]: `nid`'s zonelist, only `nid` with
+    /// `THISNODE`), then the same slow path retrying on that zonelist.
+    /// `None` at once for a node at or above
+    /// [`MAX_NUMNODES`](crate::MAX_NUMNODES) (not even `NOFAIL` retries).
+    #[inline]
+    fn alloc_or_grow_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if nid >= crate::MAX_NUMNODES {
+            return None;
+        }
+        if let Some(p) = b.alloc_block_node(nid, order, flags) {
+            return Some(p);
+        }
+        alloc_slowpath(self, order, flags, |f| b.alloc_block_node(nid, order, f))
+    }
 }
 
 /// The purge of [`BuddySource::free_or_release`]: whether the block
@@ -446,6 +462,20 @@ unsafe impl<P: Platform> PageAlloc for Buddy<P> {
     #[inline(always)]
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.owner_of(addr)
+    }
+    #[inline]
+    fn nr_node_ids(&self) -> usize {
+        Buddy::nr_node_ids(self)
+    }
+    /// The node of the span covering `addr` (0 if none does).
+    #[inline]
+    fn page_to_nid(&self, addr: *const u8) -> usize {
+        Buddy::page_to_nid(self, addr).unwrap_or(0)
+    }
+    /// [`BuddySource::alloc_or_grow_node`].
+    #[inline]
+    fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.alloc_or_grow_node(nid, order, flags)
     }
 }
 

@@ -22,10 +22,12 @@ pub const MAX_SPANS: usize = 16;
 /// The immutable part of a span.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SpanInfo {
-    /// Address of the first page (page aligned).
-    pub(crate) start: usize,
-    /// `start >> PAGE_SHIFT`.
+    /// Page frame number of the first page (its address is
+    /// [`start`](Self::start)).
     pub(crate) first_pfn: usize,
+    /// `nid * nr_zones` of the span's node `nid`: a page's zone is this
+    /// plus the type its address gives (one add on the free path).
+    pub(crate) zone_base: usize,
     /// Descriptor of the first page.
     pub(crate) memmap: *mut PageDesc,
     /// Descriptors in the memmap (the most pages the span can grow to).
@@ -33,9 +35,15 @@ pub(crate) struct SpanInfo {
 }
 
 impl SpanInfo {
+    /// Address of the first page.
+    #[inline(always)]
+    pub(crate) fn start(&self, page_shift: u32) -> usize {
+        self.first_pfn << page_shift
+    }
+
     const EMPTY: SpanInfo = SpanInfo {
-        start: 0,
         first_pfn: 0,
+        zone_base: 0,
         memmap: core::ptr::null_mut(),
         cap_pages: 0,
     };
@@ -87,7 +95,7 @@ impl Found {
     /// The address one past the span's populated pages.
     #[inline(always)]
     pub(crate) fn end(&self, page_shift: u32) -> usize {
-        self.info.start + (self.pages << page_shift)
+        (self.info.first_pfn + self.pages) << page_shift
     }
 }
 
@@ -100,6 +108,8 @@ pub(crate) struct SpanTable {
     info: [UnsafeCell<SpanInfo>; MAX_SPANS],
     /// Populated pages of each span (Release on growth).
     pages: [AtomicUsize; MAX_SPANS],
+    /// Per span, its NUMA node (`page_to_nid`). Written before publication.
+    nid: [AtomicUsize; MAX_SPANS],
     /// Published slots.
     len: AtomicUsize,
     /// Per span, the smallest start and largest end of the regions added
@@ -126,6 +136,7 @@ impl SpanTable {
             return SpanTable {
                 info: [const { UnsafeCell::new(SpanInfo::EMPTY) }; MAX_SPANS],
                 pages: [const { AtomicUsize::new(0) }; MAX_SPANS],
+                nid: [const { AtomicUsize::new(0) }; MAX_SPANS],
                 len: AtomicUsize::new(0),
                 added_lo: [const { AtomicUsize::new(usize::MAX) }; MAX_SPANS],
                 added_hi: [const { AtomicUsize::new(0) }; MAX_SPANS],
@@ -134,6 +145,7 @@ impl SpanTable {
             return SpanTable {
                 info: core::array::from_fn(|_| UnsafeCell::new(SpanInfo::EMPTY)),
                 pages: core::array::from_fn(|_| AtomicUsize::new(0)),
+                nid: core::array::from_fn(|_| AtomicUsize::new(0)),
                 len: AtomicUsize::new(0),
                 added_lo: core::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
                 added_hi: core::array::from_fn(|_| AtomicUsize::new(0)),
@@ -154,6 +166,12 @@ impl SpanTable {
         self.info[i].with(|p| unsafe { *p })
     }
 
+    /// The node of published span `idx`.
+    #[inline(always)]
+    pub(crate) fn nid(&self, idx: usize) -> usize {
+        self.nid[idx].load(Ordering::Relaxed)
+    }
+
     /// Span `idx` (published).
     #[inline(always)]
     pub(crate) fn get(&self, idx: usize) -> Found {
@@ -169,10 +187,11 @@ impl SpanTable {
     #[inline(always)]
     pub(crate) fn find(&self, addr: usize, page_shift: u32) -> Option<Found> {
         let n = self.len();
+        let pfn = addr >> page_shift;
         for idx in 0..n {
             let info = self.info(idx);
             let pages = self.pages[idx].load(Ordering::Acquire);
-            if addr >= info.start && ((addr - info.start) >> page_shift) < pages {
+            if pfn.wrapping_sub(info.first_pfn) < pages {
                 return Some(Found { idx, info, pages });
             }
         }
@@ -196,9 +215,10 @@ impl SpanTable {
     /// covers `addr`.
     pub(crate) fn find_reserved(&self, addr: usize, page_shift: u32) -> Option<Found> {
         let n = self.len();
+        let pfn = addr >> page_shift;
         for idx in 0..n {
             let info = self.info(idx);
-            if addr >= info.start && ((addr - info.start) >> page_shift) < info.cap_pages {
+            if pfn.wrapping_sub(info.first_pfn) < info.cap_pages {
                 return Some(self.get(idx));
             }
         }
@@ -207,11 +227,11 @@ impl SpanTable {
 
     /// The lowest span start above `addr` (for carving new spans between
     /// existing ones).
-    pub(crate) fn next_start_after(&self, addr: usize) -> Option<usize> {
+    pub(crate) fn next_start_after(&self, addr: usize, page_shift: u32) -> Option<usize> {
         let n = self.len();
         let mut best: Option<usize> = None;
         for idx in 0..n {
-            let s = self.info(idx).start;
+            let s = self.info(idx).start(page_shift);
             if s > addr && best.is_none_or(|b| s < b) {
                 best = Some(s);
             }
@@ -246,18 +266,19 @@ impl SpanTable {
         })
     }
 
-    /// Publishes a new span covering `pages` pages now.
+    /// Publishes a new span of node `nid` covering `pages` pages now.
     ///
     /// # Safety
     ///
     /// The caller holds the resize lock; `info.memmap` holds `cap_pages`
     /// initialised descriptors that live as long as the table; the span
     /// overlaps no other; `pages <= info.cap_pages`.
-    pub(crate) unsafe fn push(&self, info: SpanInfo, pages: usize) -> Option<usize> {
+    pub(crate) unsafe fn push(&self, info: SpanInfo, pages: usize, nid: usize) -> Option<usize> {
         let n = self.len.load(Ordering::Relaxed);
         if n == MAX_SPANS {
             return None;
         }
+        self.nid[n].store(nid, Ordering::Relaxed);
         // SAFETY: slot `n` is not published, and only the resize-lock holder
         // writes slots.
         self.info[n].with_mut(|p| unsafe { *p = info });

@@ -9,6 +9,18 @@ use core::ptr::NonNull;
 /// NORMAL, MOVABLE).
 pub const MAX_ZONES: usize = 4;
 
+/// Most NUMA nodes a [`Buddy`](crate::Buddy) can have (the kernel's
+/// `MAX_NUMNODES`, `CONFIG_NODES_SHIFT` = 2): node ids `0..MAX_NUMNODES`.
+/// Smaller than `local_lock::topology::MAX_NUMNODES` (16) because each node
+/// holds a full set of zones inline (`MAX_ZONES` per node); memory of a
+/// node at or above it is refused with
+/// [`RegionError::BadNode`](crate::RegionError::BadNode).
+pub const MAX_NUMNODES: usize = 4;
+
+/// Most zones of all nodes: zone ids `0..MAX_ZONE_IDS` (node `n`'s zone of
+/// type `t` is `n * nr_zones + t`, see [`ZoneId`]).
+pub const MAX_ZONE_IDS: usize = MAX_ZONES * MAX_NUMNODES;
+
 /// The largest `max_order` a [`Config`] may choose (4 KiB pages: 64 GiB
 /// blocks; 16-byte pages: 256 MiB blocks).
 pub const ORDER_LIMIT: u8 = 24;
@@ -165,19 +177,28 @@ impl fmt::Display for Order {
 pub struct ZoneId(u8);
 
 impl ZoneId {
-    /// Zone `index`.
+    /// Zone `index`: a zone type (`0..nr_zones`, node 0's zone of that
+    /// type, and what [`AllocFlags::zone_max`] takes), or the zone of type
+    /// `t` on node `n` at `n * nr_zones + t` (see
+    /// [`Buddy::zone_id`](crate::Buddy::zone_id)).
     ///
     /// # Panics
     ///
-    /// If `index >= MAX_ZONES` (at compile time in a const context).
+    /// If `index >= MAX_ZONE_IDS` (at compile time in a const context).
     pub const fn new(index: usize) -> ZoneId {
-        assert!(index < MAX_ZONES, "ZoneId: index >= MAX_ZONES");
+        assert!(index < MAX_ZONE_IDS, "ZoneId: index >= MAX_ZONE_IDS");
         ZoneId(index as u8)
     }
     /// The index.
     #[inline(always)]
     pub const fn index(self) -> usize {
         self.0 as usize
+    }
+    /// Zone `index` without the check of [`new`](Self::new): for indices
+    /// the buddy computed (a span's zone base plus a type).
+    #[inline(always)]
+    pub(crate) const fn raw(index: usize) -> ZoneId {
+        ZoneId(index as u8)
     }
 }
 
@@ -204,7 +225,7 @@ impl ZoneId {
 /// | [`NOFAIL`](Self::NOFAIL) | `__GFP_NOFAIL` | never fails (blocking requests of at most the largest order): retries growth and reclaim, then the min reserve, forever |
 /// | [`MEMALLOC`](Self::MEMALLOC) | `__GFP_MEMALLOC` | the reclaimer's own requests: `ALLOC_NO_WATERMARKS` once the watermarks refuse, and no reclaim (no recursion) |
 /// | [`NOMEMALLOC`](Self::NOMEMALLOC) | `__GFP_NOMEMALLOC` | never the reserves, even with `MEMALLOC` |
-/// | [`THISNODE`](Self::THISNODE) | `__GFP_THISNODE` | no fallback beyond the local node (`ZONELIST_NOFALLBACK`); the buddy is node 0, so a CPU of another node fails |
+/// | [`THISNODE`](Self::THISNODE) | `__GFP_THISNODE` | no fallback beyond the requested node (`ZONELIST_NOFALLBACK`): the node's own zones only, failing rather than taking another node's memory |
 ///
 /// Without a retry flag a request retries while growth or reclaim makes
 /// progress, at most [`MAX_GROW_RETRIES`](crate::MAX_GROW_RETRIES) rounds,
@@ -281,10 +302,12 @@ impl AllocFlags {
     /// attempt at a slab's preferred order).
     pub const NOMEMALLOC: AllocFlags = AllocFlags(1 << 17);
     /// This node only (`__GFP_THISNODE`): the request's zonelist is its
-    /// node's zones, no other node's (`ZONELIST_NOFALLBACK`). The buddy is
-    /// one node (node 0): a request from a CPU whose
-    /// [`numa_node_id`](local_lock::Platform::numa_node_id) is another node
-    /// fails, where without the flag it falls back to node 0.
+    /// node's zones, no other node's (`ZONELIST_NOFALLBACK`): the node
+    /// given to [`alloc_pages_node`](crate::Buddy::alloc_pages_node), or
+    /// for [`alloc_pages`](crate::Buddy::alloc_pages) the caller's
+    /// [`numa_node_id`](local_lock::Platform::numa_node_id). A node without
+    /// memory (or exhausted) fails, where without the flag the request
+    /// falls back to the other nodes by distance.
     pub const THISNODE: AllocFlags = AllocFlags(1 << 18);
 
     /// `PAGE_ALLOC_COSTLY_ORDER`: requests above this order do not retry
@@ -297,10 +320,16 @@ impl AllocFlags {
     const KNOWN: u32 = 0x3f | Self::ZONE_MASK | 0x7f << 12;
 
     /// Restricts the request to `zone` and the zones below it (the highest
-    /// zone of its zonelist, `gfp_zone()`).
+    /// zone of its zonelist, `gfp_zone()`): a zone **type** (`0..nr_zones`),
+    /// which applies on every node of the zonelist.
     #[inline(always)]
     pub const fn zone_max(self, zone: ZoneId) -> AllocFlags {
-        AllocFlags((self.0 & !Self::ZONE_MASK) | ((zone.0 as u32 + 1) << Self::ZONE_SHIFT))
+        let z = if zone.0 as usize >= MAX_ZONES {
+            MAX_ZONES as u32 - 1
+        } else {
+            zone.0 as u32
+        };
+        AllocFlags((self.0 & !Self::ZONE_MASK) | ((z + 1) << Self::ZONE_SHIFT))
     }
 
     /// The zone constraint, if any.

@@ -193,7 +193,14 @@ extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
         .ram()
         .iter()
         .map(|r| unsafe {
+            // A node beyond the buddy's MAX_NUMNODES: its RAM joins node 0.
+            let nid = if r.node < buddy::MAX_NUMNODES {
+                r.node
+            } else {
+                0
+            };
             mm::add_ram_except(
+                nid,
                 r.base,
                 r.base + r.size,
                 [(first.base, ke), (fdt_lo, fdt_hi)],
@@ -225,13 +232,17 @@ extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
         }
     }
     report_numa(&info, harts);
-    kprintln!("  buddy: {pages} pages added as zeroed; zones:",);
-    for z in 0..BUDDY.nr_zones() {
+    kprintln!(
+        "  buddy: {pages} pages added as zeroed; {} node(s); zones:",
+        BUDDY.nr_node_ids()
+    );
+    for z in 0..BUDDY.nr_zone_ids() {
         let id = buddy::ZoneId::new(z);
         let wm = BUDDY.watermarks(id);
         kprintln!(
-            "    {:<6} managed {:>6} pages, free {:>6}, watermarks min {} low {} high {}",
-            BUDDY.config().zones()[z].name,
+            "    node {} {:<6} managed {:>6} pages, free {:>6}, watermarks min {} low {} high {}",
+            BUDDY.zone_node(id),
+            BUDDY.config().zones()[BUDDY.zone_type(id).index()].name,
             BUDDY.managed_pages(id),
             BUDDY.nr_free_pages(id),
             wm.min,
@@ -245,6 +256,13 @@ extern "C" fn boot_main(hart: usize, fdt: usize) -> ! {
     ensure!(
         BUDDY.total_free_pages() == initial,
         "zone test: {} free pages after giving everything back, {initial} before",
+        BUDDY.total_free_pages()
+    );
+    work::numa_test();
+    BUDDY.check_invariants();
+    ensure!(
+        BUDDY.total_free_pages() == initial,
+        "numa test: {} free pages after giving everything back, {initial} before",
         BUDDY.total_free_pages()
     );
 

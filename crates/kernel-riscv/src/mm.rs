@@ -14,6 +14,12 @@
 //!   Normal request falls back to DMA when Normal is short (the zonelist),
 //!   minus DMA's `lowmem_reserve`; a DMA request (`zone_max(DMA)`) never
 //!   gets Normal pages.
+//! * **Nodes.** Each RAM range goes to the node its device-tree memory
+//!   node names (`numa-node-id`, node 0 without one): node `n`'s zones
+//!   are the buddy's zone ids `2n` (DMA, empty above node 0's first 16
+//!   MiB) and `2n + 1` (Normal). Allocations prefer the hart's node and
+//!   fall back by the tree's `distance-map`. The pcp lists cache node 0's
+//!   zones.
 //! * **Memory.** Boot hands the buddy the RAM between the image's end and
 //!   the device tree, and the RAM after the tree (a hole where the tree
 //!   is), as *zeroed* regions. What that relies on: QEMU allocates guest RAM
@@ -219,13 +225,19 @@ impl<T> Excl<T> {
     }
 }
 
-/// [`add_ram`] of `[start, end)` less the `holes` (each `[lo, hi)`, in any
-/// order, possibly outside the range); returns the pages added.
+/// [`add_ram`] of `[start, end)` on node `nid` less the `holes` (each
+/// `[lo, hi)`, in any order, possibly outside the range); returns the pages
+/// added.
 ///
 /// # Safety
 ///
 /// As [`add_ram`], for the range less the holes.
-pub unsafe fn add_ram_except(start: usize, end: usize, mut holes: [(usize, usize); 2]) -> usize {
+pub unsafe fn add_ram_except(
+    nid: usize,
+    start: usize,
+    end: usize,
+    mut holes: [(usize, usize); 2],
+) -> usize {
     holes.sort_unstable();
     let mut at = start;
     let mut pages = 0;
@@ -233,27 +245,28 @@ pub unsafe fn add_ram_except(start: usize, end: usize, mut holes: [(usize, usize
         let (lo, hi) = (lo.clamp(at, end), hi.clamp(at, end));
         // SAFETY: caller's contract: `[at, lo)` is in the range, outside
         // every hole.
-        pages += unsafe { add_ram(at, lo) };
+        pages += unsafe { add_ram(nid, at, lo) };
         at = at.max(hi);
     }
     // SAFETY: as above.
-    pages + unsafe { add_ram(at, end) }
+    pages + unsafe { add_ram(nid, at, end) }
 }
 
-/// Hands `[start, end)` to the buddy as zeroed RAM (see the module docs);
-/// returns the pages added.
+/// Hands `[start, end)` to the buddy as zeroed RAM of NUMA node `nid`
+/// (the device tree's `numa-node-id` of its memory node; see the module
+/// docs); returns the pages added.
 ///
 /// # Safety
 ///
 /// The range is RAM that nothing else uses, reads as zero, and is handed
 /// over once.
-pub unsafe fn add_ram(start: usize, end: usize) -> usize {
+pub unsafe fn add_ram(nid: usize, start: usize, end: usize) -> usize {
     if end <= start {
         return 0;
     }
     // SAFETY: caller's contract.
-    match unsafe { BUDDY.add_region(start as *mut u8, end - start, true) } {
+    match unsafe { BUDDY.add_region_node(nid, start as *mut u8, end - start, true) } {
         Ok(pages) => pages,
-        Err(e) => panic!("buddy: add_region({start:#x}, {end:#x}): {e:?}"),
+        Err(e) => panic!("buddy: add_region_node({nid}, {start:#x}, {end:#x}): {e:?}"),
     }
 }

@@ -778,9 +778,11 @@ pub fn zone_fallback_test() {
         let b = &mm::BUDDY;
         for o in (0..=mm::MAX_ORDER).rev() {
             loop {
+                // Node 0's zonelist only (on a NUMA boot, other nodes'
+                // memory would come before DMA's reserve: see numa_test).
                 let p = match zone_only {
                     Some(z) => b.alloc_pages_zone(z, order(o), AllocFlags::NONE),
-                    None => b.alloc_pages(order(o), AllocFlags::NONE),
+                    None => b.alloc_pages_node(0, order(o), AllocFlags::THISNODE),
                 };
                 let Some(p) = p else { break };
                 assert!(*n < hogs.len(), "zone test: too many blocks");
@@ -806,7 +808,7 @@ pub fn zone_fallback_test() {
     // 2. A Normal request now falls back to DMA.
     let before = n;
     let p = b
-        .alloc_pages(Order::ZERO, AllocFlags::NONE)
+        .alloc_pages_node(0, Order::ZERO, AllocFlags::THISNODE)
         .expect("zone test: no fallback from Normal to DMA");
     assert!(
         p.addr() < DMA_END,
@@ -826,7 +828,7 @@ pub fn zone_fallback_test() {
     );
     // 4. The reserve still serves DMA requests.
     let p = b
-        .alloc_pages(Order::ZERO, AllocFlags::NONE.zone_max(DMA))
+        .alloc_pages_node(0, Order::ZERO, AllocFlags::THISNODE.zone_max(DMA))
         .expect("zone test: lowmem_reserve did not keep a page for a DMA request");
     assert!(p.addr() < DMA_END);
     hogs[n] = (p.addr(), 0);
@@ -834,11 +836,11 @@ pub fn zone_fallback_test() {
     // 5. ATOMIC may go below Normal's min watermark; the pcp lists (empty)
     //    fail cleanly when the buddy cannot refill them.
     let p = b
-        .alloc_pages(Order::ZERO, AllocFlags::ATOMIC)
+        .alloc_pages_node(0, Order::ZERO, AllocFlags::ATOMIC | AllocFlags::THISNODE)
         .expect("zone test: ATOMIC request refused below the min watermark");
     hogs[n] = (p.addr(), 0);
     n += 1;
-    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NOWARN);
+    let pcp_page = mm::PCP_TASKONLY.alloc(Order::ZERO, AllocFlags::NOWARN | AllocFlags::THISNODE);
     assert!(
         pcp_page.is_none(),
         "zone test: pcp served a page from an exhausted zone"
@@ -850,10 +852,97 @@ pub fn zone_fallback_test() {
         n,
         wm.min
     );
-    // Give back: untouched blocks are still zero.
-    for &(addr, o) in &hogs[..n] {
+    give_back(&hogs[..n]);
+}
+
+/// Frees the hogged blocks: untouched, so still zero.
+fn give_back(hogs: &[(usize, u8)]) {
+    for &(addr, o) in hogs {
         let p = NonNull::new(addr as *mut u8).expect("hog");
-        // SAFETY: allocated above with order `o`, never written.
-        unsafe { b.free_pages_flags(p, order(o), FreeFlags::ZERO) };
+        // SAFETY: allocated by the boot tests with order `o`, never written.
+        unsafe { mm::BUDDY.free_pages_flags(p, order(o), FreeFlags::ZERO) };
     }
+}
+
+/// The NUMA self-test at boot (issue #20), on every node with memory:
+/// node-local requests (`alloc_pages_node(nid)`) are served from node
+/// `nid` while it has memory; the per-node counters add up to the totals;
+/// then, with the node exhausted by `THISNODE` requests, a plain request
+/// for it falls back to the nearest node with memory (by the device
+/// tree's distances) and a `THISNODE` one fails. Prints the per-node
+/// buddyinfo lines. On one node it checks the local half only.
+pub fn numa_test() {
+    let b = &mm::BUDDY;
+    let nodes = b.nr_node_ids();
+    let sum = |f: &dyn Fn(usize) -> usize| (0..nodes).map(f).sum::<usize>();
+    assert_eq!(
+        sum(&|n| b.nr_free_pages_node(n)),
+        b.total_free_pages(),
+        "numa test: per-node free pages do not add up"
+    );
+    assert_eq!(
+        sum(&|n| b.managed_pages_node(n)),
+        b.total_managed_pages(),
+        "numa test: per-node managed pages do not add up"
+    );
+    let mut hogs = HOGS.lock();
+    for nid in (0..nodes).filter(|&n| b.node_has_memory(n)) {
+        // Node-local while the node has memory.
+        let p = b
+            .alloc_pages_node(nid, Order::ZERO, AllocFlags::NONE)
+            .expect("numa test: no page for a node-local request");
+        assert_eq!(
+            b.page_to_nid(p.ptr.as_ptr()),
+            Some(nid),
+            "numa test: node {nid}'s request served from another node"
+        );
+        give_back(&[(p.addr(), 0)]);
+        if nodes == 1 {
+            break;
+        }
+        // Exhaust the node (its own zones only), largest blocks first.
+        let mut n = 0;
+        for o in (0..=mm::MAX_ORDER).rev() {
+            while let Some(p) = b.alloc_pages_node(nid, order(o), AllocFlags::THISNODE) {
+                assert_eq!(b.page_to_nid(p.ptr.as_ptr()), Some(nid));
+                assert!(n < hogs.len(), "numa test: too many blocks");
+                hogs[n] = (p.addr(), o);
+                n += 1;
+            }
+        }
+        assert!(
+            b.alloc_pages_node(nid, Order::ZERO, AllocFlags::THISNODE)
+                .is_none(),
+            "numa test: THISNODE served from an exhausted node"
+        );
+        let nearest = b
+            .node_order(nid, false)
+            .find(|&m| m != nid)
+            .expect("numa test: no other node with memory");
+        let p = b
+            .alloc_pages_node(nid, Order::ZERO, AllocFlags::NONE)
+            .expect("numa test: no fallback to another node");
+        let got = b.page_to_nid(p.ptr.as_ptr());
+        assert_eq!(
+            got,
+            Some(nearest),
+            "numa test: node {nid} exhausted: fell back to {got:?}, nearest is {nearest}"
+        );
+        hogs[n] = (p.addr(), 0);
+        n += 1;
+        assert_eq!(
+            sum(&|m| b.nr_free_pages_node(m)),
+            b.total_free_pages(),
+            "numa test: per-node free pages do not add up"
+        );
+        crate::kprintln!(
+            "  numa test: node {nid}: node-local page from node {nid}; exhausted by {n} THISNODE \
+             blocks ({} free pages left), then THISNODE failed and a plain request fell back \
+             to node {nearest}",
+            b.nr_free_pages_node(nid)
+        );
+        give_back(&hogs[..n]);
+    }
+    crate::kprintln!("  per-node buddyinfo:");
+    crate::console::print(format_args!("{b}"));
 }

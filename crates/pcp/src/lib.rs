@@ -8,6 +8,8 @@
 //! # Design
 //!
 //! ```text
+//!   ZonePcps<S, L, N, Z>                       pcps[z]: zone z's lists (every
+//!   │                                          zone type of every node)
 //!   Pcp<S: PageSource, L: Platform>            one zone of S's buddy
 //!   ├─ cpus: LocalLock<CpuPages, L>            one slot per CPU
 //!   │    count, high, free_count, alloc_factor, flags  (Linux 6.7+)
@@ -67,6 +69,20 @@
 //!   frees (`PCPF_PREV_FREE_HIGH_ORDER`) free at once (`free_high`). A
 //!   `high` set by hand (`set_batch_high`, the sysctl) fixes
 //!   `high_min == high_max`: no tuning.
+//! * **Nodes** ([`ZonePcps`], the kernel's `zone->per_cpu_pageset` of
+//!   every zone): one `Pcp` per zone of the buddy, node `n`'s zone of
+//!   type `t` at `n * nr_zones + t`. An allocation walks the zonelist of
+//!   the request's node ([`Buddy::zonelist_node`](buddy::Buddy::zonelist_node):
+//!   its zones, then the other nodes' by distance; `THISNODE` its own),
+//!   every zone against its low watermark, then against min, each passing
+//!   zone served from its lists on this CPU (`get_page_from_freelist` ->
+//!   `rmqueue_pcplist`); then the buddy's node path and slow path. A free
+//!   goes to the lists of the page's own zone (known from its check: the
+//!   span lookup gives the node, [`Buddy::head_owner_zone`](buddy::Buddy::head_owner_zone)),
+//!   so a CPU caches pages of every node it allocates from and remote
+//!   pages never mix into the local lists. A single `Pcp` keeps only its
+//!   own zone's pages (another node's zone of the same type goes to the
+//!   buddy) and, for another node's request, asks the buddy for that node.
 //! * **Drains**: local, one remote CPU (under its lock: on every platform
 //!   under `Trylock`, whose slots are real per-CPU spin locks as the
 //!   kernel's `pcp->lock` since 6.0; under the other policies where the
@@ -106,6 +122,32 @@
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+/// The [`PageAlloc`](buddy::PageAlloc) methods a pcp type answers from
+/// its buddy (`self.buddy()`): page size, largest order, the owner lookup
+/// and the node queries (in `impl PageAlloc` blocks of this crate).
+macro_rules! page_alloc_from_buddy {
+    () => {
+        #[inline]
+        fn page_size(&self) -> usize {
+            self.buddy().config().page_size()
+        }
+        #[inline]
+        fn max_order(&self) -> buddy::Order {
+            self.buddy().config().max_order()
+        }
+        #[inline(always)]
+        fn block_of(&self, addr: *const u8) -> Option<buddy::BlockRef<'_>> {
+            self.buddy().owner_of(addr)
+        }
+        fn nr_node_ids(&self) -> usize {
+            self.buddy().nr_node_ids()
+        }
+        fn page_to_nid(&self, addr: *const u8) -> usize {
+            self.buddy().page_to_nid(addr).unwrap_or(0)
+        }
+    };
+}
+
 #[cfg(feature = "allocator-api2")]
 mod api2;
 mod error;
@@ -113,6 +155,7 @@ pub mod list;
 mod pcp;
 pub mod sizing;
 pub mod stats;
+mod zones;
 
 #[cfg(all(feature = "std", not(loom)))]
 mod fork;
@@ -124,6 +167,7 @@ pub use crate::global::{spawn_prezero_thread, GlobalPcp, GLOBAL_BATCH, GLOBAL_HI
 pub use crate::pcp::{CpuPages, PageSource, Pcp, Policy};
 pub use crate::sizing::MAX_HIGH;
 pub use crate::stats::{PcpStat, PcpStats};
+pub use crate::zones::ZonePcps;
 
 #[cfg(all(feature = "std", not(loom), any(test, feature = "invariants")))]
 pub mod testing;
@@ -132,3 +176,5 @@ pub mod testing;
 mod tests;
 #[cfg(all(test, not(loom)))]
 mod tests_gfp;
+#[cfg(all(test, not(loom)))]
+mod tests_numa;

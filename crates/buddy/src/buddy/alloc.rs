@@ -7,11 +7,12 @@ use core::ptr::{self, NonNull};
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
+use super::node::NUMA;
 use super::owner::Block;
 use super::zero::clear_range;
 use super::Buddy;
 use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_TAIL, ZERO_FULL};
-use crate::types::{AllocFlags, Order, Page, Stat, ZoneId};
+use crate::types::{AllocFlags, Order, Page, Stat, ZoneId, MAX_ZONE_IDS};
 use crate::zone::{wmark_ok, Mark, Taken};
 
 impl<P: Platform> Buddy<P> {
@@ -23,12 +24,6 @@ impl<P: Platform> Buddy<P> {
             Some(z) => z.index().min(top),
             None => top,
         }
-    }
-
-    /// The zones a request tries, in order (`zonelist`): its highest
-    /// allowed zone first, then each lower one.
-    pub fn zonelist(&self, flags: AllocFlags) -> impl Iterator<Item = ZoneId> {
-        (0..=self.highest_zone(flags)).rev().map(ZoneId::new)
     }
 
     /// Allocates a block of `2^order` pages (`alloc_pages`) as the
@@ -43,6 +38,12 @@ impl<P: Platform> Buddy<P> {
     /// [`MEMALLOC`](AllocFlags::MEMALLOC) without
     /// [`NOMEMALLOC`](AllocFlags::NOMEMALLOC), with no watermark at all.
     /// `None` when no zone can serve it.
+    ///
+    /// The zonelist is the caller's node's
+    /// ([`numa_node_id`](local_lock::Platform::numa_node_id)): its zones,
+    /// then the other nodes' by distance (see
+    /// [`alloc_pages_node`](Self::alloc_pages_node)); with one node (only
+    /// node 0 has memory) node 0's zones, without the node lookup.
     ///
     /// With [`ZEROED`](AllocFlags::ZEROED) the block reads as zero: a
     /// known-zero block is taken without clearing; otherwise the non-zero
@@ -59,10 +60,20 @@ impl<P: Platform> Buddy<P> {
     /// lookup.
     #[inline]
     pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        if order > self.cfg.max_order() || !self.node_allowed(flags) {
+        if order > self.cfg.max_order() {
             return None;
         }
-        let highest = self.highest_zone(flags);
+        // Several nodes, or a request bound to its node: the zonelist of
+        // the caller's node, out of line. One relaxed load gives the top
+        // zone type or says so.
+        let top = self.nodes.fast_top();
+        if flags.contains(AllocFlags::THISNODE) || top == NUMA {
+            return self.alloc_block_numa(order, flags);
+        }
+        let highest = match flags.max_zone() {
+            Some(z) => z.index().min(top),
+            None => top,
+        };
         // The low-watermark pass only decides something when there is a
         // zone to fall back to: with one zone, a block it would give, the
         // min pass gives too (min <= low).
@@ -79,13 +90,14 @@ impl<P: Platform> Buddy<P> {
             }
         }
         if flags.contains(AllocFlags::MEMALLOC) && !flags.contains(AllocFlags::NOMEMALLOC) {
-            return self.alloc_no_watermarks(order, flags, highest);
+            let zl = [3u8, 2, 1, 0];
+            return self.alloc_no_watermarks(order, flags, highest, &zl[3 - highest..]);
         }
         None
     }
 
     /// The first pass of `get_page_from_freelist` alone, over the zones
-    /// from `from` down: each against its low watermark (the lockless
+    /// of `from`'s node from `from` down: each against its low watermark (the lockless
     /// `zone_watermark_fast` first) plus the `lowmem_reserve` the request
     /// owes it given its own highest zone (from `flags`, at least `from`).
     /// For a per-CPU layer whose own zone (above `from`) is below its low
@@ -98,13 +110,16 @@ impl<P: Platform> Buddy<P> {
         order: Order,
         flags: AllocFlags,
     ) -> Option<Block<'_>> {
-        if order > self.cfg.max_order() || !self.node_allowed(flags) {
+        if order > self.cfg.max_order() || from.index() >= MAX_ZONE_IDS {
             return None;
         }
-        let highest = self.highest_zone(flags).max(from.index());
-        let mut z = from.index().min(self.cfg.nr_zones() - 1) + 1;
+        let t = self.zone_type_of(from);
+        let base = from.index() - t;
+        let highest = self.highest_zone(flags).max(t);
+        let mut z = t + 1;
         while z > 0 {
             z -= 1;
+            let z = base + z;
             if self.zone_watermark_fast(z, order, flags, highest, Mark::Low) {
                 if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::Low) {
                     return Some(p);
@@ -114,19 +129,19 @@ impl<P: Platform> Buddy<P> {
         None
     }
 
-    /// `ALLOC_NO_WATERMARKS` (`__GFP_MEMALLOC`): the zonelist once more,
-    /// with no watermark and no `lowmem_reserve`.
+    /// `ALLOC_NO_WATERMARKS` (`__GFP_MEMALLOC`): the zonelist `zl` once
+    /// more, with no watermark and no `lowmem_reserve`.
     #[cold]
     #[inline(never)]
-    fn alloc_no_watermarks(
+    pub(super) fn alloc_no_watermarks(
         &self,
         order: Order,
         flags: AllocFlags,
         highest: usize,
+        zl: &[u8],
     ) -> Option<Block<'_>> {
-        let mut z = highest + 1;
-        while z > 0 {
-            z -= 1;
+        for &z in zl {
+            let z = usize::from(z);
             if let Some(p) = self.alloc_from_outline(z, order, flags, highest, Mark::None) {
                 self.lock_zone(z).count(Stat::NO_WATERMARKS, 1);
                 return Some(p);
@@ -142,14 +157,6 @@ impl<P: Platform> Buddy<P> {
         self.lock_zone(self.highest_zone(flags)).count(s, n);
     }
 
-    /// Whether the request's node constraint allows this buddy's memory
-    /// (node 0): without [`THISNODE`](AllocFlags::THISNODE) always (other
-    /// nodes fall back to it), with it only from a CPU of node 0.
-    #[inline(always)]
-    fn node_allowed(&self, flags: AllocFlags) -> bool {
-        !flags.contains(AllocFlags::THISNODE) || self.platform.numa_node_id() == 0
-    }
-
     /// The lockless low-watermark check of a per-CPU list hit of `zone`
     /// (`zone_watermark_fast` before `rmqueue_pcplist`), with the request's
     /// highest zone `zone` unless `flags` names a higher one (the zonelist
@@ -158,13 +165,16 @@ impl<P: Platform> Buddy<P> {
     #[inline(always)]
     pub fn watermark_low_fast(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> bool {
         let zn = &self.zones[zone.index()];
-        let highest = match flags.max_zone() {
-            Some(z) => z.index().min(self.cfg.nr_zones() - 1).max(zone.index()),
-            None => zone.index(),
+        // `lowmem_reserve[j]` is 0 for every `j` up to the zone's own type,
+        // so the reserve owed for a highest zone `max(z, type)` is the one
+        // for `z`, and none without a constraint.
+        let reserve = match flags.max_zone() {
+            Some(z) => zn.reserve[z.index().min(self.cfg.nr_zones() - 1)].load(Ordering::Relaxed),
+            None => 0,
         };
         let free = zn.nr_free.load(Ordering::Relaxed) as isize - (order.pages() as isize - 1);
         let low = zn.wmark[1].load(Ordering::Relaxed) as isize;
-        free > low + zn.reserve[highest].load(Ordering::Relaxed) as isize
+        free > low + reserve as isize
     }
 
     /// `zone_watermark_fast`: the watermark check on the zone's lockless
@@ -203,7 +213,9 @@ impl<P: Platform> Buddy<P> {
     /// the zone lock left (pages on per-CPU lists are not free).
     #[inline(always)]
     pub fn watermark_fast(&self, zone: ZoneId, order: Order, flags: AllocFlags, low: bool) -> bool {
-        let highest = self.highest_zone(flags).max(zone.index());
+        // (`lowmem_reserve[j]` is 0 up to the zone's own type: the reserve
+        // owed for `max(highest, type)` is the one for `highest`.)
+        let highest = self.highest_zone(flags);
         let mark = if low { Mark::Low } else { Mark::Min };
         self.zone_watermark_fast(zone.index(), order, flags, highest, mark)
     }
@@ -213,10 +225,10 @@ impl<P: Platform> Buddy<P> {
     /// request owes `zone` given its highest allowed zone (from `flags`; no
     /// constraint means the top zone).
     pub fn alloc_pages_zone(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> Option<Page> {
-        if order > self.cfg.max_order() || zone.index() >= self.cfg.nr_zones() {
+        if order > self.cfg.max_order() || zone.index() >= self.nr_zone_ids() {
             return None;
         }
-        let highest = self.highest_zone(flags).max(zone.index());
+        let highest = self.highest_zone(flags);
         self.alloc_from_outline(zone.index(), order, flags, highest, Mark::Min)
             .map(|b| b.page)
     }
@@ -225,7 +237,7 @@ impl<P: Platform> Buddy<P> {
     /// than the min pass of the common single-zone request, so that the
     /// hot path keeps its one inlined copy.
     #[inline(never)]
-    fn alloc_from_outline(
+    pub(super) fn alloc_from_outline(
         &self,
         zone: usize,
         order: Order,

@@ -37,7 +37,7 @@ impl<P: Platform> Buddy<P> {
         mut sink: impl FnMut(Page),
     ) -> usize {
         let highest = self.highest_zone(flags);
-        if order > self.cfg.max_order() || zone.index() > highest || max == 0 {
+        if order > self.cfg.max_order() || self.zone_type_of(zone) > highest || max == 0 {
             return 0;
         }
         let mut g = self.lock_zone(zone.index());
@@ -182,7 +182,7 @@ impl<P: Platform> Buddy<P> {
             let addr = p.addr();
             let zero = keep_zero && p.zero;
             let (found, pfn) = self.locate(addr, p.order)?;
-            let actual = self.cfg.zone_of_addr(addr);
+            let actual = ZoneId::raw(self.zone_in(&found, addr));
             if actual != zone {
                 return Err(FreeError {
                     addr,

@@ -140,7 +140,7 @@ impl<P: Platform> Buddy<P> {
     ) -> Result<(), FreeError> {
         let addr = ptr.as_ptr() as usize;
         let (found, pfn) = self.locate(addr, order)?;
-        let zone = self.cfg.zone_of_addr(addr).index();
+        let zone = self.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
         let desc = self.check_free_locked(&found, pfn, addr, order)?;

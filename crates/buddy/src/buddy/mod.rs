@@ -11,6 +11,8 @@
 //! * `bulk`: pcp's `rmqueue_bulk` / `free_pcppages_bulk`;
 //! * `watermark`: watermarks, reserves, tunables;
 //! * `region`: spans and regions (memory in);
+//! * `node`: NUMA nodes (`pglist_data`): per-node zones, zonelists by
+//!   distance, `alloc_pages_node`, per-node counters;
 //! * `purge`: free blocks given back to the OS (trim, decay);
 //! * `report`: buddyinfo, zoneinfo, counters.
 //!
@@ -20,6 +22,7 @@
 mod alloc;
 mod bulk;
 mod free;
+mod node;
 mod owner;
 mod purge;
 mod region;
@@ -39,9 +42,11 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::{SpinLock, SpinLockGuard};
 use local_lock::{IrqFlags, Platform};
 
+use crate::span::Found;
 use crate::span::SpanTable;
-use crate::types::{Config, Tunables, MAX_ZONES};
+use crate::types::{Config, Tunables, MAX_ZONE_IDS};
 use crate::zone::{Zone, ZoneInner};
+use node::NodeTable;
 
 /// The zoned buddy allocator over platform `P` (see the crate docs for the
 /// design, the lock order and the invariants).
@@ -78,8 +83,11 @@ pub struct Buddy<P> {
     platform: P,
     /// Page size, orders, zones.
     cfg: Config,
-    /// The zones, lowest addresses first.
-    zones: [Zone; MAX_ZONES],
+    /// The zones of every node: node `n`'s zone of type `t` at
+    /// `n * nr_zones + t` (node 0's zones first, lowest addresses first).
+    zones: [Zone; MAX_ZONE_IDS],
+    /// The nodes with memory and their zonelists' node order.
+    nodes: NodeTable,
     /// Address ranges with a memmap.
     spans: SpanTable,
     /// The resize lock: serialises span creation, region addition and
@@ -135,13 +143,14 @@ impl<P: Platform> Buddy<P> {
         /// `config`.
         pub fn new(platform: P, config: Config) -> Self {
             #[cfg(not(loom))]
-            let zones = [const { Zone::new(P::RAW_SPINLOCKS) }; MAX_ZONES];
+            let zones = [const { Zone::new(P::RAW_SPINLOCKS) }; MAX_ZONE_IDS];
             #[cfg(loom)]
             let zones = core::array::from_fn(|_| Zone::new(P::RAW_SPINLOCKS));
             Buddy {
                 platform,
                 cfg: config,
                 zones,
+                nodes: NodeTable::new(config.nr_zones() - 1),
                 spans: SpanTable::new(),
                 resize: SpinLock::new(config.tunables()),
             }
@@ -174,6 +183,13 @@ impl<P: Platform> Buddy<P> {
             flags,
             _not_send: PhantomData,
         }
+    }
+
+    /// The zone (index into `zones`) of `addr`, a page of span `f`
+    /// (`page_zone`): its node's zones, the type its address gives.
+    #[inline(always)]
+    pub(crate) fn zone_in(&self, f: &Found, addr: usize) -> usize {
+        f.info.zone_base + self.cfg.zone_of_addr(addr).index()
     }
 
     fn lock_resize(&self) -> SpinLockGuard<'_, Tunables> {

@@ -10,10 +10,10 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use super::Buddy;
-use crate::desc::KIND_NONE;
 use crate::desc::{is_head, kind, order_of, Owner, KIND_ALLOC, KIND_FREE, KIND_TAIL, ZERO_FULL};
+use crate::desc::{PageDesc, KIND_NONE};
 use crate::span::Found;
-use crate::types::{Order, Page};
+use crate::types::{Order, Page, ZoneId};
 
 /// An allocated block found from an address inside it
 /// ([`Buddy::owner_of`]).
@@ -184,7 +184,24 @@ impl<P: Platform> Buddy<P> {
     /// ```
     #[inline(always)]
     pub fn head_owner(&self, ptr: *const u8, order: Order) -> Option<&Owner> {
+        self.head_desc(ptr as usize, order).map(|(_, d)| d.owner())
+    }
+
+    /// [`head_owner`](Self::head_owner) with the block's zone (its node's
+    /// zone of the type its address gives; one more add on the span
+    /// lookup already made): for a per-CPU layer that keeps lists per zone
+    /// and must put a page on its own zone's list.
+    #[inline(always)]
+    pub fn head_owner_zone(&self, ptr: *const u8, order: Order) -> Option<(&Owner, ZoneId)> {
         let a = ptr as usize;
+        self.head_desc(a, order)
+            .map(|(f, d)| (d.owner(), ZoneId::raw(self.zone_in(&f, a))))
+    }
+
+    /// The span and head descriptor of the allocated block of `order` at
+    /// `a`, if `a` is exactly its head.
+    #[inline(always)]
+    fn head_desc(&self, a: usize, order: Order) -> Option<(Found, &PageDesc)> {
         if order > self.cfg.max_order() || a & (self.cfg.block_size(order) - 1) != 0 {
             return None;
         }
@@ -194,11 +211,7 @@ impl<P: Platform> Buddy<P> {
             None => self.spans.find(a, shift)?,
         };
         let d = found.desc(a >> shift)?;
-        if is_head(d.state.load(Ordering::Acquire), KIND_ALLOC, order) {
-            Some(d.owner())
-        } else {
-            None
-        }
+        is_head(d.state.load(Ordering::Acquire), KIND_ALLOC, order).then_some((found, d))
     }
 
     /// The allocated block containing `a` in span `found` when `a`'s page
@@ -290,7 +303,7 @@ impl<P: Platform> Buddy<P> {
         let Some(found) = self.spans.find(a, shift) else {
             return PageState::Unmanaged;
         };
-        let zone = self.cfg.zone_of_addr(a).index();
+        let zone = self.zone_in(&found, a);
         let _g = self.lock_zone(zone);
         let Some(d) = found.desc(a >> shift) else {
             return PageState::Unmanaged;

@@ -90,7 +90,7 @@ impl<P: Platform> Buddy<P> {
         let max = self.cfg.max_order();
         let shift = self.cfg.page_shift();
         let mut bytes = 0;
-        for z in 0..self.cfg.nr_zones() {
+        for z in 0..self.nr_zone_ids() {
             loop {
                 let mut batch = [Isolated::NONE; PURGE_BATCH];
                 let mut g = self.lock_zone(z);

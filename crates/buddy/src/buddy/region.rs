@@ -13,7 +13,7 @@ use crate::desc::KIND_NONE;
 use crate::desc::{kind, PageDesc, ZERO_FULL};
 use crate::error::RegionError;
 use crate::span::{Found, SpanInfo, MAX_SPANS};
-use crate::types::Order;
+use crate::types::{Order, MAX_NUMNODES};
 
 impl<P: Platform> Buddy<P> {
     /// Bytes of memmap a span of `len` bytes needs (one descriptor per
@@ -59,10 +59,40 @@ impl<P: Platform> Buddy<P> {
         len: usize,
         zeroed: bool,
     ) -> Result<usize, RegionError> {
+        // SAFETY: caller's contract.
+        unsafe { self.add_region_node(0, start, len, zeroed) }
+    }
+
+    /// [`add_region`](Self::add_region) for NUMA node `nid`: the memory
+    /// goes to the free lists of node `nid`'s zones (memblock's node id of
+    /// a memory range, e.g. a device tree's `numa-node-id`). New spans are
+    /// node `nid`'s; parts inside an existing span must lie in a span of
+    /// `nid` (a span's pages are all of one node). The node then has
+    /// memory: every node's zonelist is rebuilt (`build_all_zonelists`).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_region`](Self::add_region), and [`RegionError::BadNode`] if
+    /// `nid >= MAX_NUMNODES` or a part lies in another node's span.
+    ///
+    /// # Safety
+    ///
+    /// As [`add_region`](Self::add_region).
+    pub unsafe fn add_region_node(
+        &self,
+        nid: usize,
+        start: *mut u8,
+        len: usize,
+        zeroed: bool,
+    ) -> Result<usize, RegionError> {
+        if nid >= MAX_NUMNODES {
+            return Err(RegionError::BadNode);
+        }
         let tunables = self.lock_resize();
         // SAFETY: caller's contract; the resize lock is held.
-        let r = unsafe { self.add_region_locked(start, len, zeroed) };
+        let r = unsafe { self.add_region_locked(nid, start, len, zeroed) };
         if r.is_ok() {
+            self.node_set_memory(nid);
             self.setup_zones(&tunables);
         }
         r
@@ -88,6 +118,33 @@ impl<P: Platform> Buddy<P> {
         memmap: *mut u8,
         memmap_zeroed: bool,
     ) -> Result<(), RegionError> {
+        // SAFETY: caller's contract.
+        unsafe { self.add_span_node(0, start, len, memmap, memmap_zeroed) }
+    }
+
+    /// [`add_span`](Self::add_span) for NUMA node `nid`: every page of the
+    /// span is node `nid`'s (add its memory with
+    /// [`add_region_node`](Self::add_region_node)`(nid, ..)`).
+    ///
+    /// # Errors
+    ///
+    /// As [`add_span`](Self::add_span), and [`RegionError::BadNode`] if
+    /// `nid >= MAX_NUMNODES`.
+    ///
+    /// # Safety
+    ///
+    /// As [`add_span`](Self::add_span).
+    pub unsafe fn add_span_node(
+        &self,
+        nid: usize,
+        start: *mut u8,
+        len: usize,
+        memmap: *mut u8,
+        memmap_zeroed: bool,
+    ) -> Result<(), RegionError> {
+        if nid >= MAX_NUMNODES {
+            return Err(RegionError::BadNode);
+        }
         let page = self.cfg.page_size();
         let s = start as usize;
         if !s.is_multiple_of(page) || !len.is_multiple_of(page) || len == 0 {
@@ -108,13 +165,13 @@ impl<P: Platform> Buddy<P> {
             unsafe { PageDesc::init_range(mm, pages) };
         }
         let info = SpanInfo {
-            start: s,
             first_pfn: s >> self.cfg.page_shift(),
+            zone_base: nid * self.cfg.nr_zones(),
             memmap: mm,
             cap_pages: pages,
         };
         // SAFETY: resize lock held; memmap initialised; no overlap.
-        unsafe { self.spans.push(info, pages) }
+        unsafe { self.spans.push(info, pages, nid) }
             .map(|_| ())
             .ok_or(RegionError::TooManySpans)
     }
@@ -138,13 +195,13 @@ impl<P: Platform> Buddy<P> {
         let _g = self.lock_resize();
         let s = start as usize;
         let info = SpanInfo {
-            start: s,
             first_pfn: s >> self.cfg.page_shift(),
+            zone_base: 0,
             memmap: memmap as *mut PageDesc,
             cap_pages,
         };
         // SAFETY: caller's contract; resize lock held.
-        unsafe { self.spans.push(info, 0) }
+        unsafe { self.spans.push(info, 0, 0) }
     }
 
     /// Grows span `idx` to `pages` populated pages.
@@ -164,7 +221,7 @@ impl<P: Platform> Buddy<P> {
         let shift = self.cfg.page_shift();
         (0..self.spans.len()).any(|i| {
             let f = self.spans.get(i);
-            let fs = f.info.start;
+            let fs = f.info.start(shift);
             let fe = fs + (f.info.cap_pages << shift);
             s < fe && fs < e
         })
@@ -175,6 +232,7 @@ impl<P: Platform> Buddy<P> {
     /// As for `add_region`; the resize lock is held.
     unsafe fn add_region_locked(
         &self,
+        nid: usize,
         start: *mut u8,
         len: usize,
         zeroed: bool,
@@ -217,10 +275,13 @@ impl<P: Platform> Buddy<P> {
                 return Err(RegionError::TooManySpans);
             }
             if let Some(f) = self.spans.find_reserved(cur, shift) {
-                let cap_end = f.info.start + (f.info.cap_pages << shift);
+                let cap_end = (f.info.first_pfn + f.info.cap_pages) << shift;
                 let pe = e.min(cap_end);
                 if pe > f.end(shift) {
                     return Err(RegionError::Unpopulated);
+                }
+                if self.spans.nid(f.idx) != nid {
+                    return Err(RegionError::BadNode);
                 }
                 if self.already_added(&f, cur, pe) {
                     return Err(RegionError::Overlap);
@@ -232,7 +293,11 @@ impl<P: Platform> Buddy<P> {
                 };
                 cur = pe;
             } else {
-                let ne = e.min(self.spans.next_start_after(cur).unwrap_or(usize::MAX));
+                let ne = e.min(
+                    self.spans
+                        .next_start_after(cur, shift)
+                        .unwrap_or(usize::MAX),
+                );
                 let pages = (ne - cur) >> shift;
                 let mm = checked_align_up(cur, Self::MEMMAP_ALIGN).ok_or(RegionError::Overflow)?;
                 let mm_end = pages
@@ -281,15 +346,15 @@ impl<P: Platform> Buddy<P> {
                         unsafe { PageDesc::init_range(mm, pages) };
                     }
                     let info = SpanInfo {
-                        start: piece.start,
                         first_pfn: piece.start >> shift,
+                        zone_base: nid * self.cfg.nr_zones(),
                         memmap: mm,
                         cap_pages: pages,
                     };
                     // SAFETY: resize lock held; memmap initialised; the piece
                     // overlaps no span (planned in a gap); room checked.
-                    let idx =
-                        unsafe { self.spans.push(info, pages) }.ok_or(RegionError::TooManySpans)?;
+                    let idx = unsafe { self.spans.push(info, pages, nid) }
+                        .ok_or(RegionError::TooManySpans)?;
                     // The whole span is in use: its memmap, then its pages.
                     self.spans.note_added(idx, piece.start, piece.end);
                     let f = self.spans.get(idx);
@@ -323,12 +388,7 @@ impl<P: Platform> Buddy<P> {
         let shift = self.cfg.page_shift();
         let mut cur = a;
         while cur < b {
-            let zi = self.cfg.zone_of_addr(cur).index();
-            let zend = if zi + 1 == self.cfg.nr_zones() {
-                usize::MAX
-            } else {
-                self.cfg.zones()[zi].end
-            };
+            let (zi, zend) = self.zone_extent(f, cur);
             let pe = b.min(zend);
             let _g = self.lock_zone(zi);
             if self.covering_head(f, cur >> shift).is_some() {
@@ -344,6 +404,18 @@ impl<P: Platform> Buddy<P> {
             cur = pe;
         }
         false
+    }
+
+    /// The zone of `addr` (a page of span `f`) and the end of its type's
+    /// address range.
+    fn zone_extent(&self, f: &Found, addr: usize) -> (usize, usize) {
+        let t = self.cfg.zone_of_addr(addr).index();
+        let end = if t + 1 == self.cfg.nr_zones() {
+            usize::MAX
+        } else {
+            self.cfg.zones()[t].end
+        };
+        (f.info.zone_base + t, end)
     }
 
     /// Frees the pages `[a, b)` of span `f` (first byte `p`) as fresh
@@ -367,13 +439,7 @@ impl<P: Platform> Buddy<P> {
         let base = a;
         let mut total = 0;
         while a < b {
-            let z = self.cfg.zone_of_addr(a);
-            let zi = z.index();
-            let zend = if zi + 1 == self.cfg.nr_zones() {
-                usize::MAX
-            } else {
-                self.cfg.zones()[zi].end
-            };
+            let (zi, zend) = self.zone_extent(f, a);
             let pe = b.min(zend);
             let mut pfn = a >> shift;
             let end_pfn = pe >> shift;

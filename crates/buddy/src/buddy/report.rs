@@ -38,6 +38,8 @@ use crate::types::{Order, Pfn, Stat, Watermarks, ZoneId, MAX_ZONES, ORDER_SLOTS}
 pub struct ZoneInfo {
     /// The zone.
     pub zone: ZoneId,
+    /// Its node.
+    pub node: usize,
     /// Its name.
     pub name: &'static str,
     /// Pages given to it.
@@ -73,7 +75,7 @@ impl ZoneInfo {
 impl fmt::Display for ZoneInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = self.max_order.index();
-        writeln!(f, "Node 0, zone {:>8}", self.name)?;
+        writeln!(f, "Node {}, zone {:>8}", self.node, self.name)?;
         writeln!(f, "  pages free     {}", self.free)?;
         writeln!(f, "        purged   {}", self.purged)?;
         writeln!(f, "        resident {}", self.free - self.purged)?;
@@ -117,19 +119,20 @@ impl fmt::Display for ZoneInfo {
 }
 
 impl<P: Platform> Buddy<P> {
-    /// Number of zones.
+    /// Number of zone types (zones per node; all nodes' zones:
+    /// [`nr_zone_ids`](Self::nr_zone_ids)).
     #[inline(always)]
     pub fn nr_zones(&self) -> usize {
         self.cfg.nr_zones()
     }
 
-    /// The zone of a managed address (`page_zone`); `None` if no span
-    /// covers it.
+    /// The zone of a managed address (`page_zone`: its node's zone of the
+    /// type its address gives); `None` if no span covers it.
     #[inline]
     pub fn zone_of(&self, addr: *const u8) -> Option<ZoneId> {
         let a = addr as usize;
-        self.spans.find(a, self.cfg.page_shift())?;
-        Some(self.cfg.zone_of_addr(a))
+        let f = self.spans.find(a, self.cfg.page_shift())?;
+        Some(ZoneId::raw(self.zone_in(&f, a)))
     }
 
     /// Whether a span of this allocator covers `addr`.
@@ -151,16 +154,16 @@ impl<P: Platform> Buddy<P> {
         self.lock_zone(zone.index()).free
     }
 
-    /// Pages on all free lists.
+    /// Pages on all free lists (every node).
     pub fn total_free_pages(&self) -> usize {
-        (0..self.nr_zones())
+        (0..self.nr_zone_ids())
             .map(|z| self.nr_free_pages(ZoneId::new(z)))
             .sum()
     }
 
-    /// Pages given to all zones.
+    /// Pages given to all zones (every node).
     pub fn total_managed_pages(&self) -> usize {
-        (0..self.nr_zones())
+        (0..self.nr_zone_ids())
             .map(|z| self.managed_pages(ZoneId::new(z)))
             .sum()
     }
@@ -172,9 +175,9 @@ impl<P: Platform> Buddy<P> {
         z + d
     }
 
-    /// A counter summed over the zones.
+    /// A counter summed over the zones (every node).
     pub fn stat(&self, s: Stat) -> u64 {
-        (0..self.nr_zones())
+        (0..self.nr_zone_ids())
             .map(|z| self.lock_zone(z).stats[s as usize])
             .sum()
     }
@@ -192,7 +195,8 @@ impl<P: Platform> Buddy<P> {
         }
         ZoneInfo {
             zone,
-            name: self.cfg.zones()[zone.index()].name,
+            node: self.zone_node(zone),
+            name: self.cfg.zones()[self.zone_type_of(zone)].name,
             managed: g.managed,
             free: g.free,
             purged: g.purged,
@@ -206,12 +210,12 @@ impl<P: Platform> Buddy<P> {
         }
     }
 
-    /// A `/proc/zoneinfo`-style report of every zone.
+    /// A `/proc/zoneinfo`-style report of every zone of every node.
     pub fn zoneinfo(&self) -> impl fmt::Display + '_ {
         struct Z<'a, P: Platform>(&'a Buddy<P>);
         impl<P: Platform> fmt::Display for Z<'_, P> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                for z in 0..self.0.nr_zones() {
+                for z in 0..self.0.nr_zone_ids() {
                     fmt::Display::fmt(&self.0.zone_info(ZoneId::new(z)), f)?;
                 }
                 Ok(())
@@ -221,16 +225,21 @@ impl<P: Platform> Buddy<P> {
     }
 }
 
-/// `/proc/buddyinfo`: one line per zone, free blocks per order.
+/// `/proc/buddyinfo`: one line per zone of each node with memory (node 0
+/// always), free blocks per order.
 ///
 /// ```text
 /// Node 0, zone   Normal      1      0      2 ...
+/// Node 1, zone   Normal      0      3      1 ...
 /// ```
 impl<P: Platform> fmt::Display for Buddy<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for z in 0..self.nr_zones() {
+        for z in 0..self.nr_zone_ids() {
             let info = self.zone_info(ZoneId::new(z));
-            write!(f, "Node 0, zone {:>8}", info.name)?;
+            if info.node != 0 && !self.node_has_memory(info.node) {
+                continue;
+            }
+            write!(f, "Node {}, zone {:>8}", info.node, info.name)?;
             for o in 0..=self.cfg.max_order().index() {
                 write!(f, " {:>6}", info.free_blocks[o])?;
             }

@@ -6,15 +6,19 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
 use super::Buddy;
-use crate::types::{AllocFlags, Order, Tunables, Watermarks, ZoneId, MAX_ZONES};
+use crate::types::{AllocFlags, Order, Tunables, Watermarks, ZoneId, MAX_ZONES, MAX_ZONE_IDS};
 
 impl<P: Platform> Buddy<P> {
     /// `setup_per_zone_wmarks` + `setup_per_zone_lowmem_reserve`: the
-    /// kernel's formulas from the zones' managed sizes and the tunables.
+    /// kernel's formulas from the zones' managed sizes and the tunables:
+    /// `min_free_kbytes` shared by every zone of every node in proportion
+    /// to its size, each zone's `lowmem_reserve` from the higher zones of
+    /// its own node.
     pub(super) fn setup_zones(&self, t: &Tunables) {
         let nz = self.cfg.nr_zones();
-        let mut managed = [0usize; MAX_ZONES];
-        for (z, m) in managed.iter_mut().enumerate().take(nz) {
+        let nzi = self.nr_zone_ids();
+        let mut managed = [0usize; MAX_ZONE_IDS];
+        for (z, m) in managed.iter_mut().enumerate().take(nzi) {
             *m = self.zones[z].managed.load(Ordering::Relaxed);
         }
         let total: usize = managed.iter().sum();
@@ -27,7 +31,8 @@ impl<P: Platform> Buddy<P> {
             }
         };
         let pages_min = min_kbytes * 1024 / page;
-        for z in 0..nz {
+        for z in 0..nzi {
+            let (ty, base) = (z % nz, z - z % nz);
             let m = managed[z] as u128;
             let min = if total == 0 {
                 0
@@ -42,11 +47,11 @@ impl<P: Platform> Buddy<P> {
                 high: sat(min + 2 * tmp),
             };
             let mut reserve = [0usize; MAX_ZONES];
-            let ratio = t.lowmem_reserve_ratio[z];
+            let ratio = t.lowmem_reserve_ratio[ty];
             let clear = ratio == 0 || managed[z] == 0;
             let mut acc = 0usize;
-            for j in z + 1..nz {
-                acc += managed[j];
+            for j in ty + 1..nz {
+                acc += managed[base + j];
                 reserve[j] = if clear { 0 } else { acc / ratio };
             }
             let mut g = self.lock_zone(z);
@@ -96,7 +101,8 @@ impl<P: Platform> Buddy<P> {
     /// Whether a request could be served by `zone` now, by the watermark
     /// (exact, under the lock; the block search is not included).
     pub fn watermark_ok(&self, zone: ZoneId, order: Order, flags: AllocFlags) -> bool {
-        let highest = self.highest_zone(flags).max(zone.index());
+        // `lowmem_reserve[j]` is 0 up to the zone's own type.
+        let highest = self.highest_zone(flags);
         self.lock_zone(zone.index())
             .watermark_ok(order, flags, highest)
     }

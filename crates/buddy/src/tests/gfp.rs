@@ -299,8 +299,8 @@ fn nofail_and_memalloc_reach_the_reserves() {
     s.release(held);
 }
 
-/// `THISNODE`: the buddy is node 0; from a CPU of node 1 the request
-/// fails instead of falling back to node 0.
+/// `THISNODE`: only node 0 has memory; from a CPU of node 1 (a node
+/// without memory) the request fails instead of falling back to node 0.
 #[test]
 fn thisnode_does_not_fall_back_to_another_node() {
     static T: Topology = Topology::uniform(2, 1);

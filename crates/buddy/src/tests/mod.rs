@@ -18,6 +18,7 @@ mod gfp;
 mod global;
 mod irq;
 mod model;
+mod numa;
 mod owner;
 mod purge;
 mod wmark;

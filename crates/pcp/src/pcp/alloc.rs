@@ -85,7 +85,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline(never)]
     fn alloc_below_low(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         let b = self.buddy();
-        if let Some(lower) = self.zone.index().checked_sub(1) {
+        // The next lower zone of the same node, if any.
+        if b.zone_type(self.zone).index() > 0 {
+            let lower = self.zone.index() - 1;
             // The request's own highest zone stays: the lower zones keep
             // the `lowmem_reserve` they owe it.
             if let Some(p) = b.alloc_block_low(ZoneId::new(lower), order, self.zflags(flags)) {
@@ -124,7 +126,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                     return Some(b);
                 }
             }
-            self.buddy().alloc_block(order, self.zflags(f))
+            self.buddy_block(order, self.zflags(f))
         })
     }
 
@@ -135,7 +137,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if flags.max_zone().is_some() {
             flags
         } else {
-            flags.zone_max(self.zone)
+            flags.zone_max(self.buddy().zone_type(self.zone))
         }
     }
 
@@ -167,7 +169,38 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[cold]
     #[inline(never)]
     fn alloc_buddy(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        self.source.alloc_or_grow(order, self.zflags(flags))
+        let b = self.buddy();
+        if b.nr_node_ids() == 1 {
+            self.source.alloc_or_grow(order, self.zflags(flags))
+        } else {
+            self.source
+                .alloc_or_grow_node(b.zone_node(self.zone), order, self.zflags(flags))
+        }
+    }
+
+    /// The buddy's passes without the slow path, over the zonelist of the
+    /// node these lists cache (on one node: the caller's, node 0's).
+    fn buddy_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if b.nr_node_ids() == 1 {
+            b.alloc_block(order, flags)
+        } else {
+            b.alloc_block_node(b.zone_node(self.zone), order, flags)
+        }
+    }
+
+    /// This CPU's lists of this zone alone (`rmqueue_pcplist`, refilled
+    /// from the zone when empty), no watermark check and no fallback:
+    /// `None` when the lists and a refill give nothing or the lists'
+    /// lock is not available here (an interrupt under `TaskOnly` or a
+    /// held `Trylock`). For [`ZonePcps`](crate::ZonePcps), which makes the
+    /// checks of its zonelist walk itself.
+    #[inline]
+    pub(crate) fn alloc_from_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        if !self.uses_lists(order, flags) {
+            return None;
+        }
+        self.try_lists(order, flags).ok().flatten()
     }
 
     /// `rmqueue_pcplist`: a page of `order` from the locked lists, refilling

@@ -80,8 +80,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         };
         let mut batched = false;
         for &p in pages {
-            let o = self.check_free(p, order);
-            if self.buddy().config().zone_of_addr(p.as_ptr() as usize) != self.zone {
+            let (o, z) = self.check_free(p, order);
+            if z != self.zone {
                 // SAFETY: forwarded contract.
                 unsafe { self.buddy().free_pages(p, order) };
                 continue;

@@ -7,7 +7,7 @@
 
 use core::ptr::NonNull;
 
-use buddy::{FreeFlags, Order, Page};
+use buddy::{FreeFlags, Order, Page, ZoneId};
 use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
@@ -52,7 +52,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// yet). Panics with the address and the problem; changes nothing.
     #[inline(always)]
     #[track_caller]
-    pub(super) fn check_free(&self, ptr: NonNull<u8>, order: Order) -> &Owner {
+    pub(crate) fn check_free(&self, ptr: NonNull<u8>, order: Order) -> (&Owner, ZoneId) {
         match self.validate_free(ptr, order) {
             Ok(o) => o,
             Err(e) => bad_free(e),
@@ -62,12 +62,17 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// The one address-to-descriptor lookup of a free; returns the block's
     /// owner words, which the lists then link through.
     #[inline(always)]
-    fn validate_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
+    pub(crate) fn validate_free(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+    ) -> Result<(&Owner, ZoneId), BadFree> {
         // The common case: `ptr` heads an allocated block of `order` (one
-        // descriptor read), not on a pcp list.
-        if let Some(o) = self.buddy().head_owner(ptr.as_ptr(), order) {
+        // descriptor read), not on a pcp list; its zone comes with the span
+        // lookup.
+        if let Some((o, z)) = self.buddy().head_owner_zone(ptr.as_ptr(), order) {
             if !is_pcp_tag(o.tag().load(Relaxed)) {
-                return Ok(o);
+                return Ok((o, z));
             }
         }
         self.diagnose_free(ptr, order)
@@ -77,25 +82,28 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// lookup from any address).
     #[cold]
     #[inline(never)]
-    fn diagnose_free(&self, ptr: NonNull<u8>, order: Order) -> Result<&Owner, BadFree> {
-        match self.buddy().owner_of(ptr.as_ptr()) {
-            Some(b)
-                if b.head == ptr
-                    && b.order == order
-                    && !is_pcp_tag(b.owner.tag().load(Relaxed)) =>
+    fn diagnose_free(&self, ptr: NonNull<u8>, order: Order) -> Result<(&Owner, ZoneId), BadFree> {
+        let b = self.buddy();
+        match b.owner_of(ptr.as_ptr()) {
+            Some(blk)
+                if blk.head == ptr
+                    && blk.order == order
+                    && !is_pcp_tag(blk.owner.tag().load(Relaxed)) =>
             {
-                Ok(b.owner)
+                Ok((blk.owner, b.zone_of(ptr.as_ptr()).unwrap_or(self.zone)))
             }
             other => Err(BadFree {
                 addr: ptr.as_ptr() as usize,
                 order,
                 kind: match other {
                     None => BadFreeKind::NotAllocated,
-                    Some(b) if b.head != ptr => BadFreeKind::NotHead {
-                        head: b.head.as_ptr() as usize,
-                        order: b.order,
+                    Some(blk) if blk.head != ptr => BadFreeKind::NotHead {
+                        head: blk.head.as_ptr() as usize,
+                        order: blk.order,
                     },
-                    Some(b) if b.order != order => BadFreeKind::WrongOrder { actual: b.order },
+                    Some(blk) if blk.order != order => {
+                        BadFreeKind::WrongOrder { actual: blk.order }
+                    }
                     Some(_) => BadFreeKind::OnPcpList,
                 },
             }),
@@ -116,9 +124,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), BadFree> {
-        let o = self.validate_free(ptr, order)?;
+        let (o, z) = self.validate_free(ptr, order)?;
         // SAFETY: forwarded; validated above.
-        unsafe { self.free_unchecked(ptr, order, flags, o) };
+        unsafe { self.free_unchecked(ptr, order, flags, o, z) };
         Ok(())
     }
 
@@ -142,23 +150,29 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline]
     #[track_caller]
     pub unsafe fn free(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
-        let o = self.check_free(ptr, order);
+        let (o, z) = self.check_free(ptr, order);
         // SAFETY: forwarded contract; validated above.
-        unsafe { self.free_unchecked(ptr, order, flags, o) }
+        unsafe { self.free_unchecked(ptr, order, flags, o, z) }
     }
 
     /// The free path after validation.
     ///
     /// # Safety
     ///
-    /// As [`free`](Self::free), and `validate_free` accepted the block.
+    /// As [`free`](Self::free), and `validate_free` accepted the block,
+    /// of zone `zone`: a block of another zone (another type, or another
+    /// node's) never goes on these lists.
     #[inline(always)]
-    unsafe fn free_unchecked(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags, o: &Owner) {
+    pub(crate) unsafe fn free_unchecked(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        o: &Owner,
+        zone: ZoneId,
+    ) {
         let b = self.buddy();
-        // The block is managed (validated): its zone is arithmetic on its address.
-        if order.get() > PAGE_ALLOC_COSTLY_ORDER
-            || b.config().zone_of_addr(ptr.as_ptr() as usize) != self.zone
-        {
+        if order.get() > PAGE_ALLOC_COSTLY_ORDER || zone != self.zone {
             if b.config().release_order().is_some_and(|r| order >= r) {
                 // A block at or above the release order goes back to the OS
                 // at once.

@@ -547,7 +547,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order.get() <= PAGE_ALLOC_COSTLY_ORDER
             && flags
                 .max_zone()
-                .is_none_or(|z| z.index() >= self.zone.index())
+                .is_none_or(|z| z.index() >= self.buddy().zone_type(self.zone).index())
     }
 }
 

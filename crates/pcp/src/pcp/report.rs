@@ -9,7 +9,7 @@ use core::ptr::NonNull;
 use buddy::PageState;
 use buddy::Stat;
 #[cfg(any(test, feature = "invariants"))]
-use buddy::{Buddy, Order};
+use buddy::{Buddy, Order, ZoneId};
 use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
@@ -74,7 +74,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// Checks this CPU's lists: `count == Σ len << order`, links and tags
     /// consistent, every listed page allocated in the buddy with the list's
-    /// order, zero-list pages read as zero. Panics on a violation.
+    /// order and of this pcp's zone (node included: no other node's page
+    /// on these lists), zero-list pages read as zero. Panics on a
+    /// violation.
     #[cfg(any(test, feature = "invariants"))]
     pub fn check_local(&self) {
         let g = self.lock_irqsave();
@@ -88,10 +90,11 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             cpus,
             counters,
             source,
+            zone,
             ..
         } = self;
         for (cpu, pages) in cpus.iter_mut().enumerate() {
-            check_cpu(source.buddy(), pages, cpu);
+            check_cpu(source.buddy(), pages, cpu, *zone);
             assert_eq!(
                 counters[cpu].count.load(Relaxed),
                 pages.count,
@@ -102,7 +105,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     #[cfg(any(test, feature = "invariants"))]
     fn check_lists(&self, pages: &CpuPages, cpu: usize) {
-        check_cpu(self.buddy(), pages, cpu);
+        check_cpu(self.buddy(), pages, cpu, self.zone);
         assert_eq!(
             self.counters[cpu % N].count.load(Relaxed),
             pages.count,
@@ -120,7 +123,7 @@ fn cpu_stats(c: &CpuCounters) -> PcpStats {
 }
 
 #[cfg(any(test, feature = "invariants"))]
-fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize) {
+fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: ZoneId) {
     let mut total = 0usize;
     for o in 0..NR_PCP_ORDERS {
         for zero in [false, true] {
@@ -136,6 +139,12 @@ fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize) {
                         "pcp: CPU {cpu} lists page {page:#x} (order {o}) but the buddy says {s:?}"
                     ),
                 }
+                let z = b.zone_of(page as *const u8);
+                assert_eq!(
+                    z,
+                    Some(zone),
+                    "pcp: CPU {cpu} lists page {page:#x} of zone {z:?} on zone {zone:?}'s lists"
+                );
                 if zero {
                     verify_zero(
                         NonNull::new(page as *mut u8).expect("listed page is non-null"),

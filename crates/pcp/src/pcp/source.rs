@@ -4,7 +4,7 @@
 
 use core::ptr::NonNull;
 
-use buddy::{AllocFlags, Block, BlockRef, FreeFlags, Order, PageAlloc};
+use buddy::{AllocFlags, Block, FreeFlags, Order, PageAlloc};
 use local_lock::Platform;
 
 use super::{PageSource, Pcp};
@@ -12,14 +12,7 @@ use super::{PageSource, Pcp};
 // SAFETY: pcp hands out buddy blocks with their head descriptors' owner
 // words (the list node, or the buddy's), and finds them through the buddy.
 unsafe impl<S: PageSource, L: Platform, const N: usize> PageAlloc for Pcp<S, L, N> {
-    #[inline]
-    fn page_size(&self) -> usize {
-        self.buddy().config().page_size()
-    }
-    #[inline]
-    fn max_order(&self) -> Order {
-        self.buddy().config().max_order()
-    }
+    page_alloc_from_buddy!();
     #[inline]
     fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
         Pcp::alloc_block(self, order, flags)
@@ -29,8 +22,15 @@ unsafe impl<S: PageSource, L: Platform, const N: usize> PageAlloc for Pcp<S, L, 
         // SAFETY: forwarded.
         unsafe { self.free(ptr, order, FreeFlags::NONE) }
     }
-    #[inline(always)]
-    fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
-        self.buddy().owner_of(addr)
+    /// The lists for a request to the node of the zone they cache;
+    /// another node's request goes to the buddy's node path (lists of
+    /// every zone: [`ZonePcps`](crate::ZonePcps)).
+    fn alloc_block_node(&self, nid: usize, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        let b = self.buddy();
+        if nid == b.zone_node(self.zone()) && b.node_has_memory(nid) {
+            Pcp::alloc_block(self, order, flags)
+        } else {
+            self.source().alloc_or_grow_node(nid, order, flags)
+        }
     }
 }
