@@ -10,7 +10,9 @@ static HEAP: GlobalBuddy = GlobalBuddy::new();
 fn private_blocks_are_aligned_outside_the_heap_and_reused() {
     const { assert!(<GlobalBuddy as PageAlloc>::PRIVATE_META) };
     // The heap exists (a block from it) ...
-    let b = HEAP.alloc_block(Order::ZERO, buddy::AllocFlags::NONE).unwrap();
+    let b = HEAP
+        .alloc_block(Order::ZERO, buddy::AllocFlags::NONE)
+        .unwrap();
     let mut got = Vec::new();
     for o in 0..=3u8 {
         let order = Order::new(o).unwrap();
@@ -24,7 +26,10 @@ fn private_blocks_are_aligned_outside_the_heap_and_reused() {
         unsafe { core::ptr::write_bytes(p.as_ptr(), 0xa5, 4096 << o) };
         got.push((p, order));
     }
-    assert!(HEAP.alloc_private(Order::new(4).unwrap()).is_none(), "orders up to 3");
+    assert!(
+        HEAP.alloc_private(Order::new(4).unwrap()).is_none(),
+        "orders up to 3"
+    );
     let (p0, o0) = got[0];
     // SAFETY: ours, freed once.
     unsafe { HEAP.free_private(p0, o0) };
