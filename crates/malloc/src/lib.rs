@@ -237,8 +237,10 @@ fn alloc(size: usize) -> *mut u8 {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
         let i = caches::class(size);
-        if let Some(p) = cache(i).alloc_fast::<true>() {
-            return p.as_ptr();
+        if caches::configured() {
+            if let Some(p) = cache(i).alloc_fast::<true>() {
+                return p.as_ptr();
+            }
         }
         return alloc_object_slow(i, size);
     }
