@@ -61,6 +61,7 @@ use crate::span::MAX_SPANS;
 use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS};
 
 mod purge;
+mod remap;
 
 /// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min
 /// watermark (the heap grows instead of keeping a reserve).

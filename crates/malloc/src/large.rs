@@ -104,3 +104,25 @@ pub fn size(p: *mut u8) -> Result<usize, &'static str> {
         None => src.direct_size(p).ok_or("not allocated by this library"),
     }
 }
+
+/// `realloc` of a direct mapping to `size` bytes, at least the mmap
+/// threshold: the mapping is resized with `mremap` (moved, not copied, as
+/// glibc's `realloc` does with its mmapped chunks), so a buffer that grows
+/// by doubling keeps only its touched pages resident instead of the old
+/// and the new block at once (measured: sqlite3's sorter, 16 -> 32 MiB,
+/// peak RSS 69.0 -> 60.8 MB, glibc 51.9). `None`: `p` is not a direct
+/// mapping, `size` is below the threshold, or the OS refused; the caller
+/// copies.
+///
+/// # Safety
+///
+/// `p` is a live allocation of this library; when `Some` is returned, only
+/// the returned address is used afterwards.
+pub unsafe fn remap(p: *mut u8, size: usize) -> Option<*mut u8> {
+    let src = GlobalPages;
+    if size < mmap_threshold() || src.block_of(p).is_some() {
+        return None;
+    }
+    // SAFETY: forwarded contract (a direct mapping of ours, if one).
+    unsafe { src.pcp().pcp().source().remap_direct(p, size) }.map(NonNull::as_ptr)
+}

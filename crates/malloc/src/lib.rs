@@ -478,6 +478,10 @@ unsafe fn realloc_impl(p: *mut u8, size: usize, what: &str) -> *mut u8 {
         unsafe { dealloc(p, what) };
         return ptr::null_mut();
     }
+    // SAFETY: C's contract: `p` is live and ours.
+    if let Some(q) = unsafe { large::remap(p, size) } {
+        return q;
+    }
     let old = usable(p);
     if size <= old && (size > old / 2 || old <= MALLOC_ALIGNMENT) {
         return p;

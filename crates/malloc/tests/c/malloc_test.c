@@ -122,6 +122,40 @@ static void test_calloc(void) {
     CHECK(calloc(1, SIZE_MAX) == NULL && errno == ENOMEM);
 }
 
+/* Peak resident KiB of this process (VmHWM), or -1. */
+static long vm_hwm_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+/* realloc of a direct mapping resizes it with mremap, as glibc does: the
+ * old and the new block are never resident at once (run first, while the
+ * process's peak is small). */
+static void test_realloc_remap(void) {
+    size_t n = 64 << 20;
+    char *p = malloc(n);
+    CHECK(p != NULL);
+    memset(p, 'm', n);
+    long before = vm_hwm_kib();
+    char *q = realloc(p, 2 * n);
+    long after = vm_hwm_kib();
+    CHECK(q != NULL && q[0] == 'm' && q[n - 1] == 'm');
+    CHECK(malloc_usable_size(q) >= 2 * n);
+    /* a copy would have touched 64 MiB more */
+    CHECK(before > 0 && after - before < 16 << 10);
+    memset(q + n, 'n', n);
+    char *r = realloc(q, n / 2); /* shrunk in place */
+    CHECK(r == q && r[0] == 'm' && r[n / 2 - 1] == 'm');
+    CHECK(malloc_usable_size(r) >= n / 2 && malloc_usable_size(r) < n);
+    free(r);
+}
+
 static void test_realloc(void) {
     char *p = realloc(NULL, 100);
     CHECK(p != NULL);
@@ -357,6 +391,7 @@ static void test_fork_single_threaded(void) {
 }
 
 int main(void) {
+    test_realloc_remap();
     test_fork_single_threaded();
     test_active();
     test_malloc();
