@@ -1,5 +1,5 @@
-//! The 23 caches behind `malloc`: kmalloc's 13 classes (8 B to 8 KiB)
-//! and the 10 intermediate ones ([`MID_SIZES`]), indexed as their slab
+//! The 25 caches behind `malloc`: kmalloc's 13 classes (8 B to 8 KiB)
+//! and the 12 intermediate ones ([`MID_SIZES`]), indexed as their slab
 //! tags name them (tag index - 1). They live in this library (not in a
 //! `GlobalSlub`; [`large`](crate::large) serves whole pages and mappings)
 //! so that [`configure`] can rebuild them at
@@ -15,12 +15,12 @@ use local_lock::fork::ForkLocks;
 use local_lock::std_platform::RseqCpu;
 use local_lock::Platform;
 use slub::{
-    kmalloc_class, kmalloc_index, kmalloc_sheaf_capacity, Geometry, GlobalPages, GlobalSlub,
-    SlabFlags, KMALLOC_NAMES, KMALLOC_SIZES,
+    kmalloc_class, kmalloc_index, kmalloc_sheaf_capacity, Geometry, GlobalSlub, SlabFlags,
+    KMALLOC_NAMES, KMALLOC_SIZES,
 };
 
 /// A cache of this library.
-pub type Cache = slub::KmemCache<GlobalPages, RseqCpu, SLOTS>;
+pub type Cache = slub::KmemCache<&'static pcp::GlobalPcp, RseqCpu, SLOTS>;
 
 /// Per-CPU records of each cache (CPU `c` uses record `c`; a CPU beyond
 /// them takes the slab paths, locked, without sheaves): 32, not
@@ -43,10 +43,19 @@ pub const SLOTS: usize = 32;
 /// 4608 is an extra step (an eighth): it is the one size between 4 and 5
 /// KiB that fills a 32 KiB slab (7 objects, 512 bytes left), and it serves
 /// what sqlite asks most (measured: a page cache of 4.1-4.5 KiB entries,
-/// 10% less peak RSS than with 5120 alone).
-pub const MID_SIZES: [usize; MID] = [1280, 1536, 1792, 2560, 3072, 3584, 4608, 5120, 6144, 7168];
+/// 10% less peak RSS than with 5120 alone). 1056 and 1152 are two more
+/// (1 KiB and a header, 31 and 28 objects per 32 KiB slab): sqlite's
+/// 1032-byte allocations (13 MB of its peak) lost 19% of each object in
+/// 1280 (measured, sqlite3 peak RSS with the purge policy of
+/// [`pages`](crate::pages): 57.9 MB with 1152 alone, 56.5 MB with 1056
+/// too; glibc 51.9).
+pub const MID_SIZES: [usize; MID] = [
+    1056, 1152, 1280, 1536, 1792, 2560, 3072, 3584, 4608, 5120, 6144, 7168,
+];
 /// Their cache names.
 pub const MID_NAMES: [&str; MID] = [
+    "malloc-1056",
+    "malloc-1152",
     "malloc-1280",
     "malloc-1536",
     "malloc-1792",
@@ -59,7 +68,7 @@ pub const MID_NAMES: [&str; MID] = [
     "malloc-7168",
 ];
 /// How many intermediate classes.
-pub const MID: usize = 10;
+pub const MID: usize = 12;
 /// Their indexes (after kmalloc's 13).
 pub const MID_BASE: usize = 13;
 /// How many caches.
@@ -99,7 +108,7 @@ const fn build(i: usize, flags: SlabFlags, sheaves: usize) -> Cache {
         align,
         flags,
         Geometry::new(64),
-        GlobalPages,
+        &crate::pages::PAGES,
         RseqCpu::new(),
     )
     .with_kmalloc_index(i)
@@ -109,7 +118,7 @@ const fn build(i: usize, flags: SlabFlags, sheaves: usize) -> Cache {
 /// One cache's storage: zero (in `.bss`) until [`configure`] writes the
 /// cache at init, shared (`&`) afterwards.
 ///
-/// Why not a `const` image in `.data`: the 23 caches are 530 KB, nearly
+/// Why not a `const` image in `.data`: the caches (23 then) were 530 KB, nearly
 /// all zero (32 per-CPU records each), and `.data` is a private file
 /// mapping, whose first read of a page maps the 16 pages around it
 /// (the kernel's fault-around): every process paid about 480 KB of RSS
@@ -156,14 +165,14 @@ pub fn all() -> impl DoubleEndedIterator<Item = &'static Cache> {
     (0..NR_CACHES).map(cache)
 }
 
-/// `MID_CLASS[(size + 255) / 256]`: the intermediate class for a size up
-/// to 7168 bytes (every class is a multiple of 256), or `NONE` where the
+/// `MID_CLASS[(size + 31) / 32]`: the intermediate class for a size up
+/// to 7168 bytes (every class is a multiple of 32), or `NONE` where the
 /// kmalloc class is as small.
-const MID_CLASS: [u8; 29] = {
-    let mut t = [NONE; 29];
+const MID_CLASS: [u8; 225] = {
+    let mut t = [NONE; 225];
     let mut k = 1;
-    while k < 29 {
-        let size = k * 256;
+    while k < 225 {
+        let size = k * 32;
         let kmalloc = KMALLOC_SIZES[kmalloc_index(size)];
         let mut j = 0;
         while j < MID {
@@ -186,7 +195,7 @@ pub fn mid_class(size: usize) -> Option<usize> {
     if size <= 1024 || size > 7168 {
         return None;
     }
-    match MID_CLASS[size.div_ceil(256)] {
+    match MID_CLASS[size.div_ceil(32)] {
         NONE => None,
         j => Some(j as usize),
     }
@@ -380,7 +389,9 @@ mod tests {
                 ),
             }
         }
-        assert_eq!(mid_class(4400), Some(6), "sqlite's pages: malloc-4608");
+        assert_eq!(mid_class(4400), Some(8), "sqlite's pages: malloc-4608");
+        assert_eq!(mid_class(1032), Some(0), "sqlite's 1032: malloc-1056");
+        assert_eq!(mid_class(1100), Some(1), "malloc-1152");
     }
 
     #[test]
@@ -400,8 +411,8 @@ mod tests {
             assert_eq!(some.flags[i], want, "{}", name(i));
         }
         let glob = parse_slub_debug(b"P,malloc-*;-,malloc-1280");
-        assert_eq!(glob.flags[MID_BASE], SlabFlags::NONE);
-        assert_eq!(glob.flags[MID_BASE + 1], SlabFlags::POISON);
+        assert_eq!(glob.flags[MID_BASE + 2], SlabFlags::NONE);
+        assert_eq!(glob.flags[MID_BASE + 3], SlabFlags::POISON);
         assert_eq!(glob.flags[0], SlabFlags::NONE);
     }
 }

@@ -1,6 +1,6 @@
 //! `mm-malloc`: the C/POSIX/glibc allocation surface (`malloc`, `free`,
 //! `calloc`, `realloc`, `posix_memalign`, `malloc_usable_size`, ...) over
-//! slub: kmalloc's 13 size classes plus 10 intermediate classes between 1
+//! slub: kmalloc's 13 size classes plus 12 intermediate classes between 1
 //! and 8 KiB ([`MID_SIZES`]), caches of this library built as
 //! [`GlobalSlub`]'s (per-CPU sheaves on restartable sequences, hardened
 //! free pointers) over the pages every `GlobalSlub` shares (pcp over the
@@ -72,11 +72,13 @@ use libc::size_t;
 use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+use slub::{GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+
+use crate::pages::PAGES;
 
 /// The shared pages (pcp over the buddy).
 fn pages() -> &'static pcp::GlobalPcp {
-    GlobalPages.pcp()
+    &PAGES
 }
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
@@ -87,6 +89,7 @@ mod arena;
 mod caches;
 mod env;
 mod large;
+pub mod pages;
 
 /// Rust's allocations in this library (none but a panic's message).
 #[global_allocator]
@@ -329,7 +332,7 @@ fn bad(what: &str, p: *mut u8, e: &dyn core::fmt::Display) -> ! {
 #[inline(always)]
 unsafe fn dealloc(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
-    if let Some(b) = GlobalPages.block_of(p) {
+    if let Some(b) = PAGES.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -379,7 +382,7 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 /// object size of an intermediate class.
 #[inline]
 fn usable(p: *mut u8) -> usize {
-    if let Some(b) = GlobalPages.block_of(p) {
+    if let Some(b) = PAGES.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -557,7 +560,7 @@ pub extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 }
 
 fn page_size() -> usize {
-    GlobalPages.page_size()
+    PAGES.page_size()
 }
 
 /// `valloc(3)`: page aligned.
