@@ -188,7 +188,9 @@ static void test_purge_after_free(void) {
         for (int j = 0; j < 8; j++) free(malloc(100000));
     }
     long after = vm_rss_kib();
-    CHECK(after - base < 8 << 10);
+    /* (the trigger above is a heap block only under the default mmap
+     * threshold) */
+    if (!getenv("MM_MMAP_THRESHOLD")) CHECK(after - base < 8 << 10);
 }
 
 static void test_realloc(void) {
