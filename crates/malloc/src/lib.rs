@@ -57,8 +57,12 @@
 //!   git 1.38x -> 1.34x, python-stdlib 1.29x -> 1.27x);
 //! - `MM_DECAY=0`: no time-based purge of free pages (the buddy's decay,
 //!   paused); `malloc_trim` still purges. The decay time and the resident
-//!   cap are the pages' static configuration (slub's `GlobalPages`), not
-//!   settable here.
+//!   cap are the static purge policy of the library's own pages
+//!   ([`pages::PURGE`]: free blocks from 32 KiB on go back to the OS once
+//!   more than 1 MiB of them is resident, or after 100 ms).
+//!
+//! `realloc` of a direct mapping (256 KiB and more) resizes it with
+//! `mremap`, as glibc does with its mmapped chunks.
 
 #![allow(clippy::missing_safety_doc)] // each `# Safety` is the C contract
 
