@@ -244,7 +244,7 @@ fn alloc(size: usize) -> *mut u8 {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
         let i = caches::class(size);
-        if caches::configured() {
+        if caches::built(i) {
             if let Some(p) = cache(i).alloc_fast::<true>() {
                 return p.as_ptr();
             }
@@ -260,7 +260,7 @@ fn alloc(size: usize) -> *mut u8 {
 fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
     ensure_init();
     claim_thread_slot();
-    match cache(i).alloc() {
+    match caches::ensure_built(i).alloc() {
         Some(p) => p.as_ptr(),
         // The caches found no page: what kmalloc can still do.
         None => alloc_slow(size, MALLOC_ALIGNMENT),
@@ -276,7 +276,7 @@ fn alloc_slow(size: usize, align: usize) -> *mut u8 {
     let size = size.max(1);
     if align > MALLOC_ALIGNMENT && size <= KMALLOC_MAX_CACHE_SIZE {
         if let Some(i) = caches::class_aligned(size, align) {
-            if let Some(p) = cache(i).alloc() {
+            if let Some(p) = caches::ensure_built(i).alloc() {
                 return p.as_ptr();
             }
         }
