@@ -122,17 +122,21 @@ static void test_calloc(void) {
     CHECK(calloc(1, SIZE_MAX) == NULL && errno == ENOMEM);
 }
 
-/* Peak resident KiB of this process (VmHWM), or -1. */
-static long vm_hwm_kib(void) {
+/* A "Vm...: N kB" field of /proc/self/status (VmHWM: the peak resident
+ * KiB, VmRSS: now), or -1. */
+static long status_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
     long v = -1;
+    size_t n = strlen(field);
     if (!f) return -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld", &v) == 1) break;
+        if (!strncmp(line, field, n) && sscanf(line + n, ": %ld", &v) == 1) break;
     fclose(f);
     return v;
 }
+static long vm_hwm_kib(void) { return status_kib("VmHWM"); }
+static long vm_rss_kib(void) { return status_kib("VmRSS"); }
 
 /* realloc of a direct mapping resizes it with mremap, as glibc does: the
  * old and the new block are never resident at once (run first, while the
@@ -154,18 +158,6 @@ static void test_realloc_remap(void) {
     CHECK(r == q && r[0] == 'm' && r[n / 2 - 1] == 'm');
     CHECK(malloc_usable_size(r) >= n / 2 && malloc_usable_size(r) < n);
     free(r);
-}
-
-/* Resident KiB of this process now (VmRSS), or -1. */
-static long vm_rss_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
-    fclose(f);
-    return v;
 }
 
 /* Freed memory goes back to the OS within milliseconds of the next slow
