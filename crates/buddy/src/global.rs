@@ -62,6 +62,7 @@ use crate::types::{AllocFlags, Config, FreeFlags, Order, Tunables, CAP_CHECK_MS}
 
 mod private;
 mod purge;
+mod remap;
 mod tags;
 
 /// The std heap's shape: 4 KiB pages, 4 MiB blocks, one zone, no min

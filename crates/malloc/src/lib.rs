@@ -1,6 +1,6 @@
 //! `mm-malloc`: the C/POSIX/glibc allocation surface (`malloc`, `free`,
 //! `calloc`, `realloc`, `posix_memalign`, `malloc_usable_size`, ...) over
-//! slub: kmalloc's 13 size classes plus 10 intermediate classes between 1
+//! slub: kmalloc's 13 size classes plus 12 intermediate classes between 1
 //! and 8 KiB ([`MID_SIZES`]), caches of this library built as
 //! [`GlobalSlub`]'s (per-CPU sheaves on restartable sequences, hardened
 //! free pointers) over the pages every `GlobalSlub` shares (pcp over the
@@ -57,8 +57,12 @@
 //!   git 1.38x -> 1.34x, python-stdlib 1.29x -> 1.27x);
 //! - `MM_DECAY=0`: no time-based purge of free pages (the buddy's decay,
 //!   paused); `malloc_trim` still purges. The decay time and the resident
-//!   cap are the pages' static configuration (slub's `GlobalPages`), not
-//!   settable here.
+//!   cap are the static purge policy of the library's own pages
+//!   ([`pages::PURGE`]: free blocks from 32 KiB on go back to the OS once
+//!   more than 1 MiB of them is resident, or after 100 ms).
+//!
+//! `realloc` of a direct mapping (256 KiB and more) resizes it with
+//! `mremap`, as glibc does with its mmapped chunks.
 
 #![allow(clippy::missing_safety_doc)] // each `# Safety` is the C contract
 
@@ -72,11 +76,13 @@ use libc::size_t;
 use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{GlobalPages, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+use slub::{GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+
+use crate::pages::PAGES;
 
 /// The shared pages (pcp over the buddy).
 fn pages() -> &'static pcp::GlobalPcp {
-    GlobalPages.pcp()
+    &PAGES
 }
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
@@ -87,6 +93,7 @@ mod arena;
 mod caches;
 mod env;
 mod large;
+pub mod pages;
 
 /// Rust's allocations in this library (none but a panic's message).
 #[global_allocator]
@@ -136,8 +143,6 @@ fn init() {
     }
     let s = env::read();
     apply_env(&s);
-    // After `apply_env`, which may rebuild caches.
-    caches::claim_map_tags();
     // The pages' fork handlers.
     pages().register_fork();
     local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
@@ -239,8 +244,10 @@ fn alloc(size: usize) -> *mut u8 {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
         let i = caches::class(size);
-        if let Some(p) = cache(i).alloc_fast::<true>() {
-            return p.as_ptr();
+        if caches::built(i) {
+            if let Some(p) = cache(i).alloc_fast::<true>() {
+                return p.as_ptr();
+            }
         }
         return alloc_object_slow(i, size);
     }
@@ -253,7 +260,7 @@ fn alloc(size: usize) -> *mut u8 {
 fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
     ensure_init();
     claim_thread_slot();
-    match cache(i).alloc() {
+    match caches::ensure_built(i).alloc() {
         Some(p) => p.as_ptr(),
         // The caches found no page: what kmalloc can still do.
         None => alloc_slow(size, MALLOC_ALIGNMENT),
@@ -269,7 +276,7 @@ fn alloc_slow(size: usize, align: usize) -> *mut u8 {
     let size = size.max(1);
     if align > MALLOC_ALIGNMENT && size <= KMALLOC_MAX_CACHE_SIZE {
         if let Some(i) = caches::class_aligned(size, align) {
-            if let Some(p) = cache(i).alloc() {
+            if let Some(p) = caches::ensure_built(i).alloc() {
                 return p.as_ptr();
             }
         }
@@ -331,7 +338,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
     // The page map names the cache in one byte (a hint: the cache's free
     // checks the object as always).
-    if let Some(c) = caches::cache_of_tag(GlobalPages.page_tag(p)) {
+    if let Some(c) = caches::cache_of_tag(PAGES.page_tag(p)) {
         // SAFETY: as below.
         match unsafe { c.try_free_fast::<true>(nn) } {
             Ok(true) => return,
@@ -341,7 +348,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
         // SAFETY: as below.
         return unsafe { dealloc_object_slow(c, nn, what) };
     }
-    if let Some(b) = GlobalPages.block_of(p) {
+    if let Some(b) = PAGES.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -391,7 +398,7 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 /// object size of an intermediate class.
 #[inline]
 fn usable(p: *mut u8) -> usize {
-    if let Some(b) = GlobalPages.block_of(p) {
+    if let Some(b) = PAGES.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -490,6 +497,10 @@ unsafe fn realloc_impl(p: *mut u8, size: usize, what: &str) -> *mut u8 {
         unsafe { dealloc(p, what) };
         return ptr::null_mut();
     }
+    // SAFETY: C's contract: `p` is live and ours.
+    if let Some(q) = unsafe { large::remap(p, size) } {
+        return q;
+    }
     let old = usable(p);
     if size <= old && (size > old / 2 || old <= MALLOC_ALIGNMENT) {
         return p;
@@ -565,7 +576,7 @@ pub extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 }
 
 fn page_size() -> usize {
-    GlobalPages.page_size()
+    PAGES.page_size()
 }
 
 /// `valloc(3)`: page aligned.

@@ -122,6 +122,69 @@ static void test_calloc(void) {
     CHECK(calloc(1, SIZE_MAX) == NULL && errno == ENOMEM);
 }
 
+/* A "Vm...: N kB" field of /proc/self/status (VmHWM: the peak resident
+ * KiB, VmRSS: now), or -1. */
+static long status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && sscanf(line + n, ": %ld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+static long vm_hwm_kib(void) { return status_kib("VmHWM"); }
+static long vm_rss_kib(void) { return status_kib("VmRSS"); }
+
+/* realloc of a direct mapping resizes it with mremap, as glibc does: the
+ * old and the new block are never resident at once (run first, while the
+ * process's peak is small). */
+static void test_realloc_remap(void) {
+    size_t n = 64 << 20;
+    char *p = malloc(n);
+    CHECK(p != NULL);
+    memset(p, 'm', n);
+    long before = vm_hwm_kib();
+    char *q = realloc(p, 2 * n);
+    long after = vm_hwm_kib();
+    CHECK(q != NULL && q[0] == 'm' && q[n - 1] == 'm');
+    CHECK(malloc_usable_size(q) >= 2 * n);
+    /* a copy would have touched 64 MiB more */
+    CHECK(before > 0 && after - before < 16 << 10);
+    memset(q + n, 'n', n);
+    char *r = realloc(q, n / 2); /* shrunk in place */
+    CHECK(r == q && r[0] == 'm' && r[n / 2 - 1] == 'm');
+    CHECK(malloc_usable_size(r) >= n / 2 && malloc_usable_size(r) < n);
+    free(r);
+}
+
+/* Freed memory goes back to the OS within milliseconds of the next slow
+ * paths (the purge policy of pages.rs), not after seconds and only above
+ * 32 MiB (the std heap's): 48 MB of small objects freed, RSS drops. */
+static void test_purge_after_free(void) {
+    enum { N = 240000 };
+    static void *objs[N];
+    long base = vm_rss_kib();
+    for (int i = 0; i < N; i++) {
+        objs[i] = malloc(200);
+        memset(objs[i], 1, 200);
+    }
+    long full = vm_rss_kib();
+    CHECK(full - base > 40 << 10);
+    for (int i = 0; i < N; i++) free(objs[i]);
+    for (int k = 0; k < 20; k++) {
+        usleep(15000);
+        /* some slow paths: large blocks in and out */
+        for (int j = 0; j < 8; j++) free(malloc(100000));
+    }
+    long after = vm_rss_kib();
+    /* (the trigger above is a heap block only under the default mmap
+     * threshold) */
+    if (!getenv("MM_MMAP_THRESHOLD")) CHECK(after - base < 8 << 10);
+}
+
 static void test_realloc(void) {
     char *p = realloc(NULL, 100);
     CHECK(p != NULL);
@@ -357,6 +420,8 @@ static void test_fork_single_threaded(void) {
 }
 
 int main(void) {
+    test_realloc_remap();
+    test_purge_after_free();
     test_fork_single_threaded();
     test_active();
     test_malloc();
