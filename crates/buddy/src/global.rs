@@ -863,13 +863,12 @@ unsafe impl PageAlloc for GlobalBuddy {
     }
     /// Sheaves and other metadata come from [`private`]'s own mappings.
     const PRIVATE_META: bool = true;
-    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
-        self.private
-            .alloc(order.get(), self.buddy.config().page_size())
+    fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
+        self.private.alloc(bytes)
     }
-    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+    unsafe fn free_private(&self, ptr: NonNull<u8>, bytes: usize) {
         // SAFETY: forwarded.
-        unsafe { self.private.free(ptr, order.get()) }
+        unsafe { self.private.free(ptr, bytes) }
     }
     fn has_page_tags(&self) -> bool {
         true

@@ -121,21 +121,21 @@ pub unsafe trait PageAlloc: Sync {
         let _ = ptr;
         false
     }
-    /// A naturally aligned block of `2^order` pages of metadata memory
-    /// that is never a user's (see [`PRIVATE_META`](Self::PRIVATE_META)),
-    /// contents unspecified; `None` by default (and whenever
-    /// `PRIVATE_META` is false: callers use `alloc_block` then).
-    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
-        let _ = order;
+    /// A block of at least `bytes` bytes of metadata memory that is never
+    /// a user's (see [`PRIVATE_META`](Self::PRIVATE_META)), aligned to at
+    /// least 64 bytes, contents unspecified; `None` by default (and
+    /// whenever `PRIVATE_META` is false: callers use `alloc_block` then).
+    fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
+        let _ = bytes;
         None
     }
     /// Takes back a block from [`alloc_private`](Self::alloc_private).
     ///
     /// # Safety
     ///
-    /// `ptr` came from `alloc_private(order)` and is no longer used.
-    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
-        let _ = (ptr, order);
+    /// `ptr` came from `alloc_private(bytes)` and is no longer used.
+    unsafe fn free_private(&self, ptr: NonNull<u8>, bytes: usize) {
+        let _ = (ptr, bytes);
     }
     /// `nr_node_ids`: the NUMA nodes this source's memory is spread over
     /// (node ids `0..nr_node_ids()`). One by default.
@@ -483,13 +483,13 @@ unsafe impl<P: Platform> PageAlloc for Buddy<P> {
 unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
     const PRIVATE_META: bool = T::PRIVATE_META;
     #[inline(always)]
-    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
-        (**self).alloc_private(order)
+    fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
+        (**self).alloc_private(bytes)
     }
     #[inline(always)]
-    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+    unsafe fn free_private(&self, ptr: NonNull<u8>, bytes: usize) {
         // SAFETY: forwarded.
-        unsafe { (**self).free_private(ptr, order) }
+        unsafe { (**self).free_private(ptr, bytes) }
     }
     #[inline(always)]
     fn page_size(&self) -> usize {

@@ -14,29 +14,36 @@ fn private_blocks_are_aligned_outside_the_heap_and_reused() {
         .alloc_block(Order::ZERO, buddy::AllocFlags::NONE)
         .unwrap();
     let mut got = Vec::new();
-    for o in 0..=3u8 {
-        let order = Order::new(o).unwrap();
-        let p = HEAP.alloc_private(order).unwrap();
+    // Sheaf-sized requests (34 words for 32 entries) up to 32 KiB.
+    for bytes in [272usize, 256, 4096, 5000, 32 << 10] {
+        let p = HEAP.alloc_private(bytes).unwrap();
         let a = p.as_ptr() as usize;
-        assert_eq!(a % (4096 << o), 0, "naturally aligned");
-        // ... and a private block is none of it.
+        let size = bytes.max(256).next_power_of_two();
+        assert_eq!(a % size, 0, "aligned to its power-of-two size");
+        // ... and a private block is none of the heap.
         assert!(HEAP.block_of(p.as_ptr()).is_none(), "not a heap block");
         assert_eq!(HEAP.page_tag(p.as_ptr()), 0);
-        // SAFETY: a fresh private block of `4096 << o` bytes, ours.
-        unsafe { core::ptr::write_bytes(p.as_ptr(), 0xa5, 4096 << o) };
-        got.push((p, order));
+        // SAFETY: a fresh private block of at least `bytes` bytes, ours.
+        unsafe { core::ptr::write_bytes(p.as_ptr(), 0xa5, bytes) };
+        got.push((p, bytes));
     }
-    assert!(
-        HEAP.alloc_private(Order::new(4).unwrap()).is_none(),
-        "orders up to 3"
-    );
-    let (p0, o0) = got[0];
+    assert!(HEAP.alloc_private((32 << 10) + 1).is_none(), "up to 32 KiB");
+    // A sheaf of 32 entries takes 512 bytes, not a page: eight share one.
+    let small: Vec<_> = (0..8).map(|_| HEAP.alloc_private(272).unwrap()).collect();
+    let pages: std::collections::BTreeSet<usize> =
+        small.iter().map(|p| p.as_ptr() as usize / 4096).collect();
+    assert!(pages.len() <= 2, "packed: {pages:?}");
+    for p in small {
+        // SAFETY: ours, freed once.
+        unsafe { HEAP.free_private(p, 272) };
+    }
+    let (p0, b0) = got[0];
     // SAFETY: ours, freed once.
-    unsafe { HEAP.free_private(p0, o0) };
-    assert_eq!(HEAP.alloc_private(o0), Some(p0), "a freed block is reused");
-    for (p, o) in got {
+    unsafe { HEAP.free_private(p0, b0) };
+    assert_eq!(HEAP.alloc_private(b0), Some(p0), "a freed block is reused");
+    for (p, bytes) in got {
         // SAFETY: ours, freed once (p0 re-allocated above).
-        unsafe { HEAP.free_private(p, o) };
+        unsafe { HEAP.free_private(p, bytes) };
     }
     // SAFETY: the heap block from above, freed once.
     unsafe { HEAP.free_block(b.page.ptr, Order::ZERO) };

@@ -164,12 +164,12 @@ unsafe impl PageAlloc for GlobalPcp {
         self.pcp.buddy().owner_of(addr)
     }
     const PRIVATE_META: bool = <GlobalBuddy as PageAlloc>::PRIVATE_META;
-    fn alloc_private(&self, order: Order) -> Option<core::ptr::NonNull<u8>> {
-        self.pcp.source().alloc_private(order)
+    fn alloc_private(&self, bytes: usize) -> Option<core::ptr::NonNull<u8>> {
+        self.pcp.source().alloc_private(bytes)
     }
-    unsafe fn free_private(&self, ptr: core::ptr::NonNull<u8>, order: Order) {
+    unsafe fn free_private(&self, ptr: core::ptr::NonNull<u8>, bytes: usize) {
         // SAFETY: forwarded.
-        unsafe { self.pcp.source().free_private(ptr, order) }
+        unsafe { self.pcp.source().free_private(ptr, bytes) }
     }
     fn has_page_tags(&self) -> bool {
         self.pcp.source().has_page_tags()

@@ -89,12 +89,12 @@ unsafe impl SlabSource for GlobalPages {
     }
     /// Sheaves in `GlobalBuddy`'s private pages.
     const PRIVATE_META: bool = true;
-    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
-        PAGES.pcp().source().alloc_private(order)
+    fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
+        PAGES.pcp().source().alloc_private(bytes)
     }
-    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+    unsafe fn free_private(&self, ptr: NonNull<u8>, bytes: usize) {
         // SAFETY: forwarded.
-        unsafe { PAGES.pcp().source().free_private(ptr, order) }
+        unsafe { PAGES.pcp().source().free_private(ptr, bytes) }
     }
     /// The heap's page map (`GlobalBuddy`'s first reservation).
     fn has_page_tags(&self) -> bool {

@@ -22,8 +22,8 @@ struct Private {
     buddy: Buddy<TestPlatform>,
     mem: *mut u8,
     bytes: usize,
-    /// The private blocks handed out (address, order).
-    private: Mutex<Vec<(usize, u8)>>,
+    /// The private blocks handed out (address, bytes).
+    private: Mutex<Vec<(usize, usize)>>,
 }
 
 // SAFETY: the raw pointer names memory owned by `Private`.
@@ -56,8 +56,8 @@ impl Drop for Private {
     fn drop(&mut self) {
         // Private blocks still out (sheaves of a cache that was forgotten
         // or kept them) go with the source, as the heap does.
-        for &(a, o) in self.private.lock().unwrap().iter() {
-            let l = Layout::from_size_align(PAGE << o, PAGE << o).unwrap();
+        for &(a, bytes) in self.private.lock().unwrap().iter() {
+            let l = Layout::from_size_align(bytes, 64).unwrap();
             // SAFETY: allocated by `alloc_private` with this layout, and
             // nothing uses it once the source goes.
             unsafe { dealloc(a as *mut u8, l) };
@@ -88,24 +88,24 @@ unsafe impl PageAlloc for Private {
     fn block_of(&self, addr: *const u8) -> Option<BlockRef<'_>> {
         self.buddy.owner_of(addr)
     }
-    fn alloc_private(&self, order: Order) -> Option<NonNull<u8>> {
-        let l = Layout::from_size_align(PAGE << order.get(), PAGE << order.get()).ok()?;
-        // SAFETY: non-zero size.
+    fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
+        let l = Layout::from_size_align(bytes, 64).ok()?;
+        // SAFETY: non-zero size (a sheaf has a header).
         let p = NonNull::new(unsafe { alloc(l) })?;
         self.private
             .lock()
             .unwrap()
-            .push((p.as_ptr() as usize, order.get()));
+            .push((p.as_ptr() as usize, bytes));
         Some(p)
     }
-    unsafe fn free_private(&self, ptr: NonNull<u8>, order: Order) {
+    unsafe fn free_private(&self, ptr: NonNull<u8>, bytes: usize) {
         let mut v = self.private.lock().unwrap();
         let i = v
             .iter()
             .position(|&(a, _)| a == ptr.as_ptr() as usize)
             .expect("ours");
-        assert_eq!(v.swap_remove(i).1, order.get(), "freed with its order");
-        let l = Layout::from_size_align(PAGE << order.get(), PAGE << order.get()).unwrap();
+        assert_eq!(v.swap_remove(i).1, bytes, "freed with its size");
+        let l = Layout::from_size_align(bytes, 64).unwrap();
         // SAFETY: allocated by `alloc_private` with this layout.
         unsafe { dealloc(ptr.as_ptr(), l) };
     }
@@ -141,8 +141,8 @@ fn sheaves_come_from_private_memory_and_hold_plain_entries() {
         // Some private sheaf holds the freed objects' addresses as they are.
         let found = private.iter().any(|&(a, _)| {
             let w = a as *const usize;
-            // SAFETY: a live private block of at least one page (512
-            // words): the size word, the link word, then entries.
+            // SAFETY: a live private block of a sheaf of 8 entries: the
+            // size word, the link word, then the entries.
             let word = |i: usize| unsafe { w.add(i).read() };
             let n = word(0);
             let k = objs.len();

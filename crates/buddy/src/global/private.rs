@@ -1,16 +1,18 @@
-//! Private pages: memory for the layers' own metadata (SLUB's sheaves)
+//! Private blocks: memory for the layers' own metadata (SLUB's sheaves)
 //! that is never handed to a user, before or after ([`PageAlloc::alloc_private`]).
 //! A pointer a program holds, dangling or not, can never reach it, so a
 //! write after free cannot forge what it holds (issue #14, item 12: the
 //! sheaves' object pointers are then stored plain, without the XOR that
 //! otherwise lies on the allocation's path).
 //!
-//! Blocks of orders `0..=MAX_PRIVATE_ORDER` are carved from chunks of
-//! [`CHUNK`] bytes mapped from the OS (anonymous, read-write; pages never
-//! touched cost nothing) and kept on per-order free lists, linked through
-//! their first word, when freed: never unmapped, never given to the buddy.
-//! The high-water mark of the metadata stays mapped, as a kernel's
-//! dedicated caches do.
+//! Blocks are power-of-two sizes from [`MIN_PRIVATE`] (256 bytes: a
+//! sheaf of 30 entries) to [`MAX_PRIVATE`] (32 KiB), aligned to their
+//! size, carved from chunks of [`CHUNK`] bytes mapped from the OS
+//! (anonymous, read-write; pages never touched cost nothing) and kept on
+//! per-size free lists, linked through their first word, when freed:
+//! never unmapped, never given to the buddy. A sheaf of the default 32
+//! entries takes 512 bytes, not a page. The high-water mark of the
+//! metadata stays mapped, as a kernel's dedicated caches do.
 //!
 //! [`PageAlloc::alloc_private`]: crate::PageAlloc::alloc_private
 
@@ -19,15 +21,20 @@ use core::ptr::{self, NonNull};
 use local_lock::os;
 use local_lock::sync::SpinLock;
 
-/// Largest order served (8 pages: a sheaf of about 4,000 entries).
-pub(crate) const MAX_PRIVATE_ORDER: u8 = 3;
+/// Smallest block (log2 8).
+pub(crate) const MIN_PRIVATE: usize = 1 << MIN_SHIFT;
+/// Largest block (log2 15).
+pub(crate) const MAX_PRIVATE: usize = 1 << MAX_SHIFT;
+const MIN_SHIFT: u32 = 8;
+const MAX_SHIFT: u32 = 15;
+const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 /// Bytes mapped at a time.
 const CHUNK: usize = 256 << 10;
 
 /// What the lock protects.
 struct Pool {
-    /// Free blocks per order (linked through their first word).
-    free: [*mut u8; MAX_PRIVATE_ORDER as usize + 1],
+    /// Free blocks per size class (linked through their first word).
+    free: [*mut u8; CLASSES],
     /// The unused rest of the current chunk.
     next: *mut u8,
     /// Its end.
@@ -42,36 +49,43 @@ pub(crate) struct PrivatePages {
     pool: SpinLock<Pool>,
 }
 
+/// The size class of a request of `bytes` (`None` above [`MAX_PRIVATE`]).
+fn class(bytes: usize) -> Option<usize> {
+    if bytes > MAX_PRIVATE {
+        return None;
+    }
+    let shift = bytes.max(MIN_PRIVATE).next_power_of_two().trailing_zeros();
+    Some((shift - MIN_SHIFT) as usize)
+}
+
 impl PrivatePages {
     /// An empty pool (nothing mapped yet).
     pub(crate) const fn new() -> Self {
         PrivatePages {
             pool: SpinLock::new(Pool {
-                free: [ptr::null_mut(); MAX_PRIVATE_ORDER as usize + 1],
+                free: [ptr::null_mut(); CLASSES],
                 next: ptr::null_mut(),
                 end: ptr::null_mut(),
             }),
         }
     }
 
-    /// A block of `2^order` pages of `page` bytes, aligned to its size,
-    /// contents unspecified; `None` above [`MAX_PRIVATE_ORDER`] or when the
-    /// OS refuses memory.
-    pub(crate) fn alloc(&self, order: u8, page: usize) -> Option<NonNull<u8>> {
-        if order > MAX_PRIVATE_ORDER {
-            return None;
-        }
-        let bytes = page << order;
+    /// A block of at least `bytes` bytes (a power of two from
+    /// [`MIN_PRIVATE`]), aligned to its size, contents unspecified; `None`
+    /// above [`MAX_PRIVATE`] or when the OS refuses memory.
+    pub(crate) fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
+        let c = class(bytes)?;
+        let size = MIN_PRIVATE << c;
         let mut p = self.pool.lock();
-        let head = p.free[order as usize];
+        let head = p.free[c];
         if !head.is_null() {
             // SAFETY: a free block of ours: its first word links the list.
-            p.free[order as usize] = unsafe { head.cast::<*mut u8>().read() };
+            p.free[c] = unsafe { head.cast::<*mut u8>().read() };
             return NonNull::new(head);
         }
-        let mut at = p.next.map_addr(|a| a.next_multiple_of(bytes));
-        if p.next.is_null() || at.addr() + bytes > p.end.addr() {
-            // The rest of the chunk is left unused (at most 7 pages).
+        let mut at = p.next.map_addr(|a| a.next_multiple_of(size));
+        if p.next.is_null() || at.addr() + size > p.end.addr() {
+            // The rest of the chunk is left unused (less than 32 KiB).
             let m = os::map_aligned(CHUNK, CHUNK, libc::PROT_READ | libc::PROT_WRITE, 0);
             if m.is_null() {
                 return None;
@@ -79,7 +93,7 @@ impl PrivatePages {
             p.end = m.wrapping_add(CHUNK);
             at = m;
         }
-        p.next = at.wrapping_add(bytes);
+        p.next = at.wrapping_add(size);
         NonNull::new(at)
     }
 
@@ -87,13 +101,13 @@ impl PrivatePages {
     ///
     /// # Safety
     ///
-    /// `ptr` came from `alloc(order, ..)` and is no longer used.
-    pub(crate) unsafe fn free(&self, ptr: NonNull<u8>, order: u8) {
+    /// `ptr` came from `alloc(bytes)` and is no longer used.
+    pub(crate) unsafe fn free(&self, ptr: NonNull<u8>, bytes: usize) {
+        let Some(c) = class(bytes) else { return };
         let mut p = self.pool.lock();
-        let o = order.min(MAX_PRIVATE_ORDER) as usize;
         // SAFETY: the caller's block, now ours: its first word links it.
-        unsafe { ptr.as_ptr().cast::<*mut u8>().write(p.free[o]) };
-        p.free[o] = ptr.as_ptr();
+        unsafe { ptr.as_ptr().cast::<*mut u8>().write(p.free[c]) };
+        p.free[c] = ptr.as_ptr();
     }
 
     /// Takes the lock for `fork` (a leaf: nothing is taken under it).

@@ -124,24 +124,33 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// The order of a sheaf's block.
+    /// The bytes of a sheaf (its header and entries).
+    fn sheaf_bytes(&self) -> usize {
+        (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
+    }
+
+    /// The order of a sheaf's page block.
     fn sheaf_order(&self) -> Option<Order> {
-        let bytes = (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>();
-        Order::new(crate::layout::get_order(bytes, self.geometry.page_size))
+        Order::new(crate::layout::get_order(
+            self.sheaf_bytes(),
+            self.geometry.page_size,
+        ))
     }
 
     /// `alloc_empty_sheaf`: a block for a sheaf, from the source's private
-    /// pages where it has them ([`SlabSource::PRIVATE_META`]: no user
-    /// pointer reaches them, so entries are stored plain), else a page
-    /// block tagged `TAG_SHEAF`.
+    /// memory where it has it ([`SlabSource::PRIVATE_META`]: no user
+    /// pointer reaches it, so entries are stored plain; a block of the
+    /// sheaf's size, 512 bytes for 32 entries), else a page block tagged
+    /// `TAG_SHEAF`.
     ///
     /// [`SlabSource::PRIVATE_META`]: buddy::PageAlloc::PRIVATE_META
     pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
-        let order = self.sheaf_order()?;
         let p = if S::PRIVATE_META {
-            self.source.alloc_private(order)?
+            self.source.alloc_private(self.sheaf_bytes())?
         } else {
-            let b = self.source.alloc_block(order, AllocFlags::NONE)?;
+            let b = self
+                .source
+                .alloc_block(self.sheaf_order()?, AllocFlags::NONE)?;
             b.owner
                 .tag()
                 .store(crate::slab::TAG_SHEAF, Ordering::Relaxed);
@@ -159,9 +168,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         debug_assert_eq!(sh.size(), 0);
         let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
         if S::PRIVATE_META {
-            if let (Some(p), Some(order)) = (NonNull::new(p), self.sheaf_order()) {
-                // SAFETY: `new_sheaf`'s private block of this order, empty.
-                unsafe { self.source.free_private(p, order) };
+            if let Some(p) = NonNull::new(p) {
+                // SAFETY: `new_sheaf`'s private block of this size, empty.
+                unsafe { self.source.free_private(p, self.sheaf_bytes()) };
                 self.stat_here(SlubStat::SHEAF_FREE);
             }
             return;
