@@ -10,8 +10,8 @@
 //! size, carved from chunks of [`CHUNK`] bytes mapped from the OS
 //! (anonymous, read-write; pages never touched cost nothing) and kept on
 //! per-size free lists, linked through their first word, when freed:
-//! never unmapped, never given to the buddy. A sheaf of the default 32
-//! entries takes 512 bytes, not a page. The high-water mark of the
+//! never unmapped, never given to the buddy. (SLUB asks for a page per
+//! sheaf all the same, see its `private_sheaf_bytes`.) The high-water mark of the
 //! metadata stays mapped, as a kernel's dedicated caches do.
 //!
 //! [`PageAlloc::alloc_private`]: crate::PageAlloc::alloc_private
