@@ -861,7 +861,7 @@ unsafe impl PageAlloc for GlobalBuddy {
         // SAFETY: forwarded.
         unsafe { GlobalBuddy::free_direct(self, ptr.as_ptr()) }
     }
-    /// Sheaves and other metadata come from [`private`]'s own mappings.
+    /// Sheaves and other metadata come from the heap's private pool (its own mappings).
     const PRIVATE_META: bool = true;
     fn alloc_private(&self, bytes: usize) -> Option<NonNull<u8>> {
         self.private.alloc(bytes)
