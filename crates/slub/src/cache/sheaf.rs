@@ -149,9 +149,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// `alloc_empty_sheaf`: a block for a sheaf, from the source's private
     /// memory where it has it ([`SlabSource::PRIVATE_META`]: no user
-    /// pointer reaches it, so entries are stored plain; a block of the
-    /// sheaf's size, 512 bytes for 32 entries), else a page block tagged
-    /// `TAG_SHEAF`.
+    /// pointer reaches it, so entries are stored plain; a page at least,
+    /// see [`private_sheaf_bytes`](Self::private_sheaf_bytes)), else a
+    /// page block tagged `TAG_SHEAF`.
     ///
     /// [`SlabSource::PRIVATE_META`]: buddy::PageAlloc::PRIVATE_META
     pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
