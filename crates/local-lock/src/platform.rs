@@ -324,6 +324,17 @@ pub unsafe trait Platform: Sync {
         false
     }
 
+    /// The per-thread area the `this_cpu_*` operations address, which
+    /// callers keep beside their records and pass in [`SheafSlots`]
+    /// ([`SheafSlots::with_area`]); read once, at a cache's first use,
+    /// by callers that then use the restartable operations only if it is
+    /// not 0. A restartable platform returns non-zero once
+    /// [`restartable`](Self::restartable) holds; 0 (the default): none.
+    #[inline(always)]
+    fn this_cpu_area(&self) -> isize {
+        0
+    }
+
     /// `this_cpu` pop: the last entry of the running CPU's main sheaf, 0
     /// when it has none (no record, no main sheaf, empty).
     ///
@@ -335,6 +346,22 @@ pub unsafe trait Platform: Sync {
     #[inline(always)]
     unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
         this_cpu_generic(self, s, |r| this_cpu::pop_in(r, s.cap())).unwrap_or(0)
+    }
+
+    /// [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop) for sheaves whose
+    /// size word nobody but these operations and the sheaf's owner writes
+    /// (private memory, `PageAlloc::PRIVATE_META`): it may trust that word
+    /// to be at most the capacity (one check fewer on the restartable
+    /// path). The default is `this_cpu_sheaf_pop`.
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop), and every
+    /// sheaf's size word is at most `s.cap()`.
+    #[inline(always)]
+    unsafe fn this_cpu_sheaf_pop_private(&self, s: SheafSlots<'_>) -> usize {
+        // SAFETY: the caller's contract.
+        unsafe { self.this_cpu_sheaf_pop(s) }
     }
 
     /// `this_cpu` push of `v` onto the running CPU's main sheaf; false when

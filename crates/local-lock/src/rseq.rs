@@ -178,6 +178,14 @@ fn raw_cpu_id(off: isize) -> u32 {
     c
 }
 
+/// The offset of every thread's rseq area from its thread pointer
+/// (glibc's `__rseq_offset`): what the sections' [`SheafSlots`] must
+/// carry ([`SheafSlots::with_area`]). Only meaningful when [`available`].
+#[inline(always)]
+pub fn area() -> isize {
+    OFFSET.load(Ordering::Relaxed)
+}
+
 /// The CPU the calling thread runs on, from its rseq area (one load): a
 /// hint, as `sched_getcpu()` is. Only meaningful when [`available`].
 #[inline(always)]
@@ -227,53 +235,74 @@ macro_rules! rseq_tail {
     };
 }
 
+/// The section of [`pop`] and [`pop_private`]: `$check` are the
+/// instructions that leave (to 5) when `{t}` = size - 1 is no entry.
+macro_rules! pop_section {
+    ($s:ident, [$($check:literal),*] $(, $cap:ident = $capv:expr)?) => {{
+        debug_assert_eq!($s.stride(), 128);
+        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
+        let v: usize;
+        // SAFETY: caller's contract; the section's stores are its commit.
+        unsafe {
+            asm!(
+                "2:",
+                "xor {v:e}, {v:e}",
+                "lea {t}, [rip + 3f]",
+                "mov qword ptr fs:[{off} + {rcs}], {t}",
+                "4:",
+                "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+                "cmp {c}, {nr}",
+                "jae 5f",
+                "shl {c}, 7",
+                "mov {sh}, qword ptr [{base} + {c}]",
+                "test {sh}, {sh}",
+                "jz 5f",
+                "mov {t}, qword ptr [{sh}]",
+                "sub {t}, 1",
+                $($check,)*
+                "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
+                "mov qword ptr [{sh}], {t}",
+                "5:",
+                rseq_tail!(),
+                off = in(reg) $s.area(),
+                base = in(reg) $s.base(),
+                nr = in(reg) $s.nr(),
+                $($cap = in(reg) $capv,)?
+                rcs = const RSEQ_CS,
+                cpu = const CPU_ID,
+                v = out(reg) v,
+                t = out(reg) _,
+                c = out(reg) _,
+                sh = out(reg) _,
+                options(nostack)
+            )
+        };
+        v
+    }};
+}
+
 /// `this_cpu` pop (see [`Platform::this_cpu_sheaf_pop`](crate::Platform::this_cpu_sheaf_pop)).
 ///
 /// # Safety
 ///
 /// [`available`] returned true; `s` as [`SheafSlots::new`] requires, with a
-/// stride of 128 bytes.
+/// stride of 128 bytes, and its [`area`](SheafSlots::area) is [`area`]`()`.
 #[inline(always)]
 pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
-    debug_assert_eq!(s.stride(), 128);
-    let v: usize;
-    // SAFETY: caller's contract; the section's stores are its commit.
-    unsafe {
-        asm!(
-            "2:",
-            "xor {v:e}, {v:e}",
-            "lea {t}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {t}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 7",
-            "mov {sh}, qword ptr [{base} + {c}]",
-            "test {sh}, {sh}",
-            "jz 5f",
-            "mov {t}, qword ptr [{sh}]",
-            "sub {t}, 1",
-            "cmp {t}, {cap}",
-            "jae 5f",
-            "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
-            "mov qword ptr [{sh}], {t}",
-            "5:",
-            rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
-            base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
-            cap = in(reg) s.cap(),
-            rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
-            v = out(reg) v,
-            t = out(reg) _,
-            c = out(reg) _,
-            sh = out(reg) _,
-            options(nostack)
-        )
-    };
-    v
+    pop_section!(s, ["cmp {t}, {cap}", "jae 5f"], cap = s.cap())
+}
+
+/// [`pop`] trusting the sheaf's size word to be at most its capacity
+/// (sheaves in memory no user pointer reaches: only these operations and
+/// their owner write it), so an empty sheaf is the only miss (see
+/// [`Platform::this_cpu_sheaf_pop_private`](crate::Platform::this_cpu_sheaf_pop_private)).
+///
+/// # Safety
+///
+/// As [`pop`], and every sheaf's size word is at most `s.cap()`.
+#[inline(always)]
+pub unsafe fn pop_private(s: SheafSlots<'_>) -> usize {
+    pop_section!(s, ["jb 5f"])
 }
 
 /// `this_cpu` push (see [`Platform::this_cpu_sheaf_push`](crate::Platform::this_cpu_sheaf_push)).
@@ -283,6 +312,7 @@ pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     // SAFETY: caller's contract; the entry beyond the size is invisible
     // until the commit (the size store).
@@ -309,7 +339,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
             "mov qword ptr [{sh}], {t}",
             "5:",
             rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             cap = in(reg) s.cap(),
@@ -331,6 +361,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 /// XORs the marker with the object; or `{obj}` itself, with no encoding).
 macro_rules! free_push_section {
     ($s:ident, $chk:ident, $obj:ident, [$($encode:literal),*], $entry:literal) => {{
+        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
         let e = range_way($obj, $chk.shift.load(Ordering::Relaxed) as u32) * 16;
         // SAFETY: caller's contract. Before the commit the section only
         // writes the object (validated: the caller's) and a sheaf entry
@@ -380,7 +411,7 @@ macro_rules! free_push_section {
                 "mov qword ptr [{sh}], {t}",
                 "5:",
                 rseq_tail!(),
-                off = in(reg) OFFSET.load(Ordering::Relaxed),
+                off = in(reg) $s.area(),
                 base = in(reg) $s.base(),
                 k = in(reg) $chk as *const FreeCheck,
                 obj = in(reg) $obj,
@@ -443,6 +474,7 @@ pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) ->
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let (b, sp, g): (usize, usize, usize);
     // SAFETY: caller's contract; reads only.
     unsafe {
@@ -455,7 +487,7 @@ pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
             "mov {sp}, qword ptr [{c} + {e} + 32]",
             "5:",
             rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             e = in(reg) (way % RANGE_WAYS) * 16,
@@ -487,6 +519,7 @@ pub unsafe fn set_range(
     vspan: usize,
     vgen: usize,
 ) -> bool {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     // SAFETY: caller's contract; the way's span is zeroed first (and every
     // way's before a new discard count) and stored last (the commit), so
@@ -510,7 +543,7 @@ pub unsafe fn set_range(
             "mov qword ptr [{c} + {e} + 32], {sp}",
             "5:",
             rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             e = in(reg) (way % RANGE_WAYS) * 16,
@@ -535,6 +568,7 @@ pub unsafe fn set_range(
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     // SAFETY: caller's contract; the commit is one `lock cmpxchg`.
     unsafe {
@@ -549,7 +583,7 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
             "mov {ok:e}, 1",
             "7:",
             rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             w = in(reg) w as usize,
@@ -575,6 +609,7 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     let old: usize;
     // SAFETY: caller's contract; the commit is one `lock cmpxchg` of the
@@ -592,7 +627,7 @@ pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize>
             "mov {ok:e}, 1",
             "7:",
             rseq_tail!(),
-            off = in(reg) OFFSET.load(Ordering::Relaxed),
+            off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = in(reg) s.nr(),
             w = in(reg) w as usize,

@@ -327,12 +327,26 @@ unsafe impl Platform for RseqCpu {
     fn restartable(&self) -> bool {
         rseq::available()
     }
+    #[inline(always)]
+    fn this_cpu_area(&self) -> isize {
+        if rseq::available() {
+            rseq::area()
+        } else {
+            0
+        }
+    }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
     unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
         // SAFETY: restartable() was true (caller's contract): rseq is
         // registered; SheafSlots' contract.
         unsafe { rseq::pop(s) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    unsafe fn this_cpu_sheaf_pop_private(&self, s: SheafSlots<'_>) -> usize {
+        // SAFETY: as above; the caller's contract on the size words.
+        unsafe { rseq::pop_private(s) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]

@@ -130,6 +130,9 @@ pub struct FreeCheck {
     pub cap: AtomicUsize,
     /// log2 of the cache's (largest) slab size.
     pub shift: AtomicUsize,
+    /// The platform's per-thread area ([`SheafSlots::with_area`]), kept
+    /// here by the cache at first use.
+    pub area: core::sync::atomic::AtomicIsize,
 }
 
 impl FreeCheck {
@@ -143,6 +146,7 @@ impl FreeCheck {
             nr: AtomicUsize::new(0),
             cap: AtomicUsize::new(0),
             shift: AtomicUsize::new(0),
+            area: core::sync::atomic::AtomicIsize::new(0),
         }
     }
 }
@@ -242,6 +246,7 @@ pub struct SheafSlots<'a> {
     stride: usize,
     nr: usize,
     cap: usize,
+    area: isize,
     _records: core::marker::PhantomData<&'a CpuSheaves>,
 }
 
@@ -268,8 +273,27 @@ impl<'a> SheafSlots<'a> {
             stride,
             nr,
             cap,
+            area: 0,
             _records: core::marker::PhantomData,
         }
+    }
+
+    /// The same records, for a platform whose operations address a
+    /// per-thread area (`RseqCpu`: the thread pointer's offset to the
+    /// rseq area, [`rseq::area`](crate::rseq::area)): the caller keeps
+    /// it beside its records, so a fast path reads it with them instead
+    /// of through the platform's global (one load instead of two).
+    #[inline(always)]
+    pub const fn with_area(mut self, area: isize) -> Self {
+        self.area = area;
+        self
+    }
+
+    /// The per-thread area offset given to [`with_area`](Self::with_area)
+    /// (0: none given).
+    #[inline(always)]
+    pub fn area(&self) -> isize {
+        self.area
     }
 
     /// Number of records.

@@ -38,6 +38,7 @@ fn slots() -> SheafSlots<'static> {
             CAP,
         )
     }
+    .with_area(local_lock::rseq::area())
 }
 
 fn new_sheaf() -> usize {
@@ -226,7 +227,8 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
             NR,
             CAP,
         )
-    };
+    }
+    .with_area(local_lock::rseq::area());
     migrate(0); // stay on CPU 0 (a migration would only move the record)
     assert!(this_cpu!(p.this_cpu_set_range(s, 1, 0x1000, 0x100, 7)));
     assert!(this_cpu!(p.this_cpu_set_range(s, 2, 0x2000, 0x80, 7)));

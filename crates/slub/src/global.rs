@@ -533,21 +533,21 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // The fast path: validated by the CPU's last slab ranges, marked
         // free, pushed onto the running CPU's sheaf, as one restartable
         // section. (Debug caches fail `try_free_fast`'s dispatch check.)
-        if let (Some(i), Some(p)) = (
-            kmalloc_class(layout.size(), layout.align()),
-            NonNull::new(ptr),
-        ) {
+        // (A null `ptr` is no object: the fast path sends it on, and the
+        // slow path ignores it.)
+        if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
             let c = self.class_cache(i);
+            let p = ptr.expose_provenance();
             // SAFETY: GlobalAlloc's contract; bad input is refused before
             // any change (or sent to the full path).
-            match unsafe { c.try_free_fast::<true>(p) } {
+            match unsafe { c.try_free_fast_addr::<true>(p) } {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => abort_bad_free(ptr, e),
             }
             if self.plain_sheaves {
                 // SAFETY: as above.
-                match unsafe { c.try_free_fast::<false>(p) } {
+                match unsafe { c.try_free_fast_addr::<false>(p) } {
                     Ok(true) => return,
                     Ok(false) => {}
                     Err(e) => abort_bad_free(ptr, e),

@@ -49,6 +49,18 @@ const SIZE_INDEX: [u8; 24] = [
     6, 6, 6, 6, 6, 6, 6, 6, // 136..192
 ];
 
+/// The class of every size up to [`KMALLOC_MAX_CACHE_SIZE`] by `(size +
+/// 7) / 8` (size 0 as size 1): [`kmalloc_index`] tabulated, 1025 bytes.
+static KMALLOC_CLASS_OF: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
+    let mut t = [0u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
+    let mut g = 1;
+    while g < t.len() {
+        t[g] = kmalloc_index(g * 8) as u8;
+        g += 1;
+    }
+    t
+};
+
 /// `kmalloc(0)`'s result: a non-null pointer that must not be dereferenced
 /// and that `kfree` ignores (`ZERO_SIZE_PTR`).
 pub const ZERO_SIZE_PTR: NonNull<u8> = {
@@ -76,7 +88,9 @@ pub const fn kmalloc_class(size: usize, align: usize) -> Option<usize> {
     if size > KMALLOC_MAX_CACHE_SIZE {
         return None;
     }
-    let i = kmalloc_index(if size == 0 { 1 } else { size });
+    // One byte load (jemalloc's `sz_size2index_tab`): the fast paths'
+    // class without `kmalloc_index`'s two ranges.
+    let i = KMALLOC_CLASS_OF[size.div_ceil(8)] as usize;
     if align <= KMALLOC_SIZES[0] {
         // Every class is a multiple of 8 (the common case: no search).
         return Some(i);

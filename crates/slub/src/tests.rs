@@ -26,6 +26,25 @@ fn cache<'a>(m: &'a Mem, size: usize, p: TestPlatform, flags: SlabFlags) -> Cach
 
 /// `GlobalSlub`'s fast paths index the caches by `kmalloc_class` without
 /// a bounds check: every size and alignment gives an index of the table.
+/// The tabulated class (`kmalloc_class`'s one-load lookup) is
+/// `kmalloc_index` at every size, and its objects fit the size.
+#[test]
+fn kmalloc_class_table_matches_kmalloc_index() {
+    for size in 0..=crate::kmalloc::KMALLOC_MAX_CACHE_SIZE {
+        let i = kmalloc_class(size, 8).expect("a kmalloc size");
+        assert_eq!(i, crate::kmalloc::kmalloc_index(size.max(1)), "size {size}");
+        assert!(
+            KMALLOC_SIZES[i] >= size,
+            "size {size} in class {}",
+            KMALLOC_SIZES[i]
+        );
+        assert!(
+            i == 0 || KMALLOC_SIZES[i - 1] < size,
+            "size {size}: a smaller class fits"
+        );
+    }
+}
+
 #[test]
 fn kmalloc_class_is_an_index() {
     for size in 0..=crate::kmalloc::KMALLOC_MAX_CACHE_SIZE + 1 {

@@ -422,6 +422,12 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// Which fast path `alloc`/`free` take: a [`Fast`] (`Special` on first
     /// use and for debug caches: the out-of-line dispatchers).
     dispatch: AtomicU8,
+    /// The inline fast paths' dispatch (`KmemCache::alloc_fast`,
+    /// `try_free_fast`): index 1 (hardened) or 0 holds the platform's
+    /// per-thread area when `dispatch` is `Fast::RseqHardened` or
+    /// `Fast::Rseq`, and 0 otherwise; one load both dispatches and gives
+    /// the restartable sections their area.
+    fast_area: [core::sync::atomic::AtomicIsize; 2],
     cpu: LocalLock<CpuLocked, P, N>,
     fast: [CachePadded<CpuFast>; N],
     /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
@@ -487,6 +493,7 @@ macro_rules! build_cache {
             source: $source,
             mode: AtomicU8::new(Mode::Unknown as u8),
             dispatch: AtomicU8::new(Fast::Special as u8),
+            fast_area: [const { core::sync::atomic::AtomicIsize::new(0) }; 2],
             cpu: $cpu,
             fast: $fast,
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
@@ -949,6 +956,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let slab_bytes = self.geometry.page_size << self.lay.oo.order;
         fc.shift
             .store(slab_bytes.trailing_zeros() as usize, CoreOrdering::Relaxed);
+        // Every context reads the same area (0 when the platform cannot
+        // tell yet, e.g. rseq still being looked up by another thread):
+        // never overwrite one with 0.
+        let area = p.this_cpu_area();
+        if area != 0 {
+            fc.area.store(area, CoreOrdering::Relaxed);
+        }
         self.mode.store(m as u8, CoreOrdering::Release);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
@@ -956,6 +970,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // Several nodes: the locked sheaves, whose free path checks the
         // object's node (the restartable sequences do not know nodes).
         let rseq = p.restartable()
+            && area != 0
             && nodes == 1
             && core::mem::size_of::<CachePadded<CpuSheaves>>() == 128
             && Sheaf::HDR == local_lock::this_cpu::SHEAF_HDR_WORDS;
@@ -985,7 +1000,26 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // Release (and Acquire where `mode` and `dispatch` are read): a
         // context that sees the cache initialised sees its secret and
         // `fcheck` too.
-        self.dispatch.store(f as u8, CoreOrdering::Release);
+        // Contexts in their first use together may decide differently
+        // (one saw rseq still being looked up): the first decision
+        // stands, so the inline fast paths (`fast_area`) and the
+        // dispatch never disagree.
+        if self
+            .dispatch
+            .compare_exchange(
+                Fast::Special as u8,
+                f as u8,
+                CoreOrdering::AcqRel,
+                CoreOrdering::Acquire,
+            )
+            .is_ok()
+        {
+            if f == Fast::RseqHardened {
+                self.fast_area[1].store(area, CoreOrdering::Release);
+            } else if f == Fast::Rseq {
+                self.fast_area[0].store(area, CoreOrdering::Release);
+            }
+        }
         m
     }
 

@@ -49,6 +49,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The CPUs' sheaf records, for the platform's `this_cpu` operations.
     #[inline(always)]
     pub(super) fn slots(&self) -> SheafSlots<'_> {
+        self.slots_at(self.fcheck.area.load(CoreOrdering::Relaxed))
+    }
+
+    /// [`slots`](Self::slots) with the platform's per-thread area already
+    /// read (the inline fast paths' [`fast_area`](Self::fast_area)).
+    #[inline(always)]
+    fn slots_at(&self, area: isize) -> SheafSlots<'_> {
         // SAFETY: N records one `CachePadded` apart, living as long as the
         // cache; their sheaf words hold 0 or sheaves of `sheaf_capacity`
         // entries, touched only through these operations or by the
@@ -61,6 +68,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.sheaf_capacity,
             )
         }
+        .with_area(area)
     }
 
     /// `alloc_from_pcs` on a restartable platform.
@@ -80,6 +88,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// sheaf is empty (or the CPU has none).
     #[inline(always)]
     fn pop_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
+        self.pop_rcs_at::<H>(self.fcheck.area.load(CoreOrdering::Relaxed))
+    }
+
+    /// [`pop_rcs`](Self::pop_rcs) with the area already read.
+    #[inline(always)]
+    fn pop_rcs_at<const H: bool>(&self, area: isize) -> Option<NonNull<u8>> {
         // The key, read once: the section's memory clobber would make
         // the compiler read it again after it.
         let key = if H { self.entry_key() } else { 0 };
@@ -88,13 +102,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             key
         };
-        let o = rcs_op!(self.cpu.platform().this_cpu_sheaf_pop(self.slots()));
+        // Private sheaves (the source's own pages, which no user pointer
+        // reaches) hold plain entries and sizes only these paths write:
+        // the entry needs neither decoding nor the window check, and the
+        // size no bound. Sheaves elsewhere (a kernel's pages) keep both.
+        let o = if S::PRIVATE_META {
+            rcs_op!(self
+                .cpu
+                .platform()
+                .this_cpu_sheaf_pop_private(self.slots_at(area)))
+        } else {
+            rcs_op!(self.cpu.platform().this_cpu_sheaf_pop(self.slots_at(area)))
+        };
         if o == 0 {
             return None;
         }
         let o = if H {
             let d = o ^ key;
-            if !self.in_slabs(d) {
+            if !S::PRIVATE_META && !self.in_slabs(d) {
                 self.bad_entry(d)
             }
             self.unmark_with::<H>(d, marker);
@@ -113,15 +138,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `H`: the caller's caches are hardened (any other cache is sent
     /// to `alloc`).
     pub fn alloc_fast<const H: bool>(&self) -> Option<NonNull<u8>> {
-        let want = if H {
-            super::Fast::RseqHardened
-        } else {
-            super::Fast::Rseq
-        };
-        if self.dispatch.load(CoreOrdering::Acquire) != want as u8 {
+        let area = self.fast_area::<H>();
+        if area == 0 {
             return None;
         }
-        let o = self.pop_rcs::<H>();
+        let o = self.pop_rcs_at::<H>(area);
         #[cfg(feature = "stats")]
         if o.is_some() {
             self.stat_here(SlubStat::ALLOC_PCS);
@@ -143,14 +164,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `H`: the caller's caches are hardened (any other cache is sent
     /// to `try_free`).
     pub unsafe fn try_free_fast<const H: bool>(&self, ptr: NonNull<u8>) -> Result<bool, FreeError> {
-        let f = self.dispatch.load(CoreOrdering::Acquire);
+        // SAFETY: forwarded.
+        unsafe { self.try_free_fast_addr::<H>(ptr.as_ptr().expose_provenance()) }
+    }
+
+    /// [`try_free_fast`](Self::try_free_fast) of an address that may be
+    /// null (which the fast path never validates: `Ok(false)`), for a
+    /// front end that sends null to its slow path anyway.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free`](Self::try_free), for a non-null `obj`.
+    #[inline(always)]
+    pub(crate) unsafe fn try_free_fast_addr<const H: bool>(
+        &self,
+        obj: usize,
+    ) -> Result<bool, FreeError> {
         let p = self.cpu.platform();
-        let obj = ptr.as_ptr().expose_provenance();
+        let area = self.fast_area::<H>();
+        if area == 0 {
+            return Ok(false);
+        }
         if H {
-            if f != super::Fast::RseqHardened as u8 {
-                return Ok(false);
-            }
-            return match self.free_push_rcs(obj) {
+            return match self.free_push_rcs_at(obj, area) {
                 FreePush::Pushed => {
                     #[cfg(feature = "stats")]
                     self.stat_here(SlubStat::FREE_PCS);
@@ -160,10 +196,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)).map(|()| true),
             };
         }
-        if f != super::Fast::Rseq as u8 {
-            return Ok(false);
-        }
-        let s = self.slots();
+        let s = self.slots_at(area);
         let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
         let (vbase, vspan, vgen) =
             rcs_op!(p.this_cpu_range(s, self.range_way(obj))).unwrap_or((0, 0, 0));
@@ -326,11 +359,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// private ([`entry_key`](Self::entry_key)), else encoded.
     #[inline(always)]
     fn free_push_rcs(&self, obj: usize) -> FreePush {
+        self.free_push_rcs_at(obj, self.fcheck.area.load(CoreOrdering::Relaxed))
+    }
+
+    /// [`free_push_rcs`](Self::free_push_rcs) with the area already read.
+    #[inline(always)]
+    fn free_push_rcs_at(&self, obj: usize, area: isize) -> FreePush {
         let p = self.cpu.platform();
         if S::PRIVATE_META {
-            rcs_op!(p.this_cpu_free_push_plain(self.slots(), &self.fcheck, obj))
+            rcs_op!(p.this_cpu_free_push_plain(self.slots_at(area), &self.fcheck, obj))
         } else {
-            rcs_op!(p.this_cpu_free_push(self.slots(), &self.fcheck, obj))
+            rcs_op!(p.this_cpu_free_push(self.slots_at(area), &self.fcheck, obj))
         }
     }
 
@@ -470,6 +509,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     fn range_way(&self, obj: usize) -> usize {
         local_lock::this_cpu::range_way(obj, self.fcheck.shift.load(CoreOrdering::Relaxed) as u32)
+    }
+
+    /// The inline fast paths' dispatch and area in one load: the
+    /// platform's per-thread area when this cache's fast path is the
+    /// restartable one of hardening `H` (`Fast::RseqHardened` /
+    /// `Fast::Rseq`), else 0 (first use, another kind of cache, debug).
+    /// Acquire, as the dispatch byte: a context that sees it sees the
+    /// cache's first-use set-up.
+    #[inline(always)]
+    fn fast_area<const H: bool>(&self) -> isize {
+        self.fast_area[H as usize].load(CoreOrdering::Acquire)
     }
 
     /// Whether this cache's sheaves are the restartable ones.
