@@ -408,12 +408,19 @@ impl GlobalSlub {
 
     /// `alloc` beyond the fast path: registration, the full dispatch, page
     /// allocations.
+    /// `class`: `kmalloc_class` of the layout, as the fast path computed
+    /// it (debug heaps choose again: their caches' strides differ).
     #[inline(never)]
-    unsafe fn alloc_slow(&self, layout: Layout) -> *mut u8 {
+    unsafe fn alloc_slow(&self, layout: Layout, class: Option<usize>) -> *mut u8 {
         if self.shrink_due.load(Ordering::Relaxed) {
             self.shrink_idle_due();
         }
-        match self.class(layout) {
+        let class = if self.debug {
+            self.class(layout)
+        } else {
+            class
+        };
+        match class {
             Some(i) => {
                 self.register();
                 match self.k.caches()[i].alloc() {
@@ -428,12 +435,18 @@ impl GlobalSlub {
 
     /// `dealloc` beyond the fast path: the full `try_free` (which reports
     /// bad input precisely), page frees.
+    /// `class` as for [`alloc_slow`](Self::alloc_slow).
     #[inline(never)]
-    unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout) {
+    unsafe fn dealloc_slow(&self, ptr: *mut u8, layout: Layout, class: Option<usize>) {
         if self.shrink_due.load(Ordering::Relaxed) {
             self.shrink_idle_due();
         }
-        match self.class(layout) {
+        let class = if self.debug {
+            self.class(layout)
+        } else {
+            class
+        };
+        match class {
             Some(i) => {
                 let Some(p) = NonNull::new(ptr) else { return };
                 // SAFETY: GlobalAlloc's contract; bad input is refused
@@ -496,7 +509,8 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // (the instance registered itself when its cache was first used;
         // debug caches never pass `alloc_fast`'s dispatch check, so their
         // own class selection is left to the slow path).
-        if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
+        let class = kmalloc_class(layout.size(), layout.align());
+        if let Some(i) = class {
             let c = self.class_cache(i);
             if let Some(p) = c.alloc_fast::<true>() {
                 return p.as_ptr();
@@ -508,7 +522,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
             }
         }
         // SAFETY: forwarded.
-        unsafe { self.alloc_slow(layout) }
+        unsafe { self.alloc_slow(layout, class) }
     }
 
     #[inline]
@@ -535,7 +549,8 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // section. (Debug caches fail `try_free_fast`'s dispatch check.)
         // (A null `ptr` is no object: the fast path sends it on, and the
         // slow path ignores it.)
-        if let Some(i) = kmalloc_class(layout.size(), layout.align()) {
+        let class = kmalloc_class(layout.size(), layout.align());
+        if let Some(i) = class {
             let c = self.class_cache(i);
             let p = ptr.expose_provenance();
             // SAFETY: GlobalAlloc's contract; bad input is refused before
@@ -555,7 +570,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
             }
         }
         // SAFETY: forwarded.
-        unsafe { self.dealloc_slow(ptr, layout) }
+        unsafe { self.dealloc_slow(ptr, layout, class) }
     }
 
     #[inline]

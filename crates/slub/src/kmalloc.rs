@@ -49,17 +49,34 @@ const SIZE_INDEX: [u8; 24] = [
     6, 6, 6, 6, 6, 6, 6, 6, // 136..192
 ];
 
-/// The class of every size up to [`KMALLOC_MAX_CACHE_SIZE`] by `(size +
-/// 7) / 8` (size 0 as size 1): [`kmalloc_index`] tabulated, 1025 bytes.
-static KMALLOC_CLASS_OF: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
-    let mut t = [0u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
-    let mut g = 1;
-    while g < t.len() {
-        t[g] = kmalloc_index(g * 8) as u8;
-        g += 1;
-    }
-    t
-};
+/// [`kmalloc_index`] without a branch or a memory load, for sizes up to
+/// [`KMALLOC_MAX_CACHE_SIZE`] (0 as 1): `b = log2(size - 1)` (at least 2)
+/// picks the class from a nibble table held in a constant, plus, in the
+/// two octaves with a 1.5x class (96, 192), the bit below the top one.
+/// Pure arithmetic, so a loop whose size does not change computes it once
+/// (a table load cannot move across the restartable sections' memory
+/// clobbers), and nothing waits on a load before the cache's address is
+/// known.
+#[inline(always)]
+const fn kmalloc_class_of(size: usize) -> usize {
+    // Class of octave b = 2..=12 (sizes up to 8 << (b - 2)... 2^(b+1)).
+    const BASE: u64 = {
+        let classes: [u64; 13] = [0, 0, 0, 1, 2, 3, 4, 6, 8, 9, 10, 11, 12];
+        let mut v = 0u64;
+        let mut b = 0;
+        while b < 13 {
+            v |= classes[b] << (4 * b);
+            b += 1;
+        }
+        v
+    };
+    // Octaves 6 and 7 (65..=128 and 129..=256) hold two classes each.
+    const SPLIT: u64 = (1 << 6) | (1 << 7);
+    let s = size.saturating_sub(1) as u64;
+    let b = 63 - (s | 7).leading_zeros() as u64;
+    let upper = (s >> (b - 1)) & 1;
+    (((BASE >> (4 * b)) & 15) + ((SPLIT >> b) & upper)) as usize
+}
 
 /// `kmalloc(0)`'s result: a non-null pointer that must not be dereferenced
 /// and that `kfree` ignores (`ZERO_SIZE_PTR`).
@@ -90,7 +107,7 @@ pub const fn kmalloc_class(size: usize, align: usize) -> Option<usize> {
     }
     // One byte load (jemalloc's `sz_size2index_tab`): the fast paths'
     // class without `kmalloc_index`'s two ranges.
-    let i = KMALLOC_CLASS_OF[size.div_ceil(8)] as usize;
+    let i = kmalloc_class_of(size);
     if align <= KMALLOC_SIZES[0] {
         // Every class is a multiple of 8 (the common case: no search).
         return Some(i);

@@ -26,10 +26,10 @@ fn cache<'a>(m: &'a Mem, size: usize, p: TestPlatform, flags: SlabFlags) -> Cach
 
 /// `GlobalSlub`'s fast paths index the caches by `kmalloc_class` without
 /// a bounds check: every size and alignment gives an index of the table.
-/// The tabulated class (`kmalloc_class`'s one-load lookup) is
+/// The computed class (`kmalloc_class`'s branch-free arithmetic) is
 /// `kmalloc_index` at every size, and its objects fit the size.
 #[test]
-fn kmalloc_class_table_matches_kmalloc_index() {
+fn kmalloc_class_matches_kmalloc_index() {
     for size in 0..=crate::kmalloc::KMALLOC_MAX_CACHE_SIZE {
         let i = kmalloc_class(size, 8).expect("a kmalloc size");
         assert_eq!(i, crate::kmalloc::kmalloc_index(size.max(1)), "size {size}");
