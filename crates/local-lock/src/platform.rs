@@ -502,6 +502,25 @@ pub unsafe trait Platform: Sync {
             .unwrap_or(FreePush::Miss)
     }
 
+    /// An unhardened free's push as one `this_cpu` operation:
+    /// [`this_cpu_free_push_plain`](Self::this_cpu_free_push_plain)
+    /// without the free marker and the top-entry check (the steps of
+    /// [`this_cpu::free_push_in_unmarked`]; never [`FreePush::Marked`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_free_push`](Self::this_cpu_free_push).
+    #[inline(always)]
+    unsafe fn this_cpu_free_push_unmarked(
+        &self,
+        s: SheafSlots<'_>,
+        chk: &FreeCheck,
+        obj: usize,
+    ) -> FreePush {
+        this_cpu_generic(self, s, |r| this_cpu::free_push_in_unmarked(r, chk, obj))
+            .unwrap_or(FreePush::Miss)
+    }
+
     /// Exchanges sheaf word `w` of another CPU's record (a remote drain)
     /// and waits until no operation that may still use the old value runs
     /// on that CPU. `None` where the platform cannot (the default: pinned

@@ -356,11 +356,15 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
     ok != 0
 }
 
-/// The section of [`free_push`] and [`free_push_plain`]: `$entry` names
-/// the register holding the sheaf entry (`rax` after `$encode`, which
-/// XORs the marker with the object; or `{obj}` itself, with no encoding).
+/// The section of [`free_push`], [`free_push_plain`] and
+/// [`free_push_unmarked`]: `$mark` stores the free marker (or nothing),
+/// `$entry` names the register holding the sheaf entry (`rax` after
+/// `$encode`, which XORs the marker with the object; or `{obj}` itself,
+/// with no encoding), `$top` refuses an entry equal to the sheaf's top
+/// one (jumping to the `marked` label the last tokens give), or nothing.
 macro_rules! free_push_section {
-    ($s:ident, $chk:ident, $obj:ident, [$($encode:literal),*], $entry:literal) => {{
+    ($s:ident, $chk:ident, $obj:ident, [$($mark:literal),*], [$($encode:literal),*],
+     $entry:literal, [$($top:expr),*], {$($extra:tt)*}) => {{
         debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
         let e = range_way($obj, $chk.shift.load(Ordering::Relaxed) as u32) * 16;
         // SAFETY: caller's contract. Before the commit the section only
@@ -391,9 +395,7 @@ macro_rules! free_push_section {
                 "imul rdx, qword ptr [{k} + 8]",
                 "cmp rdx, {t}",
                 "jne {miss}",
-                // the marker, stored blind; from here a failure is Full
-                "mov rax, qword ptr [{k} + 16]",
-                "mov qword ptr [{obj}], rax",
+                $($mark,)*
                 "mov {sh}, qword ptr [{c}]",
                 "test {sh}, {sh}",
                 "jz {full}",
@@ -401,11 +403,7 @@ macro_rules! free_push_section {
                 "cmp {t}, qword ptr [{k} + 40]",
                 "jae {full}",
                 $($encode,)*
-                // the sheaf's top entry already is this object: a double
-                // free (at an empty sheaf this reads the link word, never
-                // an entry)
-                concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", $entry),
-                "je {marked}",
+                $($top,)*
                 concat!("mov qword ptr [{sh} + 8*{t} + 16], ", $entry),
                 "add {t}, 1",
                 "mov qword ptr [{sh}], {t}",
@@ -425,7 +423,7 @@ macro_rules! free_push_section {
                 out("rdx") _,
                 miss = label { return FreePush::Miss },
                 full = label { return FreePush::Full },
-                marked = label { return FreePush::Marked },
+                $($extra)*
                 options(nostack)
             )
         };
@@ -451,7 +449,25 @@ macro_rules! free_push_section {
 /// are the ones used); object words inside a recorded range are mapped.
 #[inline(always)]
 pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_section!(s, chk, obj, ["xor rax, {obj}"], "rax")
+    free_push_section!(
+        s,
+        chk,
+        obj,
+        [
+            // the marker, stored blind; from here a failure is Full
+            "mov rax, qword ptr [{k} + 16]",
+            "mov qword ptr [{obj}], rax"
+        ],
+        ["xor rax, {obj}"],
+        "rax",
+        [
+            // the sheaf's top entry already is this object: a double free
+            // (at an empty sheaf this reads the link word, never an entry)
+            concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", "rax"),
+            "je {marked}"
+        ],
+        { marked = label { return FreePush::Marked }, }
+    )
 }
 
 /// [`free_push`] pushing `obj` itself: sheaves in memory no user can
@@ -462,7 +478,38 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
 /// As [`free_push`].
 #[inline(always)]
 pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_section!(s, chk, obj, [], "{obj}")
+    free_push_section!(
+        s,
+        chk,
+        obj,
+        [
+            // the marker, stored blind; from here a failure is Full
+            "mov rax, qword ptr [{k} + 16]",
+            "mov qword ptr [{obj}], rax"
+        ],
+        [],
+        "{obj}",
+        [
+            // the sheaf's top entry already is this object: a double free
+            // (at an empty sheaf this reads the link word, never an entry)
+            concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", "{obj}"),
+            "je {marked}"
+        ],
+        { marked = label { return FreePush::Marked }, }
+    )
+}
+
+/// An unhardened free's validation and push as one section (see
+/// [`Platform::this_cpu_free_push_unmarked`](crate::Platform::this_cpu_free_push_unmarked)):
+/// [`free_push_plain`] without the marker and the top-entry check (never
+/// [`FreePush::Marked`]).
+///
+/// # Safety
+///
+/// As [`free_push`].
+#[inline(always)]
+pub unsafe fn free_push_unmarked(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+    free_push_section!(s, chk, obj, [], [], "{obj}", [], {})
 }
 
 /// Way `way` of the running CPU's validated ranges, one snapshot (see

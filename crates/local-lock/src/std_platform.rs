@@ -418,6 +418,17 @@ unsafe impl Platform for RseqCpu {
         unsafe { rseq::free_push_plain(s, chk, obj) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    unsafe fn this_cpu_free_push_unmarked(
+        &self,
+        s: SheafSlots<'_>,
+        chk: &FreeCheck,
+        obj: usize,
+    ) -> FreePush {
+        // SAFETY: as above.
+        unsafe { rseq::free_push_unmarked(s, chk, obj) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     fn remote_sheaf_xchg(
         &self,
         s: SheafSlots<'_>,

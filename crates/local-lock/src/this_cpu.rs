@@ -172,19 +172,32 @@ pub enum FreePush {
 /// interrupts off): the steps of the restartable sequence, in order.
 #[inline(always)]
 pub fn free_push_in(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_with::<false>(r, chk, obj)
+    free_push_with::<false, true>(r, chk, obj)
 }
 
 /// [`free_push_in`] pushing `obj` itself rather than `obj ^ key` (the
 /// steps of [`Platform::this_cpu_free_push_plain`](crate::Platform::this_cpu_free_push_plain)).
 #[inline(always)]
 pub fn free_push_in_plain(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_with::<true>(r, chk, obj)
+    free_push_with::<true, true>(r, chk, obj)
 }
 
-/// [`free_push_in`]'s steps; `PLAIN`: the entry is `obj`, not `obj ^ key`.
+/// [`free_push_in_plain`] without the free marker and the top-entry check
+/// (an unhardened free: the steps of
+/// [`Platform::this_cpu_free_push_unmarked`](crate::Platform::this_cpu_free_push_unmarked)).
 #[inline(always)]
-fn free_push_with<const PLAIN: bool>(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
+pub fn free_push_in_unmarked(r: &CpuSheaves, chk: &FreeCheck, obj: usize) -> FreePush {
+    free_push_with::<true, false>(r, chk, obj)
+}
+
+/// [`free_push_in`]'s steps; `PLAIN`: the entry is `obj`, not `obj ^ key`;
+/// `MARK`: the marker stored and the top entry compared.
+#[inline(always)]
+fn free_push_with<const PLAIN: bool, const MARK: bool>(
+    r: &CpuSheaves,
+    chk: &FreeCheck,
+    obj: usize,
+) -> FreePush {
     let v = &r.ranges[range_way(obj, chk.shift.load(Ordering::Relaxed) as u32)];
     let off = obj.wrapping_sub(v.base.load(Ordering::Relaxed));
     if off >= v.span.load(Ordering::Relaxed)
@@ -197,11 +210,13 @@ fn free_push_with<const PLAIN: bool>(r: &CpuSheaves, chk: &FreeCheck, obj: usize
         return FreePush::Miss;
     }
     let key = chk.key.load(Ordering::Relaxed);
-    // Stored blind: the free never reads the object (see `FreePush`).
-    sheaf_word(obj, 0).store(key, Ordering::Relaxed);
+    if MARK {
+        // Stored blind: the free never reads the object (see `FreePush`).
+        sheaf_word(obj, 0).store(key, Ordering::Relaxed);
+    }
     let entry = if PLAIN { obj } else { obj ^ key };
     let main = r.main.load(Ordering::Relaxed);
-    if main != 0 {
+    if MARK && main != 0 {
         let n = sheaf_word(main, 0).load(Ordering::Relaxed);
         // At an empty sheaf this reads the link word, never an entry.
         if n < chk.cap.load(Ordering::Relaxed)

@@ -329,4 +329,44 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     // SAFETY: as above.
     let w = unsafe { *(base as *const usize) };
     assert_eq!(w, 0x5a5a_5a5a_0000_00c3, "marked even when full");
+
+    // The unhardened section: the same validation, a plain entry, no
+    // marker and no top-entry refusal; and the generic steps agree.
+    let main2 = new_sheaf();
+    assert!(this_cpu!(p.this_cpu_cmpxchg(
+        s,
+        SheafWord::Main,
+        main,
+        main2
+    )));
+    let o = base + 192;
+    // SAFETY: our slab.
+    unsafe { *(o as *mut usize) = 7 };
+    assert_eq!(
+        this_cpu!(p.this_cpu_free_push_unmarked(s, &chk, o + 8)),
+        FreePush::Miss,
+        "not a boundary"
+    );
+    for n in 1..=2 {
+        assert_eq!(
+            this_cpu!(p.this_cpu_free_push_unmarked(s, &chk, o)),
+            FreePush::Pushed,
+            "push {n}: no top-entry check"
+        );
+    }
+    assert_eq!(&words(main2)[..SHEAF_HDR_WORDS + 2], &[2, 0, o, o]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { *(o as *const usize) }, 7, "the object untouched");
+    let r = CpuSheaves::new();
+    let sh = new_sheaf();
+    r.main.store(sh, ord);
+    r.vgen.store(8, ord);
+    local_lock::this_cpu::set_range_in(&r, way, base, 256, 8);
+    assert_eq!(
+        local_lock::this_cpu::free_push_in_unmarked(&r, &chk, o),
+        FreePush::Pushed
+    );
+    assert_eq!(&words(sh)[..SHEAF_HDR_WORDS + 1], &[1, 0, o]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { *(o as *const usize) }, 7, "the object untouched");
 }

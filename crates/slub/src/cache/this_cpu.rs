@@ -196,20 +196,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)).map(|()| true),
             };
         }
-        let s = self.slots_at(area);
-        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
-        let (vbase, vspan, vgen) =
-            rcs_op!(p.this_cpu_range(s, self.range_way(obj))).unwrap_or((0, 0, 0));
-        let off = obj.wrapping_sub(vbase);
-        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
-            return Ok(false);
+        match rcs_op!(p.this_cpu_free_push_unmarked(self.slots_at(area), &self.fcheck, obj)) {
+            FreePush::Pushed => {
+                #[cfg(feature = "stats")]
+                self.stat_here(SlubStat::FREE_PCS);
+                Ok(true)
+            }
+            FreePush::Miss | FreePush::Marked => Ok(false),
+            FreePush::Full => self.free_rcs_slow(obj, obj).map(|()| true),
         }
-        if rcs_op!(p.this_cpu_sheaf_push(s, obj)) {
-            #[cfg(feature = "stats")]
-            self.stat_here(SlubStat::FREE_PCS);
-            return Ok(true);
-        }
-        self.free_rcs_slow(obj, obj).map(|()| true)
     }
 
     /// Reports a popped sheaf entry that decodes outside the cache's slabs.
