@@ -18,6 +18,10 @@ use crate::stats::SlubStat;
 
 use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
+/// Bytes between a private sheaf's block and the sheaf (see
+/// `KmemCache::sheaf_color`).
+const PRIVATE_SHEAF_COLOR: usize = 8;
+
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
     /// (`obj ^ secret`), so a write into a freed block that became a sheaf
@@ -139,6 +143,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.sheaf_bytes().max(self.geometry.page_size)
     }
 
+    /// Where a private sheaf starts in its block: 8 bytes in, when the
+    /// block has room. Its size word, which every push and pop stores,
+    /// then never shares its address modulo 4 KiB with an object of 16
+    /// bytes or more (slabs are page aligned, such objects 16-byte
+    /// aligned): at offset 0, a hot object at a page boundary made every
+    /// load of its free marker wait on the size store before it (4 KiB
+    /// aliasing; `slub-debug`'s hardened 64 B pair measured 3.50 ns with
+    /// the sheaf moved, 4.2-4.7 ns at offset 0, plain 3.45).
+    fn sheaf_color(&self) -> usize {
+        if self.private_sheaf_bytes() - self.sheaf_bytes() >= PRIVATE_SHEAF_COLOR {
+            PRIVATE_SHEAF_COLOR
+        } else {
+            0
+        }
+    }
+
     /// The order of a sheaf's page block.
     fn sheaf_order(&self) -> Option<Order> {
         Order::new(crate::layout::get_order(
@@ -156,7 +176,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// [`SlabSource::PRIVATE_META`]: buddy::PageAlloc::PRIVATE_META
     pub(super) fn new_sheaf(&self) -> Option<Sheaf> {
         let p = if S::PRIVATE_META {
-            self.source.alloc_private(self.private_sheaf_bytes())?
+            let b = self.source.alloc_private(self.private_sheaf_bytes())?;
+            // SAFETY: within the block (`sheaf_color` leaves room for the
+            // sheaf after it); not null.
+            unsafe { NonNull::new_unchecked(b.as_ptr().add(self.sheaf_color())) }
         } else {
             let b = self
                 .source
@@ -178,7 +201,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         debug_assert_eq!(sh.size(), 0);
         let p = core::ptr::with_exposed_provenance_mut::<u8>(sh.0);
         if S::PRIVATE_META {
-            if let Some(p) = NonNull::new(p) {
+            if let Some(p) = NonNull::new(p.wrapping_sub(self.sheaf_color())) {
                 // SAFETY: `new_sheaf`'s private block of this size, empty.
                 unsafe { self.source.free_private(p, self.private_sheaf_bytes()) };
                 self.stat_here(SlubStat::SHEAF_FREE);
