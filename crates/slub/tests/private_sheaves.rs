@@ -140,9 +140,11 @@ fn sheaves_come_from_private_memory_and_hold_plain_entries() {
         );
         // Some private sheaf holds the freed objects' addresses as they are.
         let found = private.iter().any(|&(a, _)| {
-            let w = a as *const usize;
-            // SAFETY: a live private block of a sheaf of 8 entries: the
-            // size word, the link word, then the entries.
+            // The sheaf starts 8 bytes into its block (its size word off
+            // the addresses 16-byte-aligned objects take modulo 4 KiB).
+            let w = (a + 8) as *const usize;
+            // SAFETY: a live private block of a sheaf of 8 entries, 8
+            // bytes in: the size word, the link word, then the entries.
             let word = |i: usize| unsafe { w.add(i).read() };
             let n = word(0);
             let k = objs.len();
