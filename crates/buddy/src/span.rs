@@ -92,18 +92,6 @@ impl Found {
         Some(unsafe { self.info.memmap.add(i) })
     }
 
-    /// The descriptor of `pfn`, which the lookup that found this span
-    /// checked it covers (`index(pfn)` is `Some`): without a second bounds
-    /// check.
-    #[inline(always)]
-    pub(crate) fn desc_ptr_covered(&self, pfn: usize) -> *mut PageDesc {
-        let i = pfn.wrapping_sub(self.info.first_pfn);
-        debug_assert!(i < self.pages, "pfn {pfn:#x} outside its span");
-        // SAFETY: `i < pages` (caller's contract), in bounds of the memmap
-        // allocation (see `desc`).
-        unsafe { self.info.memmap.add(i) }
-    }
-
     /// The address one past the span's populated pages.
     #[inline(always)]
     pub(crate) fn end(&self, page_shift: u32) -> usize {

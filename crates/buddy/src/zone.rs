@@ -370,8 +370,8 @@ impl ZoneInner {
             };
             (o, li)
         };
-        let high = Order::new(o as u8)?;
-        let l = &self.area[high.index()].lists[li];
+        let high = Order::of_bit(o);
+        let l = self.list_mut(high, li == ZERO_LIST);
         let desc = if flags.contains(AllocFlags::COLD) {
             l.tail
         } else {

@@ -147,19 +147,10 @@ impl<P: Platform> Buddy<P> {
         let zone = self.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
-        let Some(desc) = self.check_free_fast(&found, pfn, order) else {
-            // Diagnosed under the lock again, after this guard is gone:
-            // nothing that may unwind runs while it lives, so it stays in
-            // registers (issue #22).
-            drop(g);
-            return Err(self.diagnose_free_relock(zone, found, pfn, addr, order));
-        };
+        let desc = self.check_free_locked(&found, pfn, addr, order)?;
         #[cfg(any(test, feature = "invariants"))]
         if zero {
-            if let Err(e) = self.verify_zero_free(ptr, order) {
-                drop(g);
-                return Err(e);
-            }
+            self.verify_zero_free(ptr, order)?;
         }
         g.count_event(Stat::FREE, 1);
         if zero {
@@ -240,46 +231,19 @@ impl<P: Platform> Buddy<P> {
         addr: usize,
         order: Order,
     ) -> Result<*mut PageDesc, FreeError> {
-        match self.check_free_fast(found, pfn, order) {
-            Some(d) => Ok(d),
-            // By value: a reference would make `found` escape, and the
-            // whole free keep it in memory (issue #22).
-            None => Err(self.diagnose_free(*found, pfn, addr, order)),
+        if let Some(d) = found.desc_ptr(pfn) {
+            // SAFETY: in the span's memmap.
+            let d_ref = unsafe { &*d };
+            let s = d_ref.load_state();
+            // A page on a per-CPU list is held by the lists, not the caller.
+            // The tag shares the state's cache line: one more load.
+            if is_head(s, KIND_ALLOC, order) && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed)) {
+                return Ok(d);
+            }
         }
-    }
-
-    /// [`check_free_locked`](Self::check_free_locked) without the
-    /// diagnosis: `found` is the span [`locate`](Self::locate) found for
-    /// `pfn` (so the descriptor needs no second bounds check).
-    #[inline(always)]
-    fn check_free_fast(&self, found: &Found, pfn: usize, order: Order) -> Option<*mut PageDesc> {
-        let d = found.desc_ptr_covered(pfn);
-        // SAFETY: in the span's memmap.
-        let d_ref = unsafe { &*d };
-        let s = d_ref.load_state();
-        // A page on a per-CPU list is held by the lists, not the caller.
-        // The tag shares the state's cache line: one more load.
-        if is_head(s, KIND_ALLOC, order) && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed)) {
-            Some(d)
-        } else {
-            None
-        }
-    }
-
-    /// [`diagnose_free`](Self::diagnose_free) for a free that dropped the
-    /// lock of `zone` first: takes it again.
-    #[cold]
-    #[inline(never)]
-    fn diagnose_free_relock(
-        &self,
-        zone: usize,
-        found: Found,
-        pfn: usize,
-        addr: usize,
-        order: Order,
-    ) -> FreeError {
-        let _g = self.lock_zone(zone);
-        self.diagnose_free(found, pfn, addr, order)
+        // By value: a reference would make `found` escape, and the whole
+        // free keep it in memory (issue #22).
+        Err(self.diagnose_free(*found, pfn, addr, order))
     }
 
     /// Why a free failed the descriptor check (zone lock held).
