@@ -175,11 +175,7 @@ impl SpanTable {
     /// Span `idx` (published).
     #[inline(always)]
     pub(crate) fn get(&self, idx: usize) -> Found {
-        Found {
-            idx,
-            info: self.info(idx),
-            pages: self.pages[idx].load(Ordering::Acquire),
-        }
+        self.get_fields(idx)
     }
 
     /// The span covering `addr`, if any (O(number of spans), first span

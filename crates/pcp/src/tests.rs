@@ -1167,7 +1167,7 @@ fn report_shows_the_buddys_purges_after_a_trim() {
 
 /// An expected count of a vm event (`ALLOC_HIT`, `ALLOC_COLD`,
 /// `FREE_HIT`): `n` with the `stats` feature, else 0.
-fn ev(n: u64) -> u64 {
+pub(crate) fn ev(n: u64) -> u64 {
     if cfg!(feature = "stats") {
         n
     } else {

@@ -10,6 +10,7 @@ use buddy::{AllocFlags, FreeFlags, Tunables, ZoneId};
 use local_lock::test_platform::TestPlatform;
 
 use crate::testing::{Mem, CPUS, O0};
+use crate::tests::ev;
 use crate::{PcpStat, Policy};
 
 /// 1 MiB of 4 KiB pages, min 32 / low 40: between min and low the lists
@@ -94,14 +95,4 @@ fn pages_on_the_lists_are_drained_for_a_request_the_zone_refuses() {
     }
     pcp.drain_local();
     assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
-}
-
-/// An expected count of a vm event (`ALLOC_HIT`, `ALLOC_COLD`,
-/// `FREE_HIT`): `n` with the `stats` feature, else 0.
-fn ev(n: u64) -> u64 {
-    if cfg!(feature = "stats") {
-        n
-    } else {
-        0
-    }
 }
