@@ -175,27 +175,57 @@ impl SpanTable {
     /// Span `idx` (published).
     #[inline(always)]
     pub(crate) fn get(&self, idx: usize) -> Found {
-        Found {
-            idx,
-            info: self.info(idx),
-            pages: self.pages[idx].load(Ordering::Acquire),
-        }
+        self.get_fields(idx)
     }
 
     /// The span covering `addr`, if any (O(number of spans), first span
     /// first).
     #[inline(always)]
     pub(crate) fn find(&self, addr: usize, page_shift: u32) -> Option<Found> {
+        if let Some(f) = self.find_first(addr, page_shift) {
+            return Some(f);
+        }
+        // The other spans out of line, returning an index: a `Found`
+        // returned through memory made the free path keep its span there.
+        let idx = self.find_rest(addr, page_shift)?;
+        Some(self.get_fields(idx))
+    }
+
+    /// The index of the span past the first covering `addr`, out of line
+    /// (the free path's common case is the first span: one compare).
+    #[inline(never)]
+    fn find_rest(&self, addr: usize, page_shift: u32) -> Option<usize> {
         let n = self.len();
         let pfn = addr >> page_shift;
-        for idx in 0..n {
-            let info = self.info(idx);
-            let pages = self.pages[idx].load(Ordering::Acquire);
-            if pfn.wrapping_sub(info.first_pfn) < pages {
-                return Some(Found { idx, info, pages });
+        (1..n).find(|&idx| {
+            let first = self.info[idx].with(|p| {
+                // SAFETY: a published slot, never written again.
+                unsafe { (*p).first_pfn }
+            });
+            pfn.wrapping_sub(first) < self.pages[idx].load(Ordering::Acquire)
+        })
+    }
+
+    /// Span `idx` (published), its info read field by field (a copy of
+    /// the whole `SpanInfo` went through stack temporaries on the free
+    /// path, issue #22).
+    #[inline(always)]
+    fn get_fields(&self, idx: usize) -> Found {
+        // SAFETY: slot `idx` is published (caller's contract), never
+        // written again.
+        let info = self.info[idx].with(|p| unsafe {
+            SpanInfo {
+                first_pfn: (*p).first_pfn,
+                zone_base: (*p).zone_base,
+                memmap: (*p).memmap,
+                cap_pages: (*p).cap_pages,
             }
+        });
+        Found {
+            idx,
+            info,
+            pages: self.pages[idx].load(Ordering::Acquire),
         }
-        None
     }
 
     /// The first span if it covers `addr` (the common case of [`find`](Self::find),
@@ -205,7 +235,7 @@ impl SpanTable {
         if self.len() == 0 {
             return None;
         }
-        let f = self.get(0);
+        let f = self.get_fields(0);
         // `start` is `first_pfn << page_shift`: the index check of
         // `Found::desc` on `addr >> page_shift` is the whole range check.
         f.index(addr >> page_shift).map(|_| f)

@@ -141,6 +141,15 @@ impl Order {
         }
     }
 
+    /// The order of bit `o` of a free-area bitmap (`zero_bits`,
+    /// `dirty_bits`: only orders up to the limit have bits), without
+    /// [`new`](Self::new)'s check.
+    #[inline(always)]
+    pub(crate) const fn of_bit(o: u32) -> Order {
+        debug_assert!(o <= ORDER_LIMIT as u32);
+        Order(o as u8)
+    }
+
     /// One order up or down (internal arithmetic, within the limit).
     #[inline(always)]
     pub(crate) const fn plus(self, n: u8) -> Order {

@@ -370,8 +370,8 @@ impl ZoneInner {
             };
             (o, li)
         };
-        let high = Order::new(o as u8)?;
-        let l = &self.area[high.index()].lists[li];
+        let high = Order::of_bit(o);
+        let l = self.list_mut(high, li == ZERO_LIST);
         let desc = if flags.contains(AllocFlags::COLD) {
             l.tail
         } else {
@@ -722,7 +722,7 @@ impl ZoneInner {
 
 /// `buddy_merge_likely`: the buddy of this block's parent is free, so once
 /// this block's own buddy is freed the merge goes two orders up.
-#[inline]
+#[inline(always)]
 fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
     if order.get() + 1 >= cfg.max_order().get() {
         return false;

@@ -33,7 +33,8 @@ local_lock::stat_items! {
     /// unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
     /// let s = pcp.stats();
     /// assert_eq!((s.get(PcpStat::REFILL), s.get(PcpStat::REFILL_PAGES)), (1, 8));
-    /// assert_eq!(s.get(PcpStat::FREE_HIT), 1);
+    /// // A vm event: counted with the `stats` feature (the default).
+    /// assert_eq!(s.get(PcpStat::FREE_HIT), u64::from(cfg!(feature = "stats")));
     /// ```
     pub enum PcpStat;
     /// One CPU's counters (plain adds under the CPU's local lock), or their
@@ -53,7 +54,8 @@ local_lock::stat_items! {
     /// ```
     pub struct PcpStats [width = 22, zeros = true];
     items {
-        /// A page was served from the CPU's hot/cold list.
+        /// A page was served from the CPU's hot/cold list (with the `stats`
+        /// feature, else 0).
         ALLOC_HIT = "ALLOC_HIT",
         /// A page was served from the CPU's zero list to a zeroed request (no clearing).
         ALLOC_ZERO_HIT = "ALLOC_ZERO_HIT",
@@ -61,7 +63,8 @@ local_lock::stat_items! {
         ALLOC_ZERO_AS_NORMAL = "ALLOC_ZERO_AS_NORMAL",
         /// A zeroed request took a normal page and cleared it.
         ALLOC_CLEARED = "ALLOC_CLEARED",
-        /// A cold request took from the tail of a list.
+        /// A cold request took from the tail of a list (with the `stats`
+        /// feature, else 0).
         ALLOC_COLD = "ALLOC_COLD",
         /// An empty list was refilled from the buddy (one zone-lock acquisition).
         REFILL = "REFILL",
@@ -76,7 +79,8 @@ local_lock::stat_items! {
         WATERMARK_BYPASS = "WATERMARK_BYPASS",
         /// An only-zero request found no zero page and failed.
         ONLY_ZERO_FAIL = "ONLY_ZERO_FAIL",
-        /// A page was freed onto the CPU's lists.
+        /// A page was freed onto the CPU's lists (with the `stats` feature,
+        /// else 0).
         FREE_HIT = "FREE_HIT",
         /// A page freed as still zero went onto the zero list.
         FREE_ZERO = "FREE_ZERO",

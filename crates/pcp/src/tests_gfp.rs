@@ -10,6 +10,7 @@ use buddy::{AllocFlags, FreeFlags, Tunables, ZoneId};
 use local_lock::test_platform::TestPlatform;
 
 use crate::testing::{Mem, CPUS, O0};
+use crate::tests::ev;
 use crate::{PcpStat, Policy};
 
 /// 1 MiB of 4 KiB pages, min 32 / low 40: between min and low the lists
@@ -40,20 +41,20 @@ fn list_hits_pass_the_zone_watermark_first() {
     };
     down_to(36);
     held.push(pcp.alloc(O0, AllocFlags::NONE).expect("above min"));
-    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), 2);
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), ev(2));
     down_to(30);
     // Below min: no list hit (14 pages on the lists); the buddy refuses
     // too, so the lists are drained (as the kernel's drain_all_pages) and
     // the retry is served by the buddy.
     held.push(pcp.alloc(O0, AllocFlags::NONE).expect("after the drain"));
-    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), 2, "not a list hit");
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), ev(2), "not a list hit");
     assert_eq!(pcp.stats().get(PcpStat::WATERMARK_BYPASS), 1);
     assert_eq!(pcp.total_count(), 0, "the lists were drained");
     assert_eq!(m.buddy.nr_free_pages(z), 30 + 14 - 1);
     // Below min again: HIGH (min halved) takes its page through the lists.
     down_to(30);
     held.push(pcp.alloc(O0, AllocFlags::HIGH).expect("HIGH: min/2"));
-    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), 3);
+    assert_eq!(pcp.stats().get(PcpStat::ALLOC_HIT), ev(3));
     assert_eq!(pcp.stats().get(PcpStat::WATERMARK_BYPASS), 1);
     for p in held.into_iter().chain(direct) {
         // SAFETY: ours, order 0, freed once.

@@ -40,6 +40,7 @@ fn std_collections_and_threads_run_on_it() {
     let big = vec![0u8; 9 << 20];
     assert!(big.iter().all(|&b| b == 0));
     let s = HEAP.pcp().stats();
-    assert!(s.get(pcp::PcpStat::ALLOC_HIT) > 0);
+    // A vm event: counted with the `stats` feature (the default).
+    assert!(!cfg!(feature = "stats") || s.get(pcp::PcpStat::ALLOC_HIT) > 0);
     assert!(s.get(pcp::PcpStat::REFILL) > 0);
 }

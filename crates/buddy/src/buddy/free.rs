@@ -139,7 +139,11 @@ impl<P: Platform> Buddy<P> {
         purged: bool,
     ) -> Result<(), FreeError> {
         let addr = ptr.as_ptr() as usize;
-        let (found, pfn) = self.locate(addr, order)?;
+        // (`locate_ok`, not `locate`: no `Result` carrying the span to move
+        // through the hot path.)
+        let Some((found, pfn)) = self.locate_ok(addr, order) else {
+            return Err(self.locate_err(addr, order));
+        };
         let zone = self.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
@@ -237,13 +241,16 @@ impl<P: Platform> Buddy<P> {
                 return Ok(d);
             }
         }
-        Err(self.diagnose_free(found, pfn, addr, order))
+        // By value: a reference would make `found` escape, and the whole
+        // free keep it in memory (issue #22).
+        Err(self.diagnose_free(*found, pfn, addr, order))
     }
 
     /// Why a free failed the descriptor check (zone lock held).
     #[cold]
     #[inline(never)]
-    fn diagnose_free(&self, found: &Found, pfn: usize, addr: usize, order: Order) -> FreeError {
+    fn diagnose_free(&self, found: Found, pfn: usize, addr: usize, order: Order) -> FreeError {
+        let found = &found;
         let shift = self.cfg.page_shift();
         let desc = found.desc(pfn);
         let kind_ = match desc.map(|d| d.load_state()) {

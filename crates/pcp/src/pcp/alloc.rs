@@ -69,12 +69,46 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline(always)]
     fn try_lists(&self, order: Order, flags: AllocFlags) -> Result<Option<Block<'_>>, ()> {
         let mut g = self.lock().ok_or(())?;
-        let r = self.rmqueue_pcplist(&mut g, order, flags);
-        drop(g);
+        // A list hit with the guard in registers: its address never
+        // escapes on this path (the refill, out of line, takes it by
+        // value), so it is not built on the stack (issue #22).
+        let cpu = g.cpu();
+        let r = match self.take(&mut g, cpu, order, flags) {
+            Some(r) => {
+                self.taken(&mut g, order);
+                drop(g);
+                Some(r)
+            }
+            None => self.rmqueue_refill(g, order, flags),
+        };
         Ok(r.map(|(ptr, known_zero, owner)| Block {
             page: self.prep_new_page(ptr, order, flags, known_zero),
             owner,
         }))
+    }
+
+    /// The miss side of [`try_lists`](Self::try_lists): the rest of
+    /// [`rmqueue_pcplist`](Self::rmqueue_pcplist) (a refill and a second
+    /// try), then the lists' lock is dropped.
+    #[cold]
+    #[inline(never)]
+    fn rmqueue_refill(
+        &self,
+        mut g: Guard<'_, L, N>,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<(NonNull<u8>, bool, &Owner)> {
+        self.rmqueue_pcplist(&mut g, order, flags)
+    }
+
+    /// The bookkeeping of a page taken off the lists: the count, and the
+    /// free batch an allocation halves.
+    #[inline(always)]
+    fn taken(&self, g: &mut Guard<'_, L, N>, order: Order) {
+        let c = g.count - order.pages();
+        self.set_count(g, c);
+        // Allocations reduce the batch of the next frees.
+        g.free_count >>= 1;
     }
 
     /// The zone failed its low watermark: the lower zones against theirs
@@ -216,10 +250,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let mut refilled = false;
         loop {
             if let Some(r) = self.take(g, cpu, order, flags) {
-                let c = g.count - order.pages();
-                self.set_count(g, c);
-                // Allocations reduce the batch of the next frees.
-                g.free_count >>= 1;
+                self.taken(g, order);
                 return Some(r);
             }
             if refilled || self.refill(g, order, flags) == 0 {
@@ -256,14 +287,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             return Some((p, false, own));
         }
         if let Some((p, own)) = g.normal[o].pop_owner(cold) {
-            self.stat(
+            self.stat_event(
                 cpu,
                 if cold {
                     PcpStat::ALLOC_COLD
                 } else {
                     PcpStat::ALLOC_HIT
                 },
-                1,
             );
             return Some((p, false, own));
         }

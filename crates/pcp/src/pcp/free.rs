@@ -196,20 +196,32 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // SAFETY: forwarded contract.
             return unsafe { b.free_pages_flags(ptr, order, flags) };
         };
-        if self.free_locked(&mut g, ptr, order, flags, o) {
-            self.unlock_after_batch(g);
+        // The guard's address escapes only on the batch side (by value),
+        // so the common free keeps it in registers (issue #22).
+        match self.free_commit(&mut g, ptr, order, flags, o) {
+            None => drop(g),
+            Some(n) => self.free_batch_unlock(g, n, order),
         }
     }
 
-    /// Drops the lists' lock after a batch free, then
+    /// The lists reached `high`: returns `n` pages to the buddy
+    /// (`free_pcppages_bulk`), drops the lists' lock, then
     /// [`after_batch`](Self::after_batch) (out of line: the free fast path
-    /// only tests the flag; dropping the guard inline there cost five
-    /// instructions per `GlobalPcp` pair).
+    /// only tests for it).
     #[cold]
     #[inline(never)]
-    fn unlock_after_batch(&self, g: Guard<'_, L, N>) {
+    fn free_batch_unlock(&self, mut g: Guard<'_, L, N>, n: usize, order: Order) {
+        self.free_batch(&mut g, n, order);
         drop(g);
         self.after_batch();
+    }
+
+    /// `free_pcppages_bulk` of `n` pages from `order`'s list on, counted.
+    #[inline(always)]
+    fn free_batch(&self, g: &mut Guard<'_, L, N>, n: usize, order: Order) {
+        let cpu = g.cpu();
+        self.free_pcppages_bulk(g, n, order.get());
+        self.stat(cpu, PcpStat::FREE_BATCH, 1);
     }
 
     /// After pages went back to the buddy in a batch (a batch free, a
@@ -236,7 +248,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// The free after validation, under this CPU's lists' lock: push, then
     /// the batch return when the lists reach `high`. Returns true if a
     /// batch went back to the buddy (the caller then runs
-    /// [`after_batch`](Self::after_batch) once the lock is dropped).
+    /// [`after_batch`](Self::after_batch) once the lock is dropped). For
+    /// the bulk free, which keeps the lock over many pages.
     #[inline(always)]
     pub(super) fn free_locked(
         &self,
@@ -246,6 +259,28 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         flags: FreeFlags,
         own: &Owner,
     ) -> bool {
+        match self.free_commit(g, ptr, order, flags, own) {
+            Some(n) => {
+                self.free_batch(g, n, order);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The push and `free_unref_page_commit`'s bookkeeping, under this
+    /// CPU's lists' lock; `Some(n)` when the lists reached `high` and `n`
+    /// pages must go back to the buddy (the caller's
+    /// [`free_batch`](Self::free_batch)).
+    #[inline(always)]
+    fn free_commit(
+        &self,
+        g: &mut Guard<'_, L, N>,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        own: &Owner,
+    ) -> Option<usize> {
         let cpu = g.cpu();
         let o = order.index();
         let zero = flags.contains(FreeFlags::ZERO);
@@ -262,7 +297,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         } else {
             g.normal[o].push(own, list_tag(order.get(), false), cold);
         }
-        self.stat(cpu, PcpStat::FREE_HIT, 1);
+        self.stat_event(cpu, PcpStat::FREE_HIT);
         let c = g.count + order.pages();
         self.set_count(g, c);
         // free_unref_page_commit (Linux 6.7+).
@@ -296,12 +331,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             free_high,
         );
         if c >= high {
-            let n = nr_pcp_free(batch, high, c, pages.free_count, free_high);
-            self.free_pcppages_bulk(g, n, order.get());
-            self.stat(cpu, PcpStat::FREE_BATCH, 1);
-            return true;
+            return Some(nr_pcp_free(batch, high, c, pages.free_count, free_high));
         }
-        false
+        None
     }
 
     /// `free_pcppages_bulk`: returns at least `pages` pages (or all) to the

@@ -489,6 +489,17 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         c.store(c.load(Relaxed) + n, Relaxed);
     }
 
+    /// [`stat`](Self::stat) for the per-operation events of the list fast
+    /// paths (`ALLOC_HIT`, `ALLOC_COLD`, `FREE_HIT`): counted only with the
+    /// `stats` feature (issue #22); without it they read 0.
+    #[inline(always)]
+    fn stat_event(&self, cpu: usize, item: PcpStat) {
+        #[cfg(feature = "stats")]
+        self.stat(cpu, item, 1);
+        #[cfg(not(feature = "stats"))]
+        let _ = (cpu, item);
+    }
+
     /// Counts an event of a path that holds no pcp lock (bypasses): an
     /// atomic add, since the CPU's holder may be writing the same counter.
     #[cold]
