@@ -321,3 +321,109 @@ fn immediate_double_free_is_refused_by_the_free() {
     let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
     assert_ne!(x, y);
 }
+
+/// `__pcs_replace_full_main`: a free that finds the main sheaf full and no
+/// spare keeps the full main as the spare and continues on an empty sheaf
+/// (from the barn, or new), as the kernel and the locked sheaves do; the
+/// two sheaves then absorb a swing of up to two sheaves without the barn.
+/// Before, the restartable free traded the full main at the barn and left
+/// the spare missing, so every crossing of one sheaf's boundary took the
+/// barn lock (`slub-threads` at one thread: one barn trade per ~66
+/// allocations).
+#[test]
+fn a_full_main_without_spare_becomes_the_spare() {
+    use slub::SlubStat;
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("spare");
+        // A swing of 40 objects: more than one sheaf of 32, less than two.
+        let swing = |c: &KmemCache<GlobalPages, RseqCpu>| {
+            let v: Vec<NonNull<u8>> = (0..40).map(|_| c.alloc().unwrap()).collect();
+            for o in v {
+                // SAFETY: ours, freed once.
+                unsafe { c.free(o) };
+            }
+        };
+        // Warm up: the sheaves made and filled.
+        swing(&c);
+        swing(&c);
+        let before = c.stats();
+        for _ in 0..100 {
+            swing(&c);
+        }
+        let after = c.stats();
+        let d = |s| after.get(s) - before.get(s);
+        let traded = d(SlubStat::BARN_GET)
+            + d(SlubStat::BARN_PUT)
+            + d(SlubStat::SHEAF_REFILL)
+            + d(SlubStat::SHEAF_FLUSH);
+        assert!(
+            traded <= 2,
+            "100 swings of 40 objects over sheaves of 32 went to the barn or slabs {traded} times \
+             (barn get {}, put {}, refill {}, flush {}; swaps {})",
+            d(SlubStat::BARN_GET),
+            d(SlubStat::BARN_PUT),
+            d(SlubStat::SHEAF_REFILL),
+            d(SlubStat::SHEAF_FLUSH),
+            d(SlubStat::SHEAF_SWAP)
+        );
+    })
+    .join()
+    .unwrap();
+}
+
+/// The restartable slow paths leave the main sheaf half full (a half
+/// sheaf moves between main and spare) instead of swapping whole sheaves,
+/// which leaves the new main at the edge the program swings around: a
+/// random walk of allocations and frees (as `slub-threads`'s mixed sizes
+/// make per class) takes a slow path rarely.
+#[test]
+fn a_random_walk_rarely_leaves_the_sheaves() {
+    use slub::SlubStat;
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("walk");
+        let mut live: Vec<NonNull<u8>> = Vec::new();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut step = |c: &KmemCache<GlobalPages, RseqCpu>, live: &mut Vec<NonNull<u8>>| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if (rng & 1 == 0 && live.len() < 256) || live.is_empty() {
+                live.push(c.alloc().unwrap());
+            } else {
+                // SAFETY: ours, freed once.
+                unsafe { c.free(live.pop().unwrap()) };
+            }
+        };
+        for _ in 0..1000 {
+            step(&c, &mut live);
+        }
+        let before = c.stats();
+        for _ in 0..20_000 {
+            step(&c, &mut live);
+        }
+        let after = c.stats();
+        let d = |s| after.get(s) - before.get(s);
+        let slow = d(SlubStat::SHEAF_SWAP) + d(SlubStat::BARN_GET) + d(SlubStat::BARN_PUT);
+        eprintln!(
+            "slow paths in 20000 steps: {slow} (swaps {}, barn get {}, put {})",
+            d(SlubStat::SHEAF_SWAP),
+            d(SlubStat::BARN_GET),
+            d(SlubStat::BARN_PUT)
+        );
+        assert!(slow <= 200, "{slow} slow paths in 20000 steps");
+        for o in live {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+    })
+    .join()
+    .unwrap();
+}

@@ -249,6 +249,60 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.stat_here(SlubStat::SHEAF_FLUSH);
     }
 
+    /// Restartable sheaves (user space): moves the top `k` entries of the
+    /// detached sheaf `from` onto the detached sheaf `to`, in order (the
+    /// most recently freed stay on top). Entries are position independent
+    /// (plain, or `obj ^ key`), so they move as stored.
+    ///
+    /// The kernel swaps whole sheaves at a full main (free) or an empty one
+    /// (alloc), which leaves the new main at its edge: a program whose
+    /// objects of a class swing around that edge (`slub-threads`'s mixed
+    /// sizes) then takes a slow path every few operations. A swap is a few
+    /// instructions under the kernel's local lock, but four restartable
+    /// sections and two calls here; so the restartable slow paths split
+    /// the two sheaves to leave the main half full instead (see
+    /// `half_main_after_free` / `half_main_after_alloc`).
+    pub(super) fn sheaf_move_top(&self, from: Sheaf, to: Sheaf, k: usize) {
+        let (n, m) = (from.size(), to.size());
+        if k > n || m + k > self.sheaf_capacity {
+            self.bad_sheaf_size(if k > n { from } else { to }, if k > n { n } else { m });
+        }
+        for i in 0..k {
+            to.set(m + i, from.get(n - k + i));
+        }
+        to.set_size(m + k);
+        from.set_size(n - k);
+    }
+
+    /// The free's slow path found the main sheaf `full` and will continue
+    /// on `room` (the spare with room, or an empty sheaf): tops `room` up
+    /// to half a sheaf with `full`'s most recent entries, so that the new
+    /// main is not at the edge the program's frees and allocations swing
+    /// around. A spare already half full is swapped in as it is (the
+    /// kernel's swap).
+    pub(super) fn half_main_after_free(&self, full: Sheaf, room: Sheaf) {
+        let half = self.sheaf_capacity / 2;
+        let (n, m) = (full.size(), room.size());
+        if m < half && n == self.sheaf_capacity {
+            self.sheaf_move_top(full, room, half - m);
+        }
+    }
+
+    /// The allocation's slow path found the main sheaf `empty` and will
+    /// continue on `spare` (which holds objects): when `spare` is more than
+    /// half full, its most recent half sheaf moves to `empty`, which
+    /// becomes the main (half full) while `spare` keeps the rest.
+    /// `true` when moved (then `empty` is the new main).
+    pub(super) fn half_main_after_alloc(&self, empty: Sheaf, spare: Sheaf) -> bool {
+        let half = self.sheaf_capacity / 2;
+        let n = spare.size();
+        if half > 0 && n > half && n <= self.sheaf_capacity && empty.size() == 0 {
+            self.sheaf_move_top(spare, empty, half);
+            return true;
+        }
+        false
+    }
+
     /// `refill_sheaf`: fills an empty sheaf by bulk allocation; false if the
     /// page allocator ran out.
     pub(super) fn refill_sheaf(&self, sh: Sheaf) -> bool {

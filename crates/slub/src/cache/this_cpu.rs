@@ -281,7 +281,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let spare = rcs_op!(p.this_cpu_xchg(s, SheafWord::Spare, 0)).unwrap_or(0);
         let (full, empty) = if spare != 0 && Sheaf(spare).size() > 0 {
             self.stat_here(SlubStat::SHEAF_SWAP);
-            (Sheaf(spare), main)
+            if main != 0 && self.half_main_after_alloc(Sheaf(main), Sheaf(spare)) {
+                (Sheaf(main), spare)
+            } else {
+                (Sheaf(spare), main)
+            }
         } else {
             // Up to two empty sheaves: one is traded, the other kept.
             let (e, keep) = match (main, spare) {
@@ -438,7 +442,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let spare = rcs_op!(p.this_cpu_xchg(s, SheafWord::Spare, 0)).unwrap_or(0);
         let (target, other) = if spare != 0 && Sheaf(spare).size() < cap {
             self.stat_here(SlubStat::SHEAF_SWAP);
+            if main != 0 {
+                self.half_main_after_free(Sheaf(main), Sheaf(spare));
+            }
             (Sheaf(spare), main)
+        } else if spare == 0 && main != 0 {
+            // __pcs_replace_full_main with no spare: the full main becomes
+            // the spare and an empty sheaf (the barn's, else a new one)
+            // the main, so that two sheaves absorb the swings.
+            match self.barn_get_empty().or_else(|| self.new_sheaf()) {
+                Some(e) => {
+                    self.half_main_after_free(Sheaf(main), e);
+                    (e, main)
+                }
+                None => {
+                    self.install(SheafWord::Main, Sheaf(main));
+                    return self.free_rcs_to_slab(obj);
+                }
+            }
         } else {
             // main and spare are full (or missing): a full one goes to
             // the barn for an empty sheaf.
