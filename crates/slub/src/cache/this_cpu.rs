@@ -192,7 +192,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     self.stat_here(SlubStat::FREE_PCS);
                     Ok(true)
                 }
-                FreePush::Miss | FreePush::Marked => Ok(false),
+                FreePush::Miss => self.free_fast_miss::<H>(obj),
+                FreePush::Marked => Ok(false),
                 FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)).map(|()| true),
             };
         }
@@ -202,9 +203,25 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.stat_here(SlubStat::FREE_PCS);
                 Ok(true)
             }
-            FreePush::Miss | FreePush::Marked => Ok(false),
+            FreePush::Miss => self.free_fast_miss::<H>(obj),
+            FreePush::Marked => Ok(false),
             FreePush::Full => self.free_rcs_slow(obj, obj).map(|()| true),
         }
+    }
+
+    /// A fast free outside the CPU's validated ranges, straight to the
+    /// miss path (the page map or the descriptors, the range recorded,
+    /// the push), without going back through the caller's slow path and
+    /// `try_free`'s dispatch and section again; a null `obj` goes back
+    /// (`Ok(false)`).
+    #[cold]
+    #[inline(never)]
+    fn free_fast_miss<const H: bool>(&self, obj: usize) -> Result<bool, FreeError> {
+        let Some(ptr) = NonNull::new(core::ptr::with_exposed_provenance_mut::<u8>(obj)) else {
+            return Ok(false);
+        };
+        let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
+        self.free_rcs_miss::<H>(ptr, gen).map(|()| true)
     }
 
     /// Reports a popped sheaf entry that decodes outside the cache's slabs.
