@@ -363,6 +363,29 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
 /// with no encoding), `$top` refuses an entry equal to the sheaf's top
 /// one (jumping to the `marked` label the last tokens give), or nothing.
 macro_rules! free_push_section {
+    // A hardened free: the marker stored, the top entry compared.
+    (marked $s:ident, $chk:ident, $obj:ident, [$($encode:literal),*], $entry:literal) => {
+        free_push_section!(
+            $s,
+            $chk,
+            $obj,
+            [
+                // the marker, stored blind; from here a failure is Full
+                "mov rax, qword ptr [{k} + 16]",
+                "mov qword ptr [{obj}], rax"
+            ],
+            [$($encode),*],
+            $entry,
+            [
+                // the sheaf's top entry already is this object: a double
+                // free (at an empty sheaf this reads the link word, never
+                // an entry)
+                concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", $entry),
+                "je {marked}"
+            ],
+            { marked = label { return FreePush::Marked }, }
+        )
+    };
     ($s:ident, $chk:ident, $obj:ident, [$($mark:literal),*], [$($encode:literal),*],
      $entry:literal, [$($top:expr),*], {$($extra:tt)*}) => {{
         debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
@@ -449,25 +472,7 @@ macro_rules! free_push_section {
 /// are the ones used); object words inside a recorded range are mapped.
 #[inline(always)]
 pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_section!(
-        s,
-        chk,
-        obj,
-        [
-            // the marker, stored blind; from here a failure is Full
-            "mov rax, qword ptr [{k} + 16]",
-            "mov qword ptr [{obj}], rax"
-        ],
-        ["xor rax, {obj}"],
-        "rax",
-        [
-            // the sheaf's top entry already is this object: a double free
-            // (at an empty sheaf this reads the link word, never an entry)
-            concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", "rax"),
-            "je {marked}"
-        ],
-        { marked = label { return FreePush::Marked }, }
-    )
+    free_push_section!(marked s, chk, obj, ["xor rax, {obj}"], "rax")
 }
 
 /// [`free_push`] pushing `obj` itself: sheaves in memory no user can
@@ -478,25 +483,7 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
 /// As [`free_push`].
 #[inline(always)]
 pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
-    free_push_section!(
-        s,
-        chk,
-        obj,
-        [
-            // the marker, stored blind; from here a failure is Full
-            "mov rax, qword ptr [{k} + 16]",
-            "mov qword ptr [{obj}], rax"
-        ],
-        [],
-        "{obj}",
-        [
-            // the sheaf's top entry already is this object: a double free
-            // (at an empty sheaf this reads the link word, never an entry)
-            concat!("cmp qword ptr [{sh} + 8*{t} + 8], ", "{obj}"),
-            "je {marked}"
-        ],
-        { marked = label { return FreePush::Marked }, }
-    )
+    free_push_section!(marked s, chk, obj, [], "{obj}")
 }
 
 /// An unhardened free's validation and push as one section (see

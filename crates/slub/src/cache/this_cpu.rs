@@ -185,19 +185,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if area == 0 {
             return Ok(false);
         }
-        if H {
-            return match self.free_push_rcs_at(obj, area) {
-                FreePush::Pushed => {
-                    #[cfg(feature = "stats")]
-                    self.stat_here(SlubStat::FREE_PCS);
-                    Ok(true)
-                }
-                FreePush::Miss => self.free_fast_miss::<H>(obj),
-                FreePush::Marked => Ok(false),
-                FreePush::Full => self.free_rcs_slow(obj, self.entry_of(obj)).map(|()| true),
-            };
-        }
-        match rcs_op!(p.this_cpu_free_push_unmarked(self.slots_at(area), &self.fcheck, obj)) {
+        let pushed = if H {
+            self.free_push_rcs_at(obj, area)
+        } else {
+            rcs_op!(p.this_cpu_free_push_unmarked(self.slots_at(area), &self.fcheck, obj))
+        };
+        match pushed {
             FreePush::Pushed => {
                 #[cfg(feature = "stats")]
                 self.stat_here(SlubStat::FREE_PCS);
@@ -205,7 +198,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             FreePush::Miss => self.free_fast_miss::<H>(obj),
             FreePush::Marked => Ok(false),
-            FreePush::Full => self.free_rcs_slow(obj, obj).map(|()| true),
+            FreePush::Full => {
+                let entry = if H { self.entry_of(obj) } else { obj };
+                self.free_rcs_slow(obj, entry).map(|()| true)
+            }
         }
     }
 
