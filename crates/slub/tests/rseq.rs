@@ -321,3 +321,46 @@ fn immediate_double_free_is_refused_by_the_free() {
     let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
     assert_ne!(x, y);
 }
+
+/// A young cache's sheaf refill takes one slab's worth of objects, not a
+/// whole sheaf's: a process that uses a few objects of a class starts with
+/// one slab of it (128-byte objects, 32 to a page, sheaves of 128: one
+/// page, not four), and the cache grows a slab per refill until its slabs
+/// hold a sheaf's worth; then refills fill the sheaf.
+#[test]
+fn young_cache_refills_one_slab_at_a_time() {
+    fn check<P: Platform + Copy + Send + Sync>(p: P) {
+        let c = KmemCache::<GlobalPages, P>::create(
+            "young",
+            128,
+            8,
+            SlabFlags::HARDENED,
+            GlobalPages,
+            p,
+        )
+        .unwrap()
+        .with_sheaves(128);
+        let per_slab = c.slabinfo().objperslab;
+        assert!(per_slab < 128, "{per_slab} objects per slab");
+        let first = c.alloc().unwrap();
+        assert_eq!(c.nr_slabs(), 1, "the first refill made one slab");
+        // Take every object the cache has: each refill adds one slab
+        // until the slabs hold a sheaf's worth.
+        let mut v = vec![first];
+        while c.nr_slabs() * per_slab < 128 {
+            let before = c.nr_slabs();
+            for _ in 0..per_slab {
+                v.push(c.alloc().unwrap());
+            }
+            assert!(c.nr_slabs() <= before + 1, "one slab per refill");
+        }
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+    }
+    check(PerThread);
+    if RseqCpu.restartable() {
+        check(RseqCpu);
+    }
+}
