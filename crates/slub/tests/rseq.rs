@@ -364,3 +364,47 @@ fn young_cache_refills_one_slab_at_a_time() {
         check(RseqCpu);
     }
 }
+
+/// A cache's first slab is of the minimum order: 1 KiB objects (order-3
+/// slabs of 32 preferred, with `nr_cpus` of this machine or more) start
+/// with one page of 4; the next slabs are of the preferred order.
+#[test]
+fn first_slab_is_of_the_minimum_order() {
+    fn check<P: Platform + Copy + Send + Sync>(p: P) {
+        let c = KmemCache::<GlobalPages, P>::create(
+            "first-slab",
+            1024,
+            8,
+            SlabFlags::HARDENED,
+            GlobalPages,
+            p,
+        )
+        .unwrap()
+        .with_sheaves(32);
+        let info = c.slabinfo();
+        assert!(
+            info.pagesperslab > 1,
+            "{} pages per slab",
+            info.pagesperslab
+        );
+        let first = c.alloc().unwrap();
+        assert_eq!(c.nr_slabs(), 1);
+        assert_eq!(c.slabinfo().num_objs, 4, "one page of 1 KiB objects");
+        let mut v = vec![first];
+        for _ in 0..8 {
+            v.push(c.alloc().unwrap());
+        }
+        assert!(
+            c.slabinfo().num_objs >= 4 + info.objperslab,
+            "then slabs of the preferred order"
+        );
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+    }
+    check(PerThread);
+    if RseqCpu.restartable() {
+        check(RseqCpu);
+    }
+}

@@ -261,10 +261,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// objects of each of a dozen classes started with four slabs of each
     /// small class (a 128-object sheaf of 128-byte objects is four pages).
     /// A partial sheaf is a valid sheaf (frees fill it up).
+    /// The first refill takes what the first slab holds (of the minimum
+    /// order, see `new_slab`).
     pub(super) fn refill_count(&self) -> usize {
         let cap = self.sheaf_capacity;
-        let per_slab = usize::from(self.lay.oo.objects);
-        if per_slab < cap && self.nr_slabs().saturating_mul(per_slab) < cap {
+        let slabs = self.nr_slabs();
+        let oo = usize::from(self.lay.oo.objects);
+        let per_slab = if slabs == 0 {
+            usize::from(self.lay.min.objects)
+        } else {
+            oo
+        };
+        if per_slab < cap && slabs.saturating_mul(oo) < cap {
             per_slab
         } else {
             cap
