@@ -37,6 +37,12 @@ fi
 
 step cargo build --release -p mm-malloc
 so="$(realpath "$TARGET_BASE/release/libmm_malloc.so")"
+# The library's never-run code is linked apart (crates/malloc/build.rs's
+# linker script), so fault-around does not map it into every process.
+if command -v readelf >/dev/null 2>&1 && ! readelf -SW "$so" | grep -q ' \.text\.cold '; then
+    echo "FAIL: no .text.cold section in $so (crates/malloc/build.rs's linker script)"
+    exit 1
+fi
 
 # GNU time for the figures (wall time, peak RSS).
 timer=(/usr/bin/time -f '%e %M' -o)

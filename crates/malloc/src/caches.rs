@@ -83,10 +83,15 @@ pub const fn name(i: usize) -> &'static str {
     }
 }
 
-/// Cache `i` with `flags` and sheaves of up to `sheaves` objects (capped
-/// per class as kmalloc's: an intermediate class as the kmalloc class
-/// above it).
-const fn build(i: usize, flags: SlabFlags, sheaves: usize) -> Cache {
+/// Writes cache `i` with `flags` and sheaves of up to `sheaves` objects
+/// (capped per class as kmalloc's: an intermediate class as the kmalloc
+/// class above it) into `img`, in place: out of line, `KmemCache::new`
+/// writes its result where `img` is, and the class and the sheaves are set
+/// there (the by-value builder steps, inlined into the build, kept two
+/// more 25 KB copies of the cache in its stack frame: 78 KB of stack
+/// touched by every process).
+#[inline(never)]
+fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves: usize) {
     let (size, class) = if i < MID_BASE {
         (KMALLOC_SIZES[i], i)
     } else {
@@ -102,7 +107,7 @@ const fn build(i: usize, flags: SlabFlags, sheaves: usize) -> Cache {
     } else {
         8
     };
-    Cache::new(
+    let c = img.write(Cache::new(
         name(i),
         size,
         align,
@@ -110,9 +115,9 @@ const fn build(i: usize, flags: SlabFlags, sheaves: usize) -> Cache {
         Geometry::new(64),
         &crate::pages::PAGES,
         RseqCpu::new(),
-    )
-    .with_kmalloc_index(i)
-    .with_sheaves(kmalloc_sheaf_capacity(class, sheaves))
+    ));
+    c.set_kmalloc_index(i);
+    c.set_sheaves(kmalloc_sheaf_capacity(class, sheaves));
 }
 
 /// One cache's storage: zero (in `.bss`) until [`configure`] writes the
@@ -220,7 +225,7 @@ fn build_slow(i: usize) {
             GlobalSlub::DEFAULT_FLAGS
         };
         let mut img = MaybeUninit::<Cache>::zeroed();
-        img.write(build(i, flags, sheaves));
+        write_image(&mut img, i, flags, sheaves);
         let words = size_of::<Cache>() / 8;
         let src = img.as_ptr().cast::<u64>();
         let dst = CACHES[i].0.get().cast::<u64>();

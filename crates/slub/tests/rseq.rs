@@ -427,3 +427,90 @@ fn a_random_walk_rarely_leaves_the_sheaves() {
     .join()
     .unwrap();
 }
+
+/// A young cache's sheaf refill takes one slab's worth of objects, not a
+/// whole sheaf's: a process that uses a few objects of a class starts with
+/// one slab of it (128-byte objects, 32 to a page, sheaves of 128: one
+/// page, not four), and the cache grows a slab per refill until its slabs
+/// hold a sheaf's worth; then refills fill the sheaf.
+#[test]
+fn young_cache_refills_one_slab_at_a_time() {
+    fn check<P: Platform + Copy + Send + Sync>(p: P) {
+        let c = KmemCache::<GlobalPages, P>::create(
+            "young",
+            128,
+            8,
+            SlabFlags::HARDENED,
+            GlobalPages,
+            p,
+        )
+        .unwrap()
+        .with_sheaves(128);
+        let per_slab = c.slabinfo().objperslab;
+        assert!(per_slab < 128, "{per_slab} objects per slab");
+        let first = c.alloc().unwrap();
+        assert_eq!(c.nr_slabs(), 1, "the first refill made one slab");
+        // Take every object the cache has: each refill adds one slab
+        // until the slabs hold a sheaf's worth.
+        let mut v = vec![first];
+        while c.nr_slabs() * per_slab < 128 {
+            let before = c.nr_slabs();
+            for _ in 0..per_slab {
+                v.push(c.alloc().unwrap());
+            }
+            assert!(c.nr_slabs() <= before + 1, "one slab per refill");
+        }
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+    }
+    check(PerThread);
+    if RseqCpu.restartable() {
+        check(RseqCpu);
+    }
+}
+
+/// A cache's first slab is of the minimum order: 1 KiB objects (order-3
+/// slabs of 32 preferred, with `nr_cpus` of this machine or more) start
+/// with one page of 4; the next slabs are of the preferred order.
+#[test]
+fn first_slab_is_of_the_minimum_order() {
+    fn check<P: Platform + Copy + Send + Sync>(p: P) {
+        let c = KmemCache::<GlobalPages, P>::create(
+            "first-slab",
+            1024,
+            8,
+            SlabFlags::HARDENED,
+            GlobalPages,
+            p,
+        )
+        .unwrap()
+        .with_sheaves(32);
+        let info = c.slabinfo();
+        assert!(
+            info.pagesperslab > 1,
+            "{} pages per slab",
+            info.pagesperslab
+        );
+        let first = c.alloc().unwrap();
+        assert_eq!(c.nr_slabs(), 1);
+        assert_eq!(c.slabinfo().num_objs, 4, "one page of 1 KiB objects");
+        let mut v = vec![first];
+        for _ in 0..8 {
+            v.push(c.alloc().unwrap());
+        }
+        assert!(
+            c.slabinfo().num_objs >= 4 + info.objperslab,
+            "then slabs of the preferred order"
+        );
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { c.free(o) };
+        }
+    }
+    check(PerThread);
+    if RseqCpu.restartable() {
+        check(RseqCpu);
+    }
+}

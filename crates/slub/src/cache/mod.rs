@@ -616,9 +616,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// [`tag_kmalloc_index`]: crate::slab::tag_kmalloc_index
     #[cfg_attr(loom, allow(dead_code))]
     pub const fn with_kmalloc_index(mut self, i: usize) -> Self {
+        self.set_kmalloc_index(i);
+        self
+    }
+
+    /// [`with_kmalloc_index`](Self::with_kmalloc_index) in place (a cache
+    /// built where it lives, e.g. mm-malloc's, without moving it).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub const fn set_kmalloc_index(&mut self, i: usize) {
         assert!(i < 255, "KmemCache::with_kmalloc_index: class above 254");
         self.kidx = i as u8 + 1;
-        self
     }
 
     /// Enables per-CPU sheaves of `capacity` objects (the kernel's
@@ -634,8 +641,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self
     }
 
-    /// [`with_sheaves`](Self::with_sheaves) in place (typed caches).
-    pub(crate) const fn set_sheaves(&mut self, capacity: usize) {
+    /// [`with_sheaves`](Self::with_sheaves) in place (typed caches, and a
+    /// cache built where it lives).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` does not fit a sheaf block.
+    pub const fn set_sheaves(&mut self, capacity: usize) {
         assert!(
             (capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
                 <= self.geometry.page_size << self.geometry.max_order,

@@ -303,26 +303,56 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         false
     }
 
-    /// `refill_sheaf`: fills an empty sheaf by bulk allocation; false if the
-    /// page allocator ran out.
+    /// `refill_sheaf`: fills an empty sheaf by bulk allocation
+    /// ([`refill_count`](Self::refill_count) objects); false if the page
+    /// allocator ran out.
     pub(super) fn refill_sheaf(&self, sh: Sheaf) -> bool {
-        let cap = self.sheaf_capacity;
-        // SAFETY: the sheaf's object area holds `cap` pointers and is ours.
-        let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), cap) };
-        if self.alloc_bulk_slab(out) == cap {
+        let want = self.refill_count();
+        // SAFETY: the sheaf's object area holds `sheaf_capacity >= want`
+        // pointers and is ours.
+        let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), want) };
+        if self.alloc_bulk_slab(out) == want {
             if self.hardened() {
                 // Marked free and encoded in place.
-                for i in 0..cap {
+                for i in 0..want {
                     let o = sh.get(i);
                     self.mark_free(o);
                     self.sheaf_set(sh, i, o);
                 }
             }
-            sh.set_size(cap);
+            sh.set_size(want);
             self.stat_here(SlubStat::SHEAF_REFILL);
             true
         } else {
             false
+        }
+    }
+
+    /// How many objects a sheaf refill takes: the sheaf's capacity, except
+    /// while the cache's slabs together hold fewer objects than that (a
+    /// young cache): then one slab's worth, so the cache grows a slab per
+    /// refill up to a sheaf's worth of slabs instead of starting with them
+    /// all. The kernel fills the sheaf (`refill_sheaf` asks for
+    /// `sheaf_capacity - size`); a process whose caches are all young pays
+    /// for that in memory touched: a C program under mm-malloc using a few
+    /// objects of each of a dozen classes started with four slabs of each
+    /// small class (a 128-object sheaf of 128-byte objects is four pages).
+    /// A partial sheaf is a valid sheaf (frees fill it up).
+    /// The first refill takes what the first slab holds (of the minimum
+    /// order, see `new_slab`).
+    pub(super) fn refill_count(&self) -> usize {
+        let cap = self.sheaf_capacity;
+        let slabs = self.nr_slabs();
+        let oo = usize::from(self.lay.oo.objects);
+        let per_slab = if slabs == 0 {
+            usize::from(self.lay.min.objects)
+        } else {
+            oo
+        };
+        if per_slab < cap && slabs.saturating_mul(oo) < cap {
+            per_slab
+        } else {
+            cap
         }
     }
 
