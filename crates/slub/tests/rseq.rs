@@ -12,7 +12,11 @@ use slub::{GlobalPages, GlobalSlub, KmemCache, SlabFlags};
 
 /// Objects cached after `threads` live threads each allocated and freed
 /// `per` objects (all threads still alive when counted): the objects the
-/// cache's slabs hold, in use or cached, minus none in use.
+/// cache's slabs hold, in use or cached, minus none in use. The threads
+/// take turns (one allocates and frees at a time), so how many objects are
+/// ever live at once does not depend on how the scheduler interleaves them
+/// (on a loaded machine, threads preempted with their objects in hand made
+/// the per-CPU figure grow to the per-thread one).
 fn cached_objects<P: Platform + Copy + Send + Sync>(p: P, threads: usize, per: usize) -> usize {
     let c =
         KmemCache::<GlobalPages, P>::create("cached", 64, 8, SlabFlags::HARDENED, GlobalPages, p)
@@ -20,14 +24,17 @@ fn cached_objects<P: Platform + Copy + Send + Sync>(p: P, threads: usize, per: u
             .with_sheaves(128);
     let done = Barrier::new(threads + 1);
     let counted = Barrier::new(threads + 1);
+    let turn = Mutex::new(());
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
+                let _turn = turn.lock().unwrap();
                 let v: Vec<NonNull<u8>> = (0..per).map(|_| c.alloc().unwrap()).collect();
                 for o in v {
                     // SAFETY: ours, freed once.
                     unsafe { c.free(o) };
                 }
+                drop(_turn);
                 done.wait();
                 counted.wait();
             });
