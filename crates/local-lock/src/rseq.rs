@@ -213,6 +213,34 @@ macro_rules! rseq_enter {
     };
 }
 
+/// A main-sheaf section's entry (pop and push): `{$zero}` cleared (the
+/// failure's result), the descriptor stored (label 3), the start (label
+/// 4), the CPU id (to 5 without a record), `{sh}` = the CPU's main sheaf
+/// (to 5 without one) and `{t}` = its size.
+macro_rules! sheaf_enter {
+    ($zero:literal) => {
+        concat!(
+            "2:\n",
+            "xor {",
+            $zero,
+            ":e}, {",
+            $zero,
+            ":e}\n",
+            "lea {t}, [rip + 3f]\n",
+            "mov qword ptr fs:[{off} + {rcs}], {t}\n",
+            "4:\n",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]\n",
+            "cmp {c}, {nr}\n",
+            "jae 5f\n",
+            "shl {c}, 7\n",
+            "mov {sh}, qword ptr [{base} + {c}]\n",
+            "test {sh}, {sh}\n",
+            "jz 5f\n",
+            "mov {t}, qword ptr [{sh}]\n",
+        )
+    };
+}
+
 /// The section prologue/epilogue: descriptor in `__rseq_cs` (start 4,
 /// post-commit 5, abort 6), the signature and the abort handler (back to
 /// 2, the restart) in `__rseq_failure`.
@@ -245,19 +273,7 @@ macro_rules! pop_section {
         // SAFETY: caller's contract; the section's stores are its commit.
         unsafe {
             asm!(
-                "2:",
-                "xor {v:e}, {v:e}",
-                "lea {t}, [rip + 3f]",
-                "mov qword ptr fs:[{off} + {rcs}], {t}",
-                "4:",
-                "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-                "cmp {c}, {nr}",
-                "jae 5f",
-                "shl {c}, 7",
-                "mov {sh}, qword ptr [{base} + {c}]",
-                "test {sh}, {sh}",
-                "jz 5f",
-                "mov {t}, qword ptr [{sh}]",
+                sheaf_enter!("v"),
                 "sub {t}, 1",
                 $($check,)*
                 "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
@@ -318,19 +334,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
     // until the commit (the size store).
     unsafe {
         asm!(
-            "2:",
-            "xor {ok:e}, {ok:e}",
-            "lea {t}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {t}",
-            "4:",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 7",
-            "mov {sh}, qword ptr [{base} + {c}]",
-            "test {sh}, {sh}",
-            "jz 5f",
-            "mov {t}, qword ptr [{sh}]",
+            sheaf_enter!("ok"),
             "cmp {t}, {cap}",
             "jae 5f",
             "mov qword ptr [{sh} + 8*{t} + 16], {val}",
