@@ -15,7 +15,7 @@ summary=()
 for manifest in crates/*/Cargo.toml; do
     dir=$(dirname "$manifest")
     [[ -f "$dir/tests/loom.rs" ]] || continue
-    pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$manifest" | head -n 1)
+    pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p;T;q' "$manifest")
     t0=$SECONDS
     step cargo test --release -p "$pkg" --test loom
     summary+=("$pkg $((SECONDS - t0)) s")
