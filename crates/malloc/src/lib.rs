@@ -149,6 +149,9 @@ fn init() {
     }
     let s = env::read();
     apply_env(&s);
+    // The lists' bounds (before any page goes through them: init runs
+    // before the first allocation).
+    let _ = pages().pcp().set_batch_high(Some(pages::PCP_BATCH_HIGH));
     // The pages' fork handlers.
     pages().register_fork();
     local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
