@@ -153,7 +153,7 @@ fn init() {
     // before the first allocation).
     let _ = pages().pcp().set_batch_high(Some(pages::PCP_BATCH_HIGH));
     // The pages' fork handlers.
-    pages().register_fork();
+    pages::PagesFork::register();
     local_lock::fork::register(&caches::CACHES_FORK, local_lock::fork::level::OBJECTS);
     INIT_STATE.store(2, Ordering::Release);
     READY.store(true, Ordering::Release);

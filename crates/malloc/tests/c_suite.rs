@@ -399,3 +399,36 @@ fn threads_that_only_free_first() {
         );
     }
 }
+
+/// A single-threaded process's `fork` takes no allocator lock (no other
+/// thread can hold one): the handlers' lock and unlock writes copied the
+/// pages of the buddy's and pcp's state in the child before `fork`
+/// returned (and in the parent after it). The child's faults at `fork`'s
+/// return stay near glibc's (measured in release: 31 before, 22 after,
+/// glibc 17).
+#[test]
+fn single_threaded_fork_copies_few_pages() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("fork_faults");
+    let faults = |preload: bool| -> u64 {
+        let mut c = Command::new(&exe);
+        if preload {
+            c.env("LD_PRELOAD", &so);
+        }
+        let o = c.output().expect("run");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    let (glibc, ours) = (faults(false), faults(true));
+    // (measured over glibc's: release 14 before, 5 after; debug 23
+    // before, 10 after, a debug build's code and frames being larger)
+    let slack = if cfg!(debug_assertions) { 16 } else { 9 };
+    assert!(
+        ours <= glibc + slack,
+        "a child took {ours} page faults before fork returned (glibc: {glibc})"
+    );
+}
