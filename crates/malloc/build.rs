@@ -13,29 +13,245 @@
 //!   touched, from the page cache) no longer maps the cold code into every
 //!   process. Measured, a small C program under `LD_PRELOAD`: 448 -> 268
 //!   KiB of the library's text resident (`/proc/self/smaps`), of 455 KiB.
+//! - in the same script, the functions every process runs (the entry
+//!   points, the slow paths of the sheaves, slabs, pcp and buddy, init,
+//!   fork handlers: [`HOT`]) go to `.text.malloc_hot`, right after `.plt`
+//!   and before the cold code: they were spread over the whole of `.text`
+//!   (80 of its 232 KiB run by `tr`, 114 KiB by all the programs of
+//!   `scripts/programs.sh` together, measured with callgrind), so
+//!   fault-around mapped all of `.text` into every process. Together they
+//!   now span two fault-around windows. A name that no longer matches
+//!   (renamed function) only costs resident text, never correctness.
 
 use std::env;
 use std::fs;
 use std::path::PathBuf;
 
-/// The script: every input section whose (mangled) name names the cold
-/// crates or functions goes to `.text.cold`, inserted after `.plt` (GNU ld
-/// and lld both take `INSERT` scripts next to their default layout).
-const COLD_LD: &str = "\
-SECTIONS {
+/// The functions of [`HOT`], by crate: each `(crate, names)` pair
+/// matches the legacy-mangled symbols `_ZN...<crate>...<len><name>17h...`
+/// (`<name>` with its length prefix, as mangled; a closure's parent is
+/// `<len><parent>*closure`). Taken from callgrind profiles of the
+/// programs of `scripts/programs.sh` (every function of this library
+/// that one of them ran).
+const HOT: &[(&str, &[&str])] = &[
+    (
+        "mm_malloc",
+        &[
+            "10alloc_slow",
+            "10build_slow",
+            "10fork_child",
+            "11fork_parent",
+            "11write_image",
+            "12dealloc_slow",
+            "12fork_prepare",
+            "12realloc_impl",
+            "17alloc_object_slow",
+            "19dealloc_object_slow",
+            "4ctor",
+            "4dtor",
+            "4init",
+            "5alloc",
+            "6usable",
+            "13alloc_aligned",
+            "10cold_class",
+            "6lender",
+        ],
+    ),
+    (
+        "slub",
+        &[
+            "11flush_sheaf",
+            "12discard_slab",
+            "12do_slab_free",
+            "12refill_sheaf",
+            "13alloc_special",
+            "13barn_get_full",
+            "13barn_put_full",
+            "14slab_free_slow",
+            "15calculate_order",
+            "15put_cpu_partial",
+            "16calculate_layout",
+            "16free_to_pcs_miss",
+            "16free_to_pcs_slow",
+            "17unfreeze_partials",
+            "18free_to_pcs_relock",
+            "19alloc_from_pcs_slow",
+            "20slab_alloc_slow_node",
+            "21alloc_from_pcs_relock",
+            "21calculate_layout_ctor",
+            "3add",
+            "6remove",
+            "8new_slab",
+            "9init_mode",
+            "9new_sheaf",
+        ],
+    ),
+    (
+        "pcp",
+        &[
+            "11after_batch",
+            "11alloc_block",
+            "11alloc_buddy",
+            "13alloc_private",
+            "13register_fork",
+            "14rmqueue_refill",
+            "15alloc_below_low",
+            "16after_large_free",
+            "17free_batch_unlock",
+            "18free_pcppages_bulk",
+            "4free",
+            "6refill",
+            "16alloc_lists_slow*closure",
+        ],
+    ),
+    (
+        "buddy",
+        &[
+            "10decay_cold",
+            "10decay_scan",
+            "10free_range",
+            "10purge_free",
+            "11alloc_block",
+            "11fork_unlock",
+            "11free_direct",
+            "11zone_extent",
+            "12alloc_direct",
+            "12fork_prepare",
+            "12owner_of_any",
+            "12remap_direct",
+            "13alloc_private",
+            "13find_reserved",
+            "13prep_compound*closure",
+            "13register_fork",
+            "13set_page_tags",
+            "14alloc_slowpath",
+            "14purge_over_cap",
+            "15clear_pair_slow",
+            "16after_large_free",
+            "17isolate_for_purge",
+            "3new",
+            "4grow",
+            "5decay",
+            "6detect",
+            "6rehash",
+            "7rmqueue",
+            "8grow_for",
+            "9find_rest",
+        ],
+    ),
+    (
+        "local_lock",
+        &[
+            "10on_prepare",
+            "11map_aligned",
+            "12my_slot_slow",
+            "14os_random_seed",
+            "15single_threaded",
+            "3map",
+            "4drop",
+            "4init",
+            "5child",
+            "5purge",
+            "5unmap",
+            "7install",
+            "7prepare",
+            "8on_child",
+            "9on_parent",
+            "9page_size",
+        ],
+    ),
+    (
+        "portable_atomic",
+        &[
+            "20_atomic_load_vmovdqa",
+            "32_atomic_store_vmovdqa_non_seqcst",
+            "4init",
+            "7_detect",
+        ],
+    ),
+    ("std", &["7destroy"]),
+];
+
+/// More of [`HOT`]: slub's `this_cpu` module whole (the slow paths of
+/// the restartable sequences, found with a copy of the library whose
+/// other `.text` was overwritten with `int3`), the C entry points
+/// (unmangled) and std's and core's functions, v0-mangled (`_RN...`,
+/// matched without their crate hashes).
+const HOT_EXACT: &[&str] = &[
+    ".text._ZN4slub5cache8this_cpu*",
+    ".text.malloc",
+    ".text.free",
+    ".text.calloc",
+    ".text.realloc",
+    ".text.reallocarray",
+    ".text.posix_memalign",
+    ".text.aligned_alloc",
+    ".text.memalign",
+    ".text.malloc_usable_size",
+    ".text.__libc_malloc",
+    ".text.__libc_free",
+    ".text.__libc_calloc",
+    ".text.__libc_realloc",
+    ".text.__libc_memalign",
+    ".text.__udivti3",
+    ".text._RN*3std3sys3env4unix6getenv*",
+    ".text._RN*3std3env7__var_os*",
+    ".text._RN*10linux_like8register*",
+    ".text._RN*15ARGV_INIT_ARRAY12init_wrapper*",
+    ".text._RN*4CStr19from_bytes_with_nul*",
+    ".text._RN*5xsave7__xgetbv*",
+];
+
+/// The script: the hot functions ([`HOT`], [`HOT_EXACT`]) to
+/// `.text.malloc_hot`, then every input section whose (mangled) name names
+/// the cold crates or functions to `.text.cold`, both inserted after
+/// `.plt` (GNU ld and lld both take `INSERT` scripts next to their default
+/// layout; an input section goes to the first statement that matches it).
+fn script() -> String {
+    // The hot code first in the text segment (with the C runtime's
+    // `.text`, run at load and exit, and `.plt`, through which every call
+    // into libc goes), the cold code after it, then `.text`: the page
+    // cache holds the file in large folios (64 KiB and more, aligned in
+    // the file) and a fault maps the folio's pages around it, so hot code
+    // spread through `.text` (or `.plt` at its end) kept all of it
+    // resident. glibc's `pthread_atfork` stub comes from
+    // `libc_nonshared.a`, in its `.text`.
+    let mut s = String::from(
+        "SECTIONS {\n  .text.malloc_hot : {\n    *crt*.o(.text .text.*)\n    *libc_nonshared.a:*(.text .text.*)\n",
+    );
+    for (krate, names) in HOT {
+        for n in *names {
+            let tail = if n.ends_with("closure") { "*" } else { "17h*" };
+            s += &format!("    *(.text.*_ZN*{krate}*{n}{tail})\n");
+        }
+    }
+    for e in HOT_EXACT {
+        // (LLVM names a cold function's section `.text.unlikely.NAME`)
+        let name = e.trim_start_matches(".text.");
+        s += &format!("    *(.text.{name} .text.unlikely.{name})\n");
+    }
+    // (`__rseq_failure`: the restartable sequences' abort handlers, each
+    // after its signature, which the kernel reads)
+    s += "    *(__rseq_failure)\n    *(.plt)\n  }\n";
+    s += COLD;
+    s += "} INSERT BEFORE .text;\n";
+    s
+}
+
+/// The cold part of the script.
+const COLD: &str = "\
   .text.cold : {
     *(.text.*gimli* .text.*addr2line* .text.*rustc_demangle* .text.*miniz_oxide*)
     *(.text.*backtrace* .text.*symbolize* .text.*panicking*)
     *(.text.*fmt* .text.*Debug* .text.*Display*)
   }
-} INSERT AFTER .plt;
 ";
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     if env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("cold.ld");
-        fs::write(&out, COLD_LD).expect("write cold.ld");
+        fs::write(&out, script()).expect("write cold.ld");
         println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{}", out.display());
     }
     println!("cargo:rerun-if-changed=build.rs");

@@ -9,7 +9,7 @@
 
 use core::cell::UnsafeCell;
 use core::mem::{size_of, MaybeUninit};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU8, Ordering};
 
 use local_lock::fork::ForkLocks;
 use local_lock::std_platform::RseqCpu;
@@ -249,6 +249,72 @@ fn build_slow(i: usize) {
     build_unlock();
 }
 
+/// How many objects a class that is not built yet (cold) takes from a
+/// larger class ([`lender`]) before it is built. A built cache costs a
+/// process its written records (about 4 pages of `.bss`: the cache's
+/// first page, CPU 0's lock slot, fast record and sheaves, and its node;
+/// see [`Slot`]), a first slab and a sheaf page or two, and faults them in
+/// again after each `fork`: 6-8 pages, whether it serves one object or
+/// thousands. Small programs ask for a few objects of many classes (a
+/// `git commit`: 1 to 12 objects each of 128, 1024, 1536, 1792, 2048,
+/// 2560, 3584 and 6144 bytes; `tr`: 18 of 1056, one of 1536 and 1792);
+/// those are now objects of a larger class (at most `COLD_OBJECTS` per
+/// class, at most twice their size: a few KiB of waste in any program)
+/// instead of caches of their own. Off under `MM_SLUB_DEBUG` (each
+/// object stays in its own, possibly debug, cache).
+pub const COLD_OBJECTS: u16 = 32;
+
+/// Objects served so far for each cold class (see [`COLD_OBJECTS`]).
+static COLD: [AtomicU16; NR_CACHES] = [const { AtomicU16::new(0) }; NR_CACHES];
+
+/// `MM_SLUB_DEBUG` is set: every class builds its own cache at once.
+static NO_LENDING: AtomicBool = AtomicBool::new(false);
+
+/// Cache `i`'s object size (without debug metadata).
+pub const fn object_size(i: usize) -> usize {
+    if i < MID_BASE {
+        KMALLOC_SIZES[i]
+    } else {
+        MID_SIZES[i - MID_BASE]
+    }
+}
+
+/// The class that lends cold class `i` its objects: the smallest built
+/// class at most twice as large, else the power of two above a class that
+/// is not one (malloc-1536: kmalloc-2k, built for it), else `i` itself (a
+/// power-of-two class with no built class above it builds its own cache).
+pub fn lender(i: usize) -> usize {
+    let size = object_size(i);
+    let mut best = None;
+    for j in 0..NR_CACHES {
+        let s = object_size(j);
+        if s > size && s <= 2 * size && built(j) && best.is_none_or(|b| s < object_size(b)) {
+            best = Some(j);
+        }
+    }
+    match best {
+        Some(j) => j,
+        None if size.is_power_of_two() => i,
+        None => kmalloc_index(size.next_power_of_two()),
+    }
+}
+
+/// The cache to allocate a class-`i` object from when cache `i` is not
+/// built: its [`lender`] for its first [`COLD_OBJECTS`] objects, then
+/// itself. (Counted without a read-modify-write: threads racing on a cold
+/// class may lend a few objects more.)
+pub fn cold_class(i: usize) -> usize {
+    if NO_LENDING.load(Ordering::Relaxed) {
+        return i;
+    }
+    let n = COLD[i].load(Ordering::Relaxed);
+    if n >= COLD_OBJECTS {
+        return i;
+    }
+    COLD[i].store(n + 1, Ordering::Relaxed);
+    lender(i)
+}
+
 /// Every cache built so far.
 pub fn all() -> impl DoubleEndedIterator<Item = &'static Cache> {
     (0..NR_CACHES).filter(|&i| built(i)).map(cache)
@@ -381,6 +447,7 @@ pub fn parse_slub_debug(v: &[u8]) -> DebugConfig {
 /// Once, before any cache is built: no allocation, no other thread (the
 /// library's init, single-threaded, before its first object).
 pub unsafe fn configure(debug: &[SlabFlags; NR_CACHES], sheaves: usize) {
+    NO_LENDING.store(debug.iter().any(|f| f.is_debug()), Ordering::Relaxed);
     // SAFETY: the contract: nobody reads the settings yet.
     unsafe { *SETTINGS.0.get() = (*debug, sheaves) };
 }

@@ -197,6 +197,89 @@ fn programs_under_ld_preload_run_on_it() {
     assert!(err.contains("kmalloc-64"), "no MM_STATS report: {err}");
 }
 
+/// The section headers of `so` (`readelf -SW`): `(name, address, size)`.
+fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
+    let o = Command::new("readelf").arg("-SW").arg(so).output().ok()?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut v = Vec::new();
+    for l in text.lines() {
+        let Some(rest) = l.split_once(']').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() >= 5 {
+            if let (Ok(a), Ok(s)) = (u64::from_str_radix(f[2], 16), u64::from_str_radix(f[4], 16)) {
+                v.push((f[0].to_string(), a, s));
+            }
+        }
+    }
+    Some(v)
+}
+
+/// The library's code that every process runs is first in its text
+/// segment, in `.text.malloc_hot` (`build.rs`): `malloc`, `free` and the
+/// slow paths, `.plt`; the cold code and the rest of `.text` after it. In
+/// a release build, the text a small program keeps resident is then about
+/// that section (measured: 268 KiB before, of 455; 136 KiB after).
+#[test]
+fn hot_code_leads_the_text_segment() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Some(secs) = sections(&so) else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let hot = find(".text.malloc_hot").expect("a .text.malloc_hot section");
+    let (_, text, _) = find(".text").expect(".text");
+    let (_, cold, _) = find(".text.cold").expect(".text.cold");
+    assert!(hot.1 < cold && hot.1 < text, "hot code first: {secs:?}");
+    assert!(
+        find(".plt").is_none_or(|p| p.1 >= hot.1 && p.1 < hot.1 + hot.2),
+        ".plt inside the hot section: {secs:?}"
+    );
+    let Ok(o) = Command::new("nm").arg(&so).output() else {
+        return;
+    };
+    let syms = String::from_utf8_lossy(&o.stdout);
+    let addr = |want: &str| {
+        syms.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let mangled = format!("{}{want}17h", want.len());
+            (f.len() == 3 && (f[2] == want || f[2].contains(&mangled)))
+                .then(|| u64::from_str_radix(f[0], 16).unwrap())
+        })
+    };
+    for f in ["malloc", "free", "alloc_object_slow", "refill_sheaf"] {
+        let a = addr(f).unwrap_or_else(|| panic!("no symbol {f}"));
+        assert!(
+            (hot.1..hot.1 + hot.2).contains(&a),
+            "{f} at {a:#x}, not in .text.malloc_hot {hot:?}"
+        );
+    }
+    if cfg!(debug_assertions) {
+        return; // (a debug build's code is another shape)
+    }
+    // A small program's resident text of the library.
+    let Ok(o) = Command::new("cat")
+        .arg("/proc/self/smaps")
+        .env("LD_PRELOAD", &so)
+        .output()
+    else {
+        return;
+    };
+    let smaps = String::from_utf8_lossy(&o.stdout);
+    let mut in_text = false;
+    for l in smaps.lines() {
+        if l.contains("libmm_malloc.so") {
+            in_text = l.split_whitespace().nth(1) == Some("r-xp");
+        } else if in_text && l.starts_with("Rss:") {
+            let kib: u64 = l.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(kib <= 200, "{kib} KiB of the library's text resident");
+            return;
+        }
+    }
+}
+
 /// Compiles `tests/c/NAME.c` (plain C, no header) into the test's
 /// directory.
 fn cc_program(name: &str) -> PathBuf {
@@ -315,4 +398,37 @@ fn threads_that_only_free_first() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+}
+
+/// A single-threaded process's `fork` takes no allocator lock (no other
+/// thread can hold one): the handlers' lock and unlock writes copied the
+/// pages of the buddy's and pcp's state in the child before `fork`
+/// returned (and in the parent after it). The child's faults at `fork`'s
+/// return stay near glibc's (measured in release: 31 before, 22 after,
+/// glibc 17).
+#[test]
+fn single_threaded_fork_copies_few_pages() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("fork_faults");
+    let faults = |preload: bool| -> u64 {
+        let mut c = Command::new(&exe);
+        if preload {
+            c.env("LD_PRELOAD", &so);
+        }
+        let o = c.output().expect("run");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    let (glibc, ours) = (faults(false), faults(true));
+    // (measured over glibc's: release 14 before, 5 after; debug 23
+    // before, 10 after, a debug build's code and frames being larger)
+    let slack = if cfg!(debug_assertions) { 16 } else { 9 };
+    assert!(
+        ours <= glibc + slack,
+        "a child took {ours} page faults before fork returned (glibc: {glibc})"
+    );
 }

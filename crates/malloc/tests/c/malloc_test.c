@@ -45,11 +45,32 @@ static void *sym(const char *name) {
 }
 
 static void test_active(void) {
-    /* kmalloc-128: glibc would give 104 or 120. */
+    /* kmalloc-128: glibc would give 104 or 120. (Warm: a cold class may
+     * lend from a larger one, see below.) */
+    for (int i = 0; i < 40; i++) free(malloc(100));
     void *p = malloc(100);
     CHECK(malloc_usable_size(p) == 128);
     free(p);
-    /* The intermediate classes between 1 and 8 KiB (malloc-4608, -1536). */
+    /* A class nothing asked for yet (cold) takes its first 32 objects
+     * (COLD_OBJECTS) from a larger class: malloc-3584 from kmalloc-4k
+     * (not under MM_SLUB_DEBUG: each class its own cache). */
+    int lending = !getenv("MM_SLUB_DEBUG");
+    p = malloc(3500);
+    if (lending)
+        CHECK(malloc_usable_size(p) > 3584 && malloc_usable_size(p) <= 2 * 3584);
+    else
+        CHECK(malloc_usable_size(p) == 3584);
+    free(p);
+    for (int i = 0; i < 40; i++) free(malloc(3500));
+    p = malloc(3500);
+    CHECK(malloc_usable_size(p) == 3584);
+    free(p);
+    /* The intermediate classes between 1 and 8 KiB (malloc-4608, -1536),
+     * warm (built). */
+    for (int i = 0; i < 40; i++) {
+        free(malloc(4400));
+        free(malloc(1300));
+    }
     p = malloc(4400);
     CHECK(malloc_usable_size(p) == 4608);
     CHECK(realloc(p, 4600) == p);
