@@ -233,19 +233,35 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if self.slab_by_map_addr(obj, t).is_none() {
             return self.free_fast_miss::<H>(obj);
         }
+        let r = if H {
+            self.random.load(CoreOrdering::Relaxed)
+        } else {
+            0
+        };
+        if H && self.fp_word_fast::<H>(obj).load(CoreOrdering::Relaxed) == r {
+            return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
+        }
+        self.mark_push::<H>(obj, r, self.slots_at(area))
+    }
+
+    /// Marks validated `obj` free with the secret `r` (hardened) and
+    /// pushes its entry onto the running CPU's main sheaf (`s`); a full
+    /// or missing main takes the sheaf slow path. `Ok(true)`: freed.
+    #[inline(always)]
+    fn mark_push<const H: bool>(
+        &self,
+        obj: usize,
+        r: usize,
+        s: SheafSlots<'_>,
+    ) -> Result<bool, FreeError> {
         let enc = if H {
-            let r = self.random.load(CoreOrdering::Relaxed);
-            let w = self.fp_word_fast::<H>(obj);
-            if w.load(CoreOrdering::Relaxed) == r {
-                return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
-            }
-            w.store(r, CoreOrdering::Relaxed);
+            self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
             self.entry_of(obj)
         } else {
             obj
         };
         let p = self.cpu.platform();
-        if rcs_op!(p.this_cpu_sheaf_push(self.slots_at(area), enc)) {
+        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
             #[cfg(feature = "stats")]
             self.stat_here(SlubStat::FREE_PCS);
             return Ok(true);
@@ -455,19 +471,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let p = self.cpu.platform();
         let s = self.slots();
         rcs_op!(p.this_cpu_set_range(s, self.range_way(obj), base, span, gen));
-        let enc = if H {
-            let r = self.random.load(CoreOrdering::Relaxed);
-            self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
-            self.entry_of(obj)
+        let r = if H {
+            self.random.load(CoreOrdering::Relaxed)
         } else {
-            obj
+            0
         };
-        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
-            #[cfg(feature = "stats")]
-            self.stat_here(SlubStat::FREE_PCS);
-            return Ok(());
-        }
-        self.free_rcs_slow(obj, enc)
+        self.mark_push::<H>(obj, r, s).map(|_| ())
     }
 
     /// The main sheaf was full (or missing): detach main and spare; push
