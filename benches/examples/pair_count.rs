@@ -79,7 +79,34 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 }
             }
         }
-        _ => panic!("unknown shape {shape:?} (pair, batchK, churn)"),
+        b if b.starts_with("larson") => {
+            // slub-larson's shape on one thread: K live objects of random
+            // sizes 16..=1024 B (l.size() ignored), a random one replaced
+            // per operation (so most frees are far from the last ones).
+            let k: usize = b["larson".len()..].parse().unwrap_or(8192);
+            let mut ring = vec![(core::ptr::null_mut::<u8>(), l); k];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for _ in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let nl = Layout::from_size_align(16 + (x as usize % 1009), 8).expect("layout");
+                let slot = &mut ring[(x >> 10) as usize % k];
+                if !slot.0.is_null() {
+                    // SAFETY: allocated below with its layout, freed once.
+                    unsafe { h.dealloc(slot.0, slot.1) };
+                }
+                // SAFETY: as above.
+                *slot = (black_box(unsafe { h.alloc(nl) }), nl);
+            }
+            for s in ring {
+                if !s.0.is_null() {
+                    // SAFETY: as above.
+                    unsafe { h.dealloc(s.0, s.1) };
+                }
+            }
+        }
+        _ => panic!("unknown shape {shape:?} (pair, batchK, churn, larsonK)"),
     }
 }
 

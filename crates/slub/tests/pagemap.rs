@@ -125,3 +125,49 @@ fn strided_frees(objs: &[NonNull<u8>], free: impl Fn(NonNull<u8>) -> Result<(), 
         }
     }
 }
+
+/// The inline fast free of a cache the map names (`try_free_fast`:
+/// `GlobalSlub`'s `dealloc`, mm-malloc's `free`) validates by the map,
+/// not by the CPU's validated ranges: frees strided over many slabs are
+/// all taken there, an interior pointer is still refused as one, and,
+/// hardened, a double free with frees between (`free a, free b, free a`)
+/// is refused by the free itself, the object's free marker being read
+/// (before, the range section stored the marker without reading it and
+/// took the second `a`, found only when it left the sheaf).
+#[test]
+fn fast_frees_are_validated_by_the_map() {
+    use local_lock::Platform;
+    let c = KmemCache::<GlobalPages, RseqCpu>::create(
+        "pagemap_fast",
+        256,
+        8,
+        SlabFlags::HARDENED,
+        GlobalPages,
+        RseqCpu::new(),
+    )
+    .unwrap()
+    .with_sheaves(32);
+    if !RseqCpu::new().restartable() || c.claim_map_tag().is_none() {
+        eprintln!("no rseq or no tag left here: nothing to test");
+        return;
+    }
+    let objs: Vec<_> = (0..2000).map(|_| c.alloc().unwrap()).collect();
+    // SAFETY: objects of `c`, each freed once (the interior pointer is
+    // refused before any change).
+    strided_frees(&objs, |p| match unsafe { c.try_free_fast::<true>(p) } {
+        Ok(true) => Ok(()),
+        Ok(false) => panic!("{p:p} sent to the slow path"),
+        Err(e) => Err(e),
+    });
+    let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+    // SAFETY: the double free under test, refused before any change.
+    unsafe {
+        assert_eq!(c.try_free_fast::<true>(a), Ok(true));
+        assert_eq!(c.try_free_fast::<true>(b), Ok(true));
+        let e = c.try_free_fast::<true>(a).unwrap_err();
+        assert!(matches!(e.kind, FreeErrorKind::DoubleFree), "{e}");
+    }
+    // Every object is handed out once.
+    let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
+    assert_ne!(x, y);
+}

@@ -101,22 +101,36 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// This cache's map tag (`tag << 3`), if it has one (claimed at its
+    /// first slab, when its source keeps a map).
+    #[inline(always)]
+    pub(super) fn map_tag_set(&self) -> Option<u8> {
+        let t = self.map_tag.load(Ordering::Relaxed);
+        // 0: not claimed yet; NO_TAG: none; tags are multiples of 8.
+        (t > NO_TAG).then_some(t)
+    }
+
     /// The slab of `ptr` by the page map: its first byte and object count,
     /// if the map names this cache and `ptr` is an object boundary in it;
     /// `None` sends the caller to the descriptors.
     #[inline(always)]
     pub(super) fn slab_by_map(&self, ptr: NonNull<u8>) -> Option<(usize, usize)> {
-        let t = self.map_tag.load(Ordering::Relaxed);
-        if t == 0 || t == NO_TAG {
-            return None;
-        }
-        let b = self.source.page_tag(ptr.as_ptr());
+        self.slab_by_map_addr(ptr.as_ptr().expose_provenance(), self.map_tag_set()?)
+    }
+
+    /// [`slab_by_map`](Self::slab_by_map) of an address (null or any
+    /// other address the map does not name gives `None`) for the cache's
+    /// tag `t` ([`map_tag_set`](Self::map_tag_set)).
+    #[inline(always)]
+    pub(super) fn slab_by_map_addr(&self, a: usize, t: u8) -> Option<(usize, usize)> {
+        let b = self
+            .source
+            .page_tag(core::ptr::with_exposed_provenance::<u8>(a));
         if b & !MAX_MAP_ORDER != t {
             return None;
         }
         let order = Order::new(b & MAX_MAP_ORDER)?;
         let bytes = self.geometry.page_size << order.get();
-        let a = ptr.as_ptr().addr();
         let base = a & !(bytes - 1);
         let objects = self.objects_of(order);
         self.obj_index(a - base, objects)?;
