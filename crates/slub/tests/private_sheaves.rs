@@ -202,3 +202,59 @@ fn a_double_free_with_a_free_between_is_still_found() {
         std::mem::forget(c);
     }
 }
+
+/// The same on restartable sheaves (`RseqCpu`) of a source without a page
+/// map: the free's section stores the marker blind (no map to validate by
+/// outside a section), so the second free of `a` is taken and the
+/// allocation that would hand `a` out twice reports it.
+#[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
+#[test]
+fn a_double_free_with_a_free_between_is_found_on_restartable_sheaves_without_a_map() {
+    use local_lock::std_platform::RseqCpu;
+    use local_lock::Platform;
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        // Pinned: the frees and allocations meet on one CPU's sheaves.
+        // SAFETY: plain libc calls on this thread's affinity mask.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(libc::sched_getcpu() as usize, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, size_of_val(&set), &set), 0);
+        }
+        let m = Private::new();
+        let c = KmemCache::<&Private, RseqCpu, 64>::create(
+            "private-rseq",
+            64,
+            8,
+            SlabFlags::HARDENED,
+            &m,
+            RseqCpu,
+        )
+        .unwrap()
+        .with_sheaves(8);
+        let a = c.alloc().unwrap();
+        let b = c.alloc().unwrap();
+        // SAFETY: ours, freed once each; then the double free under test,
+        // taken by the sheaf (found when `a` leaves it).
+        unsafe {
+            c.free(a);
+            c.free(b);
+            c.try_free(a).expect("taken: the section marks blind");
+        }
+        let e = catch_unwind(AssertUnwindSafe(|| {
+            let v: Vec<_> = (0..3).map(|_| c.alloc().unwrap()).collect();
+            assert!(
+                v[0] != v[2] && v[0] != v[1] && v[1] != v[2],
+                "handed out twice"
+            );
+        }))
+        .expect_err("reported");
+        let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains(&format!("double free of {a:p}")), "{msg}");
+        std::mem::forget(c);
+    })
+    .join()
+    .unwrap();
+}

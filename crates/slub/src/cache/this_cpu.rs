@@ -125,7 +125,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if !S::PRIVATE_META && !self.in_slabs(d) {
                 self.bad_entry(d)
             }
-            self.unmark_with::<H>(d, marker);
+            if self.checked_frees() {
+                // Every free read the marker before pushing: a second copy
+                // of an object never entered a sheaf, so the marker needs
+                // clearing only (a store: the object's line is not waited
+                // for; the program is about to write it).
+                self.fp_word_fast::<H>(d).store(0, CoreOrdering::Relaxed);
+            } else {
+                self.unmark_with::<H>(d, marker);
+            }
             d
         } else {
             o
@@ -211,6 +219,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// Whether every free of this (hardened, restartable) cache reads the
+    /// object's free marker before pushing it (the page map names the
+    /// cache: its frees take [`free_mapped`](Self::free_mapped) and the
+    /// miss path, never the restartable section that marks blind), so a
+    /// double free is refused at the free and an allocation only clears
+    /// the marker. Fixed before any object exists (the tag is claimed at
+    /// the first slab).
+    #[inline(always)]
+    pub(super) fn checked_frees(&self) -> bool {
+        self.map_tag_set().is_some()
+    }
+
     /// The fast free of a cache whose slabs the page map names (tag `t`,
     /// [`slab_by_map_addr`](Self::slab_by_map_addr)): the object validated
     /// by its page's map byte (this cache's tag, an object boundary of its
@@ -238,7 +258,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             0
         };
-        if H && self.fp_word_fast::<H>(obj).load(CoreOrdering::Relaxed) == r {
+        // (Its first byte first: a byte the program stored just before the
+        // free forwards to a byte load, not to a word load; see
+        // `marked_free`.)
+        if H && Self::marked_free(self.fp_word_fast::<H>(obj), r) {
             return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
         }
         self.mark_push::<H>(obj, r, self.slots_at(area))
@@ -405,6 +428,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let s = self.slots();
         let obj = ptr.as_ptr().expose_provenance();
         let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
+        if let (true, Some(t)) = (H, self.map_tag_set()) {
+            // Every free of a cache the map names reads the marker first
+            // (see `checked_frees`).
+            let area = self.fcheck.area.load(CoreOrdering::Relaxed);
+            return self.free_mapped::<H>(obj, area, t).and_then(|freed| {
+                if freed {
+                    Ok(())
+                } else {
+                    Err(FreeError::new(obj, FreeErrorKind::NotAllocated))
+                }
+            });
+        }
         if H {
             return match self.free_push_rcs(obj) {
                 FreePush::Pushed => {
@@ -457,11 +492,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let obj = ptr.as_ptr().expose_provenance();
         let span = objects * self.lay.size;
         // Hardened: an object on its slab's freelist is refused; one that
-        // holds the sheaf marker is not (the restartable free marks before
-        // it knows whether the push succeeds, and a restart on another CPU
-        // may miss its ranges: the marker may be this free's own). A
-        // second copy in a sheaf is found when it leaves it.
-        if if H {
+        // holds the sheaf marker too where every free reads it first
+        // (`checked_frees`); elsewhere not (the restartable free marks
+        // before it knows whether the push succeeds, and a restart on
+        // another CPU may miss its ranges: the marker may be this free's
+        // own), and a second copy in a sheaf is found when it leaves it.
+        if if H && !self.checked_frees() {
             self.on_slab_freelist(obj, base, span)
         } else {
             self.looks_free(obj, base, span)
