@@ -240,6 +240,18 @@ impl PageDesc {
         self.tag.store(0, Ordering::Relaxed);
     }
 
+    /// [`reset_owner`](Self::reset_owner) of a block just taken off a
+    /// free list, whose `prev` link is already null (`ZoneInner::take`):
+    /// one store less per allocation (issue #22).
+    #[inline(always)]
+    pub(crate) fn reset_owner_taken(&self) {
+        debug_assert_eq!(self.prev.load(Ordering::Relaxed), 0);
+        clear_pair(&self.pair);
+        self.data.store(0, Ordering::Relaxed);
+        self.link.store(0, Ordering::Relaxed);
+        self.tag.store(0, Ordering::Relaxed);
+    }
+
     /// The owner view of this descriptor.
     #[inline(always)]
     pub(crate) fn owner(&self) -> &Owner {
@@ -281,10 +293,13 @@ fn clear_pair(pair: &AtomicDWord) {
 }
 
 /// [`clear_pair`] before the CPU check or without AVX: checks (once), then
-/// stores.
+/// stores. `extern "C"`: it cannot unwind (a panic would abort; nothing
+/// here panics), so the allocation that calls it under the zone lock needs
+/// no unwinding path that drops the zone guard, and keeps the guard in
+/// registers (issue #22: four stores of every allocation).
 #[cold]
 #[inline(never)]
-fn clear_pair_slow(pair: &AtomicDWord) {
+extern "C" fn clear_pair_slow(pair: &AtomicDWord) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(loom), not(miri)))]
     if x86_avx::detect() {
         return clear_pair(pair);

@@ -279,6 +279,57 @@ impl ZoneInner {
         }
     }
 
+    /// Unlinks and returns the head (or, `cold`, the tail) of the list for
+    /// `order`: [`del`](Self::del) of an end, whose outer link is known
+    /// null (the kernel's `get_page_from_free_area` + `del_page_from_free_list`).
+    /// The block's `prev` is null afterwards (a head's always is; the
+    /// tail's is cleared), as the owner words' reset wants it
+    /// (`PageDesc::reset_owner_taken`).
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held and the list is not empty.
+    #[inline(always)]
+    unsafe fn take(&mut self, order: Order, zero: bool, cold: bool) -> *mut PageDesc {
+        let l = self.list_mut(order, zero);
+        // SAFETY: caller's contract (a non-empty list's ends and their
+        // neighbours are valid descriptors of this zone).
+        let d = unsafe {
+            if cold {
+                let d = l.tail;
+                let p = (*d).prev();
+                l.tail = p;
+                if p.is_null() {
+                    l.head = p;
+                } else {
+                    (*p).set_next(ptr::null_mut());
+                }
+                // As a head's: the owner words' reset leaves `prev` alone.
+                (*d).set_prev(ptr::null_mut());
+                d
+            } else {
+                let d = l.head;
+                let n = (*d).next();
+                l.head = n;
+                if n.is_null() {
+                    l.tail = n;
+                } else {
+                    (*n).set_prev(ptr::null_mut());
+                }
+                d
+            }
+        };
+        l.nr -= 1;
+        if l.nr == 0 {
+            if zero {
+                self.zero_bits &= !(1 << order.get());
+            } else {
+                self.dirty_bits &= !(1 << order.get());
+            }
+        }
+        d
+    }
+
     /// Free blocks of `order`: `(known zero, others)`.
     #[inline]
     pub(crate) fn nr_free(&self, order: Order) -> (usize, usize) {
@@ -371,15 +422,9 @@ impl ZoneInner {
             (o, li)
         };
         let high = Order::of_bit(o);
-        let l = self.list_mut(high, li == ZERO_LIST);
-        let desc = if flags.contains(AllocFlags::COLD) {
-            l.tail
-        } else {
-            l.head
-        };
-        // SAFETY: the bit for `high` says the list is non-empty, so `desc`
-        // is a listed, valid descriptor (caller's contract).
-        unsafe { self.del(desc, high, li == ZERO_LIST) };
+        // SAFETY: the bit for `high` says the list is non-empty (caller's
+        // contract: listed descriptors are valid).
+        let desc = unsafe { self.take(high, li == ZERO_LIST, flags.contains(AllocFlags::COLD)) };
         // SAFETY: as above.
         let d = unsafe { &*desc };
         let s = d.load_state();
@@ -409,7 +454,7 @@ impl ZoneInner {
             // Handed out: its pages are resident again once touched.
             self.purged -= order.pages();
         }
-        d.reset_owner();
+        d.reset_owner_taken();
         d.state
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
         self.count_event(Stat::ALLOC, 1);
@@ -527,6 +572,7 @@ impl ZoneInner {
             zero = 0;
         }
         let from = order;
+        let pfn0 = pfn;
         // `order.pages()`, doubled each step, and the kind and order bits
         // of a free head of `order` (`is_head`'s), one order up each step.
         let mut bit = order.pages();
@@ -566,7 +612,6 @@ impl ZoneInner {
                 if bpfn < pfn {
                     (*desc).state.store(0, Ordering::Relaxed);
                     desc = bd;
-                    p = (*bd).aux.load(Ordering::Relaxed);
                     pfn = bpfn;
                 } else {
                     (*bd).state.store(0, Ordering::Relaxed);
@@ -577,13 +622,26 @@ impl ZoneInner {
             want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
-        let tail = to_tail || merge_likely(cfg, span, pfn, order);
+        if pfn != pfn0 {
+            // The merged block's first byte: the `aux` of its head, a free
+            // head until this free (one load here rather than one per merge
+            // step with a lower buddy).
+            // SAFETY: `desc` heads the merged block (span memmap).
+            p = unsafe { (*desc).aux.load(Ordering::Relaxed) };
+        }
+        let zl = zero == ZERO_FULL;
+        // Onto an empty list, head and tail are the same place: no
+        // `buddy_merge_likely` lookup (one descriptor read and a branch
+        // that follows no pattern, issue #22). The usual case of a free
+        // that merged: its order's list held only the buddy.
+        let tail = !self.list_mut(order, zl).head.is_null()
+            && (to_tail || merge_likely(max, span, pfn, order));
         // SAFETY: `desc` heads the merged block.
         unsafe {
             (*desc).aux.store(p, Ordering::Relaxed);
             // `make_state(KIND_FREE, order, zero | purged)`.
             (*desc).state.store(want | zero | purged, Ordering::Release);
-            self.add(desc, order, zero == ZERO_FULL, tail);
+            self.add(desc, order, zl, tail);
         }
     }
 }
@@ -723,8 +781,8 @@ impl ZoneInner {
 /// `buddy_merge_likely`: the buddy of this block's parent is free, so once
 /// this block's own buddy is freed the merge goes two orders up.
 #[inline(always)]
-fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
-    if order.get() + 1 >= cfg.max_order().get() {
+fn merge_likely(max: Order, span: &Found, pfn: usize, order: Order) -> bool {
+    if order.get() + 1 >= max.get() {
         return false;
     }
     let parent = pfn & !order.pages();
