@@ -144,7 +144,10 @@ pub(crate) fn wmark_ok(
             min
         }
     };
-    free > min + reserve[highest] as isize
+    // (`min`: `highest` is a zone type, below `MAX_ZONES`; no bounds check
+    // that could panic under the zone lock: its unwinding path would keep
+    // the zone guard in memory, issue #22.)
+    free > min + reserve[highest.min(MAX_ZONES - 1)] as isize
 }
 
 impl ZoneInner {
