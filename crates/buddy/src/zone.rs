@@ -530,7 +530,7 @@ impl ZoneInner {
     // --- free ---------------------------------------------------------------
 
     /// `__free_one_page`: adds the order-`order` block at `pfn` (descriptor
-    /// `desc`, first byte `p`) to the free lists, merging it with its free
+    /// `desc`) to the free lists, merging it with its free
     /// buddies up to `max_order` (O(max_order), each step one descriptor
     /// check: `pfn ^ (1 << order)` free, of this order, in the span).
     /// PG_zero of the merged block: the halves that were wholly zero
@@ -550,7 +550,9 @@ impl ZoneInner {
     ///
     /// The zone lock is held; the block lies in span `span`, in this zone,
     /// and is on no list (allocated and validated, or fresh memory);
-    /// `desc` is its head descriptor and `p` its first byte.
+    /// `desc` is its head descriptor, whose `aux` holds its first byte (as
+    /// every block head's does: set when it became one, by `expand` or by
+    /// the region's `add`; no store per free, issue #22).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) unsafe fn free_one(
@@ -558,7 +560,6 @@ impl ZoneInner {
         cfg: &Config,
         span: &Found,
         mut desc: *mut PageDesc,
-        mut p: *mut u8,
         mut pfn: usize,
         mut order: Order,
         mut zero: u32,
@@ -575,7 +576,6 @@ impl ZoneInner {
             zero = 0;
         }
         let from = order;
-        let pfn0 = pfn;
         // `order.pages()`, doubled each step, and the kind and order bits
         // of a free head of `order` (`is_head`'s), one order up each step.
         let mut bit = order.pages();
@@ -625,13 +625,6 @@ impl ZoneInner {
             want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
-        if pfn != pfn0 {
-            // The merged block's first byte: the `aux` of its head, a free
-            // head until this free (one load here rather than one per merge
-            // step with a lower buddy).
-            // SAFETY: `desc` heads the merged block (span memmap).
-            p = unsafe { (*desc).aux.load(Ordering::Relaxed) };
-        }
         let zl = zero == ZERO_FULL;
         // Onto an empty list, head and tail are the same place: no
         // `buddy_merge_likely` lookup (one descriptor read and a branch
@@ -639,9 +632,10 @@ impl ZoneInner {
         // that merged: its order's list held only the buddy.
         let tail = !self.list_mut(order, zl).head.is_null()
             && (to_tail || merge_likely(max, span, pfn, order));
-        // SAFETY: `desc` heads the merged block.
+        // SAFETY: `desc` heads the merged block, whose `aux` is its first
+        // byte already (the caller's contract for the block freed; a free
+        // buddy's own for a lower buddy that became the head).
         unsafe {
-            (*desc).aux.store(p, Ordering::Relaxed);
             // `make_state(KIND_FREE, order, zero | purged)`.
             (*desc).state.store(want | zero | purged, Ordering::Release);
             self.add(desc, order, zl, tail);

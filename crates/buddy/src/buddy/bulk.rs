@@ -208,7 +208,6 @@ impl<P: Platform> Buddy<P> {
                     &self.cfg,
                     &found,
                     desc,
-                    p.ptr.as_ptr(),
                     pfn,
                     p.order,
                     if zero { ZERO_FULL } else { 0 },

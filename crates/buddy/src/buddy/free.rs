@@ -181,7 +181,6 @@ impl<P: Platform> Buddy<P> {
                 &self.cfg,
                 &found,
                 desc,
-                ptr.as_ptr(),
                 pfn,
                 order,
                 match (purged, zero) {
