@@ -30,16 +30,31 @@ pub(crate) struct FreeList {
     pub(crate) head: *mut PageDesc,
     /// Last block (cold end: fresh memory, blocks likely to merge).
     pub(crate) tail: *mut PageDesc,
-    /// Blocks on the list.
-    pub(crate) nr: usize,
+    // No count: [Linux differs] the kernel keeps `free_area->nr_free` on
+    // every list operation; here emptiness is the links' and the bitmap's,
+    // and `nr_free` walks the list (buddyinfo, zone_info, mallinfo: cold),
+    // one read-modify-write less per list operation (issue #22: about four
+    // per order-0 alloc + free).
 }
 
 impl FreeList {
     const EMPTY: FreeList = FreeList {
         head: ptr::null_mut(),
         tail: ptr::null_mut(),
-        nr: 0,
     };
+
+    /// Blocks on the list (a walk: cold).
+    pub(crate) fn len(&self) -> usize {
+        let mut n = 0;
+        let mut d = self.head;
+        while !d.is_null() {
+            n += 1;
+            // SAFETY: listed descriptors are valid; the caller holds the
+            // zone lock (the list is the zone's).
+            d = unsafe { (*d).next() };
+        }
+        n
+    }
 }
 
 /// `free_area[order]`: two lists instead of the kernel's migratetypes,
@@ -57,8 +72,8 @@ pub(crate) struct FreeArea {
 ///
 /// Invariants (checked by `check_invariants`):
 ///
-/// * `free == Σ_order (lists[ZERO].nr + lists[DIRTY].nr) × 2^order`
-/// * `zero_bits` bit `o` ⇔ `area[o].lists[ZERO].nr > 0`; the same for
+/// * `free == Σ_order (blocks on lists[ZERO] and lists[DIRTY]) × 2^order`
+/// * `zero_bits` bit `o` ⇔ `area[o].lists[ZERO]` is not empty; the same for
 ///   `dirty_bits` and the dirty lists
 /// * every listed block is a properly aligned buddy head of its order in
 ///   this zone, and no two free buddies of equal order remain unmerged
@@ -239,7 +254,6 @@ impl ZoneInner {
                 h.is_null()
             }
         };
-        l.nr += 1;
         if was_empty {
             if zero {
                 self.zero_bits |= 1 << order.get();
@@ -258,7 +272,7 @@ impl ZoneInner {
     unsafe fn del(&mut self, d: *mut PageDesc, order: Order, zero: bool) {
         let l = self.list_mut(order, zero);
         // SAFETY: caller's contract.
-        unsafe {
+        let empty = unsafe {
             let n = (*d).next();
             let p = (*d).prev();
             if p.is_null() {
@@ -271,9 +285,9 @@ impl ZoneInner {
             } else {
                 (*n).set_prev(p);
             }
-        }
-        l.nr -= 1;
-        if l.nr == 0 {
+            p.is_null() && n.is_null()
+        };
+        if empty {
             if zero {
                 self.zero_bits &= !(1 << order.get());
             } else {
@@ -297,7 +311,7 @@ impl ZoneInner {
         let l = self.list_mut(order, zero);
         // SAFETY: caller's contract (a non-empty list's ends and their
         // neighbours are valid descriptors of this zone).
-        let d = unsafe {
+        let (d, empty) = unsafe {
             if cold {
                 let d = l.tail;
                 let p = (*d).prev();
@@ -309,7 +323,7 @@ impl ZoneInner {
                 }
                 // As a head's: the owner words' reset leaves `prev` alone.
                 (*d).set_prev(ptr::null_mut());
-                d
+                (d, p.is_null())
             } else {
                 let d = l.head;
                 let n = (*d).next();
@@ -319,11 +333,10 @@ impl ZoneInner {
                 } else {
                     (*n).set_prev(ptr::null_mut());
                 }
-                d
+                (d, n.is_null())
             }
         };
-        l.nr -= 1;
-        if l.nr == 0 {
+        if empty {
             if zero {
                 self.zero_bits &= !(1 << order.get());
             } else {
@@ -337,7 +350,7 @@ impl ZoneInner {
     #[inline]
     pub(crate) fn nr_free(&self, order: Order) -> (usize, usize) {
         let a = &self.area[order.index()];
-        (a.lists[ZERO_LIST].nr, a.lists[DIRTY_LIST].nr)
+        (a.lists[ZERO_LIST].len(), a.lists[DIRTY_LIST].len())
     }
 
     // --- watermarks -------------------------------------------------------
