@@ -233,11 +233,8 @@ impl PageDesc {
     /// Clears the owner words for a new holder.
     #[inline(always)]
     pub(crate) fn reset_owner(&self) {
-        clear_pair(&self.pair);
-        self.data.store(0, Ordering::Relaxed);
-        self.link.store(0, Ordering::Relaxed);
         self.prev.store(0, Ordering::Relaxed);
-        self.tag.store(0, Ordering::Relaxed);
+        self.reset_owner_but_prev();
     }
 
     /// [`reset_owner`](Self::reset_owner) of a block just taken off a
@@ -246,6 +243,12 @@ impl PageDesc {
     #[inline(always)]
     pub(crate) fn reset_owner_taken(&self) {
         debug_assert_eq!(self.prev.load(Ordering::Relaxed), 0);
+        self.reset_owner_but_prev();
+    }
+
+    /// The owner words' reset but for `prev`.
+    #[inline(always)]
+    fn reset_owner_but_prev(&self) {
         clear_pair(&self.pair);
         self.data.store(0, Ordering::Relaxed);
         self.link.store(0, Ordering::Relaxed);
