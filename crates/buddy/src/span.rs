@@ -84,6 +84,16 @@ impl Found {
         Some(unsafe { &*self.info.memmap.add(i) })
     }
 
+    /// The descriptor of `pfn`, known to lie in the span (the lookup that
+    /// gave `self` was for `pfn`): no range check.
+    #[inline(always)]
+    pub(crate) fn desc_unchecked(&self, pfn: usize) -> *mut PageDesc {
+        debug_assert!(self.index(pfn).is_some());
+        self.info
+            .memmap
+            .wrapping_add(pfn.wrapping_sub(self.info.first_pfn))
+    }
+
     /// A raw pointer to the descriptor of `pfn`, if the span covers it.
     #[inline(always)]
     pub(crate) fn desc_ptr(&self, pfn: usize) -> Option<*mut PageDesc> {

@@ -30,16 +30,31 @@ pub(crate) struct FreeList {
     pub(crate) head: *mut PageDesc,
     /// Last block (cold end: fresh memory, blocks likely to merge).
     pub(crate) tail: *mut PageDesc,
-    /// Blocks on the list.
-    pub(crate) nr: usize,
+    // No count: [Linux differs] the kernel keeps `free_area->nr_free` on
+    // every list operation; here emptiness is the links' and the bitmap's,
+    // and `nr_free` walks the list (buddyinfo, zone_info, mallinfo: cold),
+    // one read-modify-write less per list operation (issue #22: about four
+    // per order-0 alloc + free).
 }
 
 impl FreeList {
     const EMPTY: FreeList = FreeList {
         head: ptr::null_mut(),
         tail: ptr::null_mut(),
-        nr: 0,
     };
+
+    /// Blocks on the list (a walk: cold).
+    pub(crate) fn len(&self) -> usize {
+        let mut n = 0;
+        let mut d = self.head;
+        while !d.is_null() {
+            n += 1;
+            // SAFETY: listed descriptors are valid; the caller holds the
+            // zone lock (the list is the zone's).
+            d = unsafe { (*d).next() };
+        }
+        n
+    }
 }
 
 /// `free_area[order]`: two lists instead of the kernel's migratetypes,
@@ -57,8 +72,8 @@ pub(crate) struct FreeArea {
 ///
 /// Invariants (checked by `check_invariants`):
 ///
-/// * `free == Σ_order (lists[ZERO].nr + lists[DIRTY].nr) × 2^order`
-/// * `zero_bits` bit `o` ⇔ `area[o].lists[ZERO].nr > 0`; the same for
+/// * `free == Σ_order (blocks on lists[ZERO] and lists[DIRTY]) × 2^order`
+/// * `zero_bits` bit `o` ⇔ `area[o].lists[ZERO]` is not empty; the same for
 ///   `dirty_bits` and the dirty lists
 /// * every listed block is a properly aligned buddy head of its order in
 ///   this zone, and no two free buddies of equal order remain unmerged
@@ -144,7 +159,10 @@ pub(crate) fn wmark_ok(
             min
         }
     };
-    free > min + reserve[highest] as isize
+    // (`min`: `highest` is a zone type, below `MAX_ZONES`; no bounds check
+    // that could panic under the zone lock: its unwinding path would keep
+    // the zone guard in memory, issue #22.)
+    free > min + reserve[highest.min(MAX_ZONES - 1)] as isize
 }
 
 impl ZoneInner {
@@ -236,7 +254,6 @@ impl ZoneInner {
                 h.is_null()
             }
         };
-        l.nr += 1;
         if was_empty {
             if zero {
                 self.zero_bits |= 1 << order.get();
@@ -255,7 +272,7 @@ impl ZoneInner {
     unsafe fn del(&mut self, d: *mut PageDesc, order: Order, zero: bool) {
         let l = self.list_mut(order, zero);
         // SAFETY: caller's contract.
-        unsafe {
+        let empty = unsafe {
             let n = (*d).next();
             let p = (*d).prev();
             if p.is_null() {
@@ -268,9 +285,9 @@ impl ZoneInner {
             } else {
                 (*n).set_prev(p);
             }
-        }
-        l.nr -= 1;
-        if l.nr == 0 {
+            p.is_null() && n.is_null()
+        };
+        if empty {
             if zero {
                 self.zero_bits &= !(1 << order.get());
             } else {
@@ -279,11 +296,61 @@ impl ZoneInner {
         }
     }
 
+    /// Unlinks and returns the head (or, `cold`, the tail) of the list for
+    /// `order`: [`del`](Self::del) of an end, whose outer link is known
+    /// null (the kernel's `get_page_from_free_area` + `del_page_from_free_list`).
+    /// The block's `prev` is null afterwards (a head's always is; the
+    /// tail's is cleared), as the owner words' reset wants it
+    /// (`PageDesc::reset_owner_taken`).
+    ///
+    /// # Safety
+    ///
+    /// The zone lock is held and the list is not empty.
+    #[inline(always)]
+    unsafe fn take(&mut self, order: Order, zero: bool, cold: bool) -> *mut PageDesc {
+        let l = self.list_mut(order, zero);
+        // SAFETY: caller's contract (a non-empty list's ends and their
+        // neighbours are valid descriptors of this zone).
+        let (d, empty) = unsafe {
+            if cold {
+                let d = l.tail;
+                let p = (*d).prev();
+                l.tail = p;
+                if p.is_null() {
+                    l.head = p;
+                } else {
+                    (*p).set_next(ptr::null_mut());
+                }
+                // As a head's: the owner words' reset leaves `prev` alone.
+                (*d).set_prev(ptr::null_mut());
+                (d, p.is_null())
+            } else {
+                let d = l.head;
+                let n = (*d).next();
+                l.head = n;
+                if n.is_null() {
+                    l.tail = n;
+                } else {
+                    (*n).set_prev(ptr::null_mut());
+                }
+                (d, n.is_null())
+            }
+        };
+        if empty {
+            if zero {
+                self.zero_bits &= !(1 << order.get());
+            } else {
+                self.dirty_bits &= !(1 << order.get());
+            }
+        }
+        d
+    }
+
     /// Free blocks of `order`: `(known zero, others)`.
     #[inline]
     pub(crate) fn nr_free(&self, order: Order) -> (usize, usize) {
         let a = &self.area[order.index()];
-        (a.lists[ZERO_LIST].nr, a.lists[DIRTY_LIST].nr)
+        (a.lists[ZERO_LIST].len(), a.lists[DIRTY_LIST].len())
     }
 
     // --- watermarks -------------------------------------------------------
@@ -371,15 +438,9 @@ impl ZoneInner {
             (o, li)
         };
         let high = Order::of_bit(o);
-        let l = self.list_mut(high, li == ZERO_LIST);
-        let desc = if flags.contains(AllocFlags::COLD) {
-            l.tail
-        } else {
-            l.head
-        };
-        // SAFETY: the bit for `high` says the list is non-empty, so `desc`
-        // is a listed, valid descriptor (caller's contract).
-        unsafe { self.del(desc, high, li == ZERO_LIST) };
+        // SAFETY: the bit for `high` says the list is non-empty (caller's
+        // contract: listed descriptors are valid).
+        let desc = unsafe { self.take(high, li == ZERO_LIST, flags.contains(AllocFlags::COLD)) };
         // SAFETY: as above.
         let d = unsafe { &*desc };
         let s = d.load_state();
@@ -409,7 +470,7 @@ impl ZoneInner {
             // Handed out: its pages are resident again once touched.
             self.purged -= order.pages();
         }
-        d.reset_owner();
+        d.reset_owner_taken();
         d.state
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
         self.count_event(Stat::ALLOC, 1);
@@ -482,7 +543,7 @@ impl ZoneInner {
     // --- free ---------------------------------------------------------------
 
     /// `__free_one_page`: adds the order-`order` block at `pfn` (descriptor
-    /// `desc`, first byte `p`) to the free lists, merging it with its free
+    /// `desc`) to the free lists, merging it with its free
     /// buddies up to `max_order` (O(max_order), each step one descriptor
     /// check: `pfn ^ (1 << order)` free, of this order, in the span).
     /// PG_zero of the merged block: the halves that were wholly zero
@@ -502,7 +563,9 @@ impl ZoneInner {
     ///
     /// The zone lock is held; the block lies in span `span`, in this zone,
     /// and is on no list (allocated and validated, or fresh memory);
-    /// `desc` is its head descriptor and `p` its first byte.
+    /// `desc` is its head descriptor, whose `aux` holds its first byte (as
+    /// every block head's does: set when it became one, by `expand` or by
+    /// the region's `add`; no store per free, issue #22).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) unsafe fn free_one(
@@ -510,7 +573,6 @@ impl ZoneInner {
         cfg: &Config,
         span: &Found,
         mut desc: *mut PageDesc,
-        mut p: *mut u8,
         mut pfn: usize,
         mut order: Order,
         mut zero: u32,
@@ -566,7 +628,6 @@ impl ZoneInner {
                 if bpfn < pfn {
                     (*desc).state.store(0, Ordering::Relaxed);
                     desc = bd;
-                    p = (*bd).aux.load(Ordering::Relaxed);
                     pfn = bpfn;
                 } else {
                     (*bd).state.store(0, Ordering::Relaxed);
@@ -577,13 +638,20 @@ impl ZoneInner {
             want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
-        let tail = to_tail || merge_likely(cfg, span, pfn, order);
-        // SAFETY: `desc` heads the merged block.
+        let zl = zero == ZERO_FULL;
+        // Onto an empty list, head and tail are the same place: no
+        // `buddy_merge_likely` lookup (one descriptor read and a branch
+        // that follows no pattern, issue #22). The usual case of a free
+        // that merged: its order's list held only the buddy.
+        let tail = !self.list_mut(order, zl).head.is_null()
+            && (to_tail || merge_likely(max, span, pfn, order));
+        // SAFETY: `desc` heads the merged block, whose `aux` is its first
+        // byte already (the caller's contract for the block freed; a free
+        // buddy's own for a lower buddy that became the head).
         unsafe {
-            (*desc).aux.store(p, Ordering::Relaxed);
             // `make_state(KIND_FREE, order, zero | purged)`.
             (*desc).state.store(want | zero | purged, Ordering::Release);
-            self.add(desc, order, zero == ZERO_FULL, tail);
+            self.add(desc, order, zl, tail);
         }
     }
 }
@@ -723,8 +791,8 @@ impl ZoneInner {
 /// `buddy_merge_likely`: the buddy of this block's parent is free, so once
 /// this block's own buddy is freed the merge goes two orders up.
 #[inline(always)]
-fn merge_likely(cfg: &Config, span: &Found, pfn: usize, order: Order) -> bool {
-    if order.get() + 1 >= cfg.max_order().get() {
+fn merge_likely(max: Order, span: &Found, pfn: usize, order: Order) -> bool {
+    if order.get() + 1 >= max.get() {
         return false;
     }
     let parent = pfn & !order.pages();

@@ -193,7 +193,7 @@ impl<P: Platform> Buddy<P> {
                     },
                 });
             }
-            let desc = self.check_free_locked(&found, pfn, addr, p.order)?;
+            let desc = self.check_free_locked(found.desc_unchecked(pfn), pfn, addr, p.order)?;
             #[cfg(any(test, feature = "invariants"))]
             if zero {
                 self.verify_zero_free(p.ptr, p.order)?;
@@ -208,7 +208,6 @@ impl<P: Platform> Buddy<P> {
                     &self.cfg,
                     &found,
                     desc,
-                    p.ptr.as_ptr(),
                     pfn,
                     p.order,
                     if zero { ZERO_FULL } else { 0 },

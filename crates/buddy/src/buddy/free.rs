@@ -7,7 +7,7 @@ use core::ptr::NonNull;
 use local_lock::sync::atomic::Ordering;
 use local_lock::Platform;
 
-use super::Buddy;
+use super::{Buddy, ZoneGuard};
 use crate::desc::{
     is_head, is_pcp_tag, kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL,
 };
@@ -20,6 +20,17 @@ use crate::types::{FreeFlags, Order, Stat};
 #[track_caller]
 pub(super) fn bad_free(e: FreeError) -> ! {
     panic!("{e}")
+}
+
+/// The descriptor check every free does (zone lock held): `d` heads an
+/// allocated block of `order` that no per-CPU list holds.
+#[inline(always)]
+fn free_ok(d: *mut PageDesc, order: Order) -> bool {
+    // SAFETY: `d` is in a span's memmap (the caller's span lookup).
+    let d = unsafe { &*d };
+    // A page on a per-CPU list is held by the lists, not the caller. The
+    // tag shares the state's cache line: one more load.
+    is_head(d.load_state(), KIND_ALLOC, order) && !is_pcp_tag(d.tag.load(Ordering::Relaxed))
 }
 
 impl<P: Platform> Buddy<P> {
@@ -147,7 +158,10 @@ impl<P: Platform> Buddy<P> {
         let zone = self.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let mut g = self.lock_zone(zone);
-        let desc = self.check_free_locked(&found, pfn, addr, order)?;
+        let desc = found.desc_unchecked(pfn);
+        if !free_ok(desc, order) {
+            return Err(self.reject_free(g, pfn, addr, order));
+        }
         #[cfg(any(test, feature = "invariants"))]
         if zero {
             self.verify_zero_free(ptr, order)?;
@@ -167,7 +181,6 @@ impl<P: Platform> Buddy<P> {
                 &self.cfg,
                 &found,
                 desc,
-                ptr.as_ptr(),
                 pfn,
                 order,
                 match (purged, zero) {
@@ -222,36 +235,53 @@ impl<P: Platform> Buddy<P> {
     }
 
     /// The descriptor check every free does (zone lock held): the address
-    /// must head an allocated block of this order.
+    /// must head an allocated block of this order. `d` is `pfn`'s
+    /// descriptor (`found.desc_unchecked(pfn)`: [`locate`](Self::locate)
+    /// found `pfn` in the span, so no second range check).
     #[inline(always)]
     pub(super) fn check_free_locked(
         &self,
-        found: &Found,
+        d: *mut PageDesc,
         pfn: usize,
         addr: usize,
         order: Order,
     ) -> Result<*mut PageDesc, FreeError> {
-        if let Some(d) = found.desc_ptr(pfn) {
-            // SAFETY: in the span's memmap.
-            let d_ref = unsafe { &*d };
-            let s = d_ref.load_state();
-            // A page on a per-CPU list is held by the lists, not the caller.
-            // The tag shares the state's cache line: one more load.
-            if is_head(s, KIND_ALLOC, order) && !is_pcp_tag(d_ref.tag.load(Ordering::Relaxed)) {
-                return Ok(d);
-            }
+        if free_ok(d, order) {
+            return Ok(d);
         }
-        // By value: a reference would make `found` escape, and the whole
-        // free keep it in memory (issue #22).
-        Err(self.diagnose_free(*found, pfn, addr, order))
+        // The diagnosis finds the span again: passing it would keep the
+        // whole `Found` (fields the free does not use) live in the hot path
+        // (issue #22).
+        Err(self.diagnose_free(pfn, addr, order))
     }
 
-    /// Why a free failed the descriptor check (zone lock held).
+    /// A free that failed the descriptor check: the diagnosis under the
+    /// zone lock, which `g` holds and this drops. The guard moves in, so
+    /// the free holds no guard across a call that may unwind, and need
+    /// not keep it in memory for an unwinding path (issue #22: four stores
+    /// of every free).
     #[cold]
     #[inline(never)]
-    fn diagnose_free(&self, found: Found, pfn: usize, addr: usize, order: Order) -> FreeError {
-        let found = &found;
+    fn reject_free(&self, g: ZoneGuard<'_, P>, pfn: usize, addr: usize, order: Order) -> FreeError {
+        let e = self.diagnose_free(pfn, addr, order);
+        drop(g);
+        e
+    }
+
+    /// Why a free failed the descriptor check (zone lock held; `addr`
+    /// passed [`locate`](Self::locate), and spans never shrink).
+    #[cold]
+    #[inline(never)]
+    fn diagnose_free(&self, pfn: usize, addr: usize, order: Order) -> FreeError {
         let shift = self.cfg.page_shift();
+        let Some(found) = self.spans.find(addr, shift) else {
+            return FreeError {
+                addr,
+                order: order.get(),
+                kind: FreeErrorKind::NotOwned,
+            };
+        };
+        let found = &found;
         let desc = found.desc(pfn);
         let kind_ = match desc.map(|d| d.load_state()) {
             Some(s)

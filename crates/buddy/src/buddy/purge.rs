@@ -145,7 +145,6 @@ impl<P: Platform> Buddy<P> {
                             &self.cfg,
                             &found,
                             b.desc,
-                            b.ptr,
                             b.ptr as usize >> shift,
                             b.order,
                             zero,

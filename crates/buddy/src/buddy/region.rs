@@ -458,8 +458,12 @@ impl<P: Platform> Buddy<P> {
                 let bp = p.wrapping_add((pfn << shift) - base);
                 let zero = if zeroed { ZERO_FULL } else { 0 };
                 // SAFETY: caller's contract: a fresh block of this zone in
-                // span `f`, on no list; zone lock held.
-                unsafe { g.free_one(&self.cfg, f, d, bp, pfn, o, zero, true) };
+                // span `f`, on no list; zone lock held. Its head's `aux`
+                // gets its first byte, as `free_one` wants.
+                unsafe {
+                    (*d).aux.store(bp, Ordering::Relaxed);
+                    g.free_one(&self.cfg, f, d, pfn, o, zero, true)
+                };
                 pfn += o.pages();
             }
             g.managed += pages;

@@ -70,6 +70,42 @@ fn stale_tail_stamps_are_verified() {
     fx.check_invariants();
 }
 
+/// Every owner word, `prev` included (a free-list link while the block is
+/// free), is clear on hand-out from either end of a free list of several
+/// blocks: a head's `prev` is null, and a `COLD` allocation's tail gets
+/// its link cleared when it is taken (the reset skips `prev`, issue #22).
+#[test]
+fn owner_words_cleared_when_taken_from_either_end() {
+    let fx = Fx::small(1);
+    let p: Vec<Page> = (0..4)
+        .map(|_| fx.alloc_pages(o(0), AllocFlags::NONE).unwrap())
+        .collect();
+    for q in &p {
+        let w = fx.owner_of(q.ptr.as_ptr()).unwrap().owner;
+        w.prev().store(0x5a5a, Relaxed);
+        w.data().store(0xdead, Relaxed);
+    }
+    // Pages 0 and 2 free (their buddies 1 and 3 held): two blocks on the
+    // order-0 list, linked to each other.
+    // SAFETY: ours.
+    unsafe {
+        fx.free_pages(p[0].ptr, o(0));
+        fx.free_pages(p[2].ptr, o(0));
+    }
+    fx.check_invariants();
+    for flags in [AllocFlags::COLD, AllocFlags::NONE] {
+        let q = fx.alloc_pages(o(0), flags).unwrap();
+        let w = fx.owner_of(q.ptr.as_ptr()).unwrap().owner;
+        assert_eq!(
+            (w.prev().load(Relaxed), w.data().load(Relaxed)),
+            (0, 0),
+            "{flags:?}: page {}",
+            fx.idx(&q)
+        );
+    }
+    fx.check_invariants();
+}
+
 #[test]
 fn owner_words_cleared_on_hand_out_and_kept_while_held() {
     let fx = Fx::small(1);
