@@ -238,16 +238,6 @@ fn pin_here() {
     }
 }
 
-/// The panic message of `f`, which must panic.
-fn panic_message(f: impl FnOnce()) -> String {
-    let e =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
-    match e.downcast_ref::<String>() {
-        Some(s) => s.clone(),
-        None => e.downcast_ref::<&str>().unwrap_or(&"?").to_string(),
-    }
-}
-
 /// On this thread, pinned: a cache `name` and `free a, free b, free a`;
 /// returns the cache, `a`, and whether the second free of `a` was refused
 /// at the free (a cache the page map names reads the marker at every
