@@ -512,13 +512,16 @@ unsafe impl GlobalAlloc for GlobalSlub {
         let class = kmalloc_class(layout.size(), layout.align());
         if let Some(i) = class {
             let c = self.class_cache(i);
-            if let Some(p) = c.alloc_fast::<true>() {
+            // Hardened caches the page map names (all of them, unless a
+            // program used up the map's tags first); then the plain
+            // caches; then hardened ones without a tag.
+            let p = match c.alloc_fast_checked() {
+                Some(p) => Some(p),
+                None if self.plain_sheaves => c.alloc_fast_slot::<false>(),
+                None => c.alloc_fast_slot::<true>(),
+            };
+            if let Some(p) = p {
                 return p.as_ptr();
-            }
-            if self.plain_sheaves {
-                if let Some(p) = c.alloc_fast::<false>() {
-                    return p.as_ptr();
-                }
             }
         }
         // SAFETY: forwarded.
@@ -553,20 +556,20 @@ unsafe impl GlobalAlloc for GlobalSlub {
         if let Some(i) = class {
             let c = self.class_cache(i);
             let p = ptr.expose_provenance();
+            // (The order of `alloc`.)
             // SAFETY: GlobalAlloc's contract; bad input is refused before
             // any change (or sent to the full path).
-            match unsafe { c.try_free_fast_addr::<true>(p) } {
+            let freed = unsafe {
+                match c.try_free_fast_checked(p) {
+                    Ok(false) if self.plain_sheaves => c.try_free_fast_slot::<false>(p),
+                    Ok(false) => c.try_free_fast_slot::<true>(p),
+                    r => r,
+                }
+            };
+            match freed {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => abort_bad_free(ptr, e),
-            }
-            if self.plain_sheaves {
-                // SAFETY: as above.
-                match unsafe { c.try_free_fast_addr::<false>(p) } {
-                    Ok(true) => return,
-                    Ok(false) => {}
-                    Err(e) => abort_bad_free(ptr, e),
-                }
             }
         }
         // SAFETY: forwarded.

@@ -423,11 +423,12 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// use and for debug caches: the out-of-line dispatchers).
     dispatch: AtomicU8,
     /// The inline fast paths' dispatch (`KmemCache::alloc_fast`,
-    /// `try_free_fast`): index 1 (hardened) or 0 holds the platform's
+    /// `try_free_fast`): index 1 (hardened), 2 (hardened, every free
+    /// reading the marker: `alloc_fast_checked`) or 0 holds the platform's
     /// per-thread area when `dispatch` is `Fast::RseqHardened` or
     /// `Fast::Rseq`, and 0 otherwise; one load both dispatches and gives
     /// the restartable sections their area.
-    fast_area: [core::sync::atomic::AtomicIsize; 2],
+    fast_area: [core::sync::atomic::AtomicIsize; 3],
     cpu: LocalLock<CpuLocked, P, N>,
     fast: [CachePadded<CpuFast>; N],
     /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
@@ -493,7 +494,7 @@ macro_rules! build_cache {
             source: $source,
             mode: AtomicU8::new(Mode::Unknown as u8),
             dispatch: AtomicU8::new(Fast::Special as u8),
-            fast_area: [const { core::sync::atomic::AtomicIsize::new(0) }; 2],
+            fast_area: [const { core::sync::atomic::AtomicIsize::new(0) }; 3],
             cpu: $cpu,
             fast: $fast,
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
@@ -975,6 +976,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if area != 0 {
             fc.area.store(area, CoreOrdering::Relaxed);
         }
+        // The page-map tag claimed now, before the cache is seen
+        // initialised (so before any object exists): with it every free
+        // reads the marker (`checked_frees`).
+        let checked = self.source.has_page_tags() && self.map_tag_now().is_some();
         self.mode.store(m as u8, CoreOrdering::Release);
         let plain = self.sheaf_capacity == 0 && !self.flags.is_debug();
         let h = self.hardened();
@@ -1026,7 +1031,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             )
             .is_ok()
         {
-            if f == Fast::RseqHardened {
+            if f == Fast::RseqHardened && checked {
+                // Every free reads the marker (the page map names the
+                // cache): the inline paths of `alloc_fast_checked`.
+                self.fast_area[2].store(area, CoreOrdering::Release);
+            } else if f == Fast::RseqHardened {
                 self.fast_area[1].store(area, CoreOrdering::Release);
             } else if f == Fast::Rseq {
                 self.fast_area[0].store(area, CoreOrdering::Release);

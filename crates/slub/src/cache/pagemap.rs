@@ -36,7 +36,7 @@ const MAX_MAP_ORDER: u8 = 7;
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The cache's tag (`tag << 3`), assigned at its first slab; `None`
     /// for a cache without one.
-    fn map_tag_now(&self) -> Option<u8> {
+    pub(super) fn map_tag_now(&self) -> Option<u8> {
         let mut t = self.map_tag.load(Ordering::Relaxed);
         if t == 0 {
             let mine = if self.source.has_page_tags() {

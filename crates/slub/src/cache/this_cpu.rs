@@ -91,16 +91,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// sheaf is empty (or the CPU has none).
     #[inline(always)]
     fn pop_rcs<const H: bool>(&self) -> Option<NonNull<u8>> {
-        self.pop_rcs_at::<H>(self.fcheck.area.load(CoreOrdering::Relaxed))
+        let area = self.fcheck.area.load(CoreOrdering::Relaxed);
+        if H && self.checked_frees() {
+            self.pop_rcs_at::<H, true>(area)
+        } else {
+            self.pop_rcs_at::<H, false>(area)
+        }
     }
 
     /// [`pop_rcs`](Self::pop_rcs) with the area already read.
     #[inline(always)]
-    fn pop_rcs_at<const H: bool>(&self, area: isize) -> Option<NonNull<u8>> {
+    /// `CHECKED`: every free of the cache read the marker
+    /// ([`checked_frees`](Self::checked_frees)), so the pop only clears
+    /// it.
+    fn pop_rcs_at<const H: bool, const CHECKED: bool>(&self, area: isize) -> Option<NonNull<u8>> {
         // The key, read once: the section's memory clobber would make
         // the compiler read it again after it.
         let key = if H { self.entry_key() } else { 0 };
-        let marker = if H && S::PRIVATE_META {
+        let marker = if H && S::PRIVATE_META && !CHECKED {
             self.random.load(CoreOrdering::Relaxed)
         } else {
             key
@@ -125,7 +133,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if !S::PRIVATE_META && !self.in_slabs(d) {
                 self.bad_entry(d)
             }
-            if self.checked_frees() {
+            if CHECKED {
                 // Every free read the marker before pushing: a second copy
                 // of an object never entered a sheaf, so the marker needs
                 // clearing only (a store: the object's line is not waited
@@ -149,16 +157,68 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `H`: the caller's caches are hardened (any other cache is sent
     /// to `alloc`).
     pub fn alloc_fast<const H: bool>(&self) -> Option<NonNull<u8>> {
+        if H {
+            if let Some(o) = self.alloc_fast_checked() {
+                return Some(o);
+            }
+        }
+        self.alloc_fast_slot::<H>()
+    }
+
+    /// [`alloc_fast`](Self::alloc_fast) on slot `H` of `fast_area` only
+    /// (hardened: a cache whose frees may mark blind).
+    #[inline(always)]
+    pub(crate) fn alloc_fast_slot<const H: bool>(&self) -> Option<NonNull<u8>> {
         let area = self.fast_area::<H>();
         if area == 0 {
             return None;
         }
-        let o = self.pop_rcs_at::<H>(area);
+        // (`fast_area[1]`: a hardened cache whose frees may mark blind.)
+        let o = self.pop_rcs_at::<H, false>(area);
         #[cfg(feature = "stats")]
         if o.is_some() {
             self.stat_here(SlubStat::ALLOC_PCS);
         }
         o
+    }
+
+    /// [`alloc_fast`](Self::alloc_fast)`::<true>` of a hardened cache
+    /// whose every free reads the marker
+    /// ([`checked_frees`](Self::checked_frees): the page map names it, as
+    /// it names `GlobalSlub`'s caches): the pop only clears the marker.
+    /// `None` for any other cache.
+    #[inline(always)]
+    pub(crate) fn alloc_fast_checked(&self) -> Option<NonNull<u8>> {
+        let area = self.fast_area[2].load(CoreOrdering::Acquire);
+        if area == 0 {
+            return None;
+        }
+        let o = self.pop_rcs_at::<true, true>(area);
+        #[cfg(feature = "stats")]
+        if o.is_some() {
+            self.stat_here(SlubStat::ALLOC_PCS);
+        }
+        o
+    }
+
+    /// [`try_free_fast`](Self::try_free_fast)`::<true>` of a cache of
+    /// [`alloc_fast_checked`](Self::alloc_fast_checked) (validated by the
+    /// page map, the marker read: [`free_mapped`](Self::free_mapped));
+    /// `Ok(false)` for any other cache.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_fast`](Self::try_free_fast), for an address that may
+    /// be null.
+    #[inline(always)]
+    pub(crate) unsafe fn try_free_fast_checked(&self, obj: usize) -> Result<bool, FreeError> {
+        let area = self.fast_area[2].load(CoreOrdering::Acquire);
+        if area == 0 {
+            return Ok(false);
+        }
+        // Set for good before the slot was (see `init_mode`).
+        let t = self.map_tag.load(CoreOrdering::Relaxed);
+        self.free_mapped::<true>(obj, area, t)
     }
 
     /// The inline part of `try_free` for a front end whose caches are
@@ -191,13 +251,38 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         &self,
         obj: usize,
     ) -> Result<bool, FreeError> {
+        if H {
+            // SAFETY: forwarded.
+            if unsafe { self.try_free_fast_checked(obj) }? {
+                return Ok(true);
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.try_free_fast_slot::<H>(obj) }
+    }
+
+    /// [`try_free_fast_addr`](Self::try_free_fast_addr) on slot `H` of
+    /// `fast_area` only.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_fast_addr`](Self::try_free_fast_addr).
+    #[inline(always)]
+    pub(crate) unsafe fn try_free_fast_slot<const H: bool>(
+        &self,
+        obj: usize,
+    ) -> Result<bool, FreeError> {
         let p = self.cpu.platform();
         let area = self.fast_area::<H>();
         if area == 0 {
             return Ok(false);
         }
-        if let Some(t) = self.map_tag_set() {
-            return self.free_mapped::<H>(obj, area, t);
+        // (A hardened cache the map names has `fast_area[2]`, not this
+        // slot: `try_free_fast_checked`.)
+        if !H {
+            if let Some(t) = self.map_tag_set() {
+                return self.free_mapped::<H>(obj, area, t);
+            }
         }
         let pushed = if H {
             self.free_push_rcs_at(obj, area)
