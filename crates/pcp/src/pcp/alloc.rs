@@ -50,17 +50,57 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     }
 
     /// The list path once the watermark allowed it: the lists (refilled
-    /// once if empty), then the slow path.
+    /// once if empty), then the slow path. A list hit returns its block
+    /// straight from here; every other outcome is out of line, so the hit
+    /// never goes through an `Option` in memory (issue #22).
     #[inline(always)]
     fn alloc_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        match self.try_lists(order, flags) {
-            Ok(Some(b)) => Some(b),
-            Ok(None) if flags.contains(AllocFlags::ONLY_ZERO) => None,
-            Ok(None) => self.alloc_lists_slow(order, flags),
-            Err(()) => {
-                self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
-                self.alloc_buddy(order, flags)
+        let Some(mut g) = self.lock() else {
+            return self.alloc_locked_out(order, flags);
+        };
+        let cpu = g.cpu();
+        match self.take(&mut g, cpu, order, flags) {
+            Some((ptr, known_zero, owner)) => {
+                self.taken(&mut g, order);
+                drop(g);
+                Some(Block {
+                    page: self.prep_new_page(ptr, order, flags, known_zero),
+                    owner,
+                })
             }
+            None => self.alloc_lists_miss(g, order, flags),
+        }
+    }
+
+    /// The lists' lock could not be had here (the trylock policy in an
+    /// interrupt that hit the holder, task-only in an interrupt): the buddy.
+    #[cold]
+    #[inline(never)]
+    fn alloc_locked_out(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
+        self.alloc_buddy(order, flags)
+    }
+
+    /// The lists were empty for this request: a refill and a second try
+    /// ([`rmqueue_refill`](Self::rmqueue_refill)), then the slow path
+    /// (never for `ONLY_ZERO`, which fails instead).
+    #[cold]
+    #[inline(never)]
+    fn alloc_lists_miss(
+        &self,
+        g: Guard<'_, L, N>,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Block<'_>> {
+        let r = self.rmqueue_refill(g, order, flags);
+        let r = r.map(|(ptr, known_zero, owner)| Block {
+            page: self.prep_new_page(ptr, order, flags, known_zero),
+            owner,
+        });
+        match r {
+            Some(b) => Some(b),
+            None if flags.contains(AllocFlags::ONLY_ZERO) => None,
+            None => self.alloc_lists_slow(order, flags),
         }
     }
 

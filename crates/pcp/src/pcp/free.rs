@@ -321,13 +321,22 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         if pages.free_count < batch << PCP_BATCH_SCALE_MAX {
             pages.free_count += order.pages();
         }
+        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
+        // nr_pcp_high's first step, inline: the CPU's high clamped to the
+        // current range. Below it, and without `free_high`, nr_pcp_high
+        // changes nothing more and returns it: the common free ends here.
+        let h = pages.high.max(high_min).min(high_max);
+        pages.high = h;
+        if c < h && !free_high {
+            return None;
+        }
         let high = nr_pcp_high(
             &mut pages.high,
             c,
             pages.free_count,
             batch,
-            self.high_min.load(Relaxed),
-            self.high_max.load(Relaxed),
+            high_min,
+            high_max,
             free_high,
         );
         if c >= high {
