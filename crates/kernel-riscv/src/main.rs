@@ -518,7 +518,7 @@ fn end_of_run(harts: usize) -> ! {
     // more than one hart other harts decayed and drained the lists it
     // bounds.
     ensure!(
-        stat_sum(H::HIGH_RAISED) > 0,
+        stat_sum(H::RAISED_HIGHS) > 0,
         "trylock pcp: no burst of frees raised a hart's high above high_min"
     );
     if harts > 1 {

@@ -97,7 +97,7 @@ hart_stats! {
     IRQ_FAILS,
     /// Bursts of order-0 frees on the trylock pcp after which this hart's
     /// auto-tuned `high` stood above `high_min` (Linux 6.7+ `nr_pcp_high`).
-    HIGH_RAISED,
+    RAISED_HIGHS,
     /// Another hart's trylock lists decayed (`decay_pcp_high_cpu`) or
     /// drained (`drain_cpu`) from here while that hart kept freeing.
     REMOTE_DRAINS,
@@ -426,7 +426,7 @@ fn high_round(rng: &mut Rng, me: usize, harts: usize) {
             l.count
         );
         if l.high > lo {
-            count(H::HIGH_RAISED, 1);
+            count(H::RAISED_HIGHS, 1);
         }
     }
     if harts > 1 {
