@@ -318,9 +318,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         } else if pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0 {
             pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
-        if pages.free_count < batch << PCP_BATCH_SCALE_MAX {
-            pages.free_count += order.pages();
-        }
+        // Without a branch (a compare and an add with carry at order 0).
+        pages.free_count +=
+            order.pages() * usize::from(pages.free_count < batch << PCP_BATCH_SCALE_MAX);
         let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
         // nr_pcp_high's first step, inline: the CPU's high clamped to the
         // current range. Below it, and without `free_high`, nr_pcp_high
