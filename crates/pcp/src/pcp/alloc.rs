@@ -60,13 +60,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         };
         let cpu = g.cpu();
         match self.take(&mut g, cpu, order, flags) {
-            Some((ptr, known_zero, owner)) => {
+            Some(t) => {
                 self.taken(&mut g, order);
                 drop(g);
-                Some(Block {
-                    page: self.prep_new_page(ptr, order, flags, known_zero),
-                    owner,
-                })
+                Some(self.block(t, order, flags))
             }
             None => self.alloc_lists_miss(g, order, flags),
         }
@@ -92,12 +89,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: AllocFlags,
     ) -> Option<Block<'_>> {
-        let r = self.rmqueue_refill(g, order, flags);
-        let r = r.map(|(ptr, known_zero, owner)| Block {
-            page: self.prep_new_page(ptr, order, flags, known_zero),
-            owner,
-        });
-        match r {
+        match self
+            .rmqueue_refill(g, order, flags)
+            .map(|t| self.block(t, order, flags))
+        {
             Some(b) => Some(b),
             None if flags.contains(AllocFlags::ONLY_ZERO) => None,
             None => self.alloc_lists_slow(order, flags),
@@ -121,10 +116,22 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
             None => self.rmqueue_refill(g, order, flags),
         };
-        Ok(r.map(|(ptr, known_zero, owner)| Block {
+        Ok(r.map(|t| self.block(t, order, flags)))
+    }
+
+    /// The block handed out for a page taken off the lists (`(page,
+    /// known zero, descriptor)`), prepared outside the lists' lock.
+    #[inline(always)]
+    fn block<'a>(
+        &'a self,
+        (ptr, known_zero, owner): (NonNull<u8>, bool, &'a Owner),
+        order: Order,
+        flags: AllocFlags,
+    ) -> Block<'a> {
+        Block {
             page: self.prep_new_page(ptr, order, flags, known_zero),
             owner,
-        }))
+        }
     }
 
     /// The miss side of [`try_lists`](Self::try_lists): the rest of
