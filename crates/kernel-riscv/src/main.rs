@@ -514,6 +514,19 @@ fn end_of_run(harts: usize) -> ! {
             "no object was freed on another hart"
         );
     }
+    // Linux 6.7+'s auto-tuned high (issue #22): bursts raised it, and with
+    // more than one hart other harts decayed and drained the lists it
+    // bounds.
+    ensure!(
+        stat_sum(H::RAISED_HIGHS) > 0,
+        "trylock pcp: no burst of frees raised a hart's high above high_min"
+    );
+    if harts > 1 {
+        ensure!(
+            stat_sum(H::REMOTE_DRAINS) > 0,
+            "trylock pcp: no hart decayed or drained another's lists"
+        );
+    }
     let zero_hits: u64 = PCPS
         .iter()
         .map(|(_, p)| p.stats().get(PcpStat::ALLOC_ZERO_HIT))

@@ -10,7 +10,10 @@
 //!   zero list; `alloc_bulk`/`free_bulk`, some bulk requests `ZEROED`
 //!   (they clear under the per-CPU hold: a long hold for the timer
 //!   interrupt to land in); DMA-zone requests checked to lie below
-//!   `DMA_END`; `prezero` as an idle loop would.
+//!   `DMA_END`; `prezero` as an idle loop would; the trylock pcp's
+//!   auto-tuned `high` ([`high_round`]): raised by bursts of frees,
+//!   decayed by this hart's vmstat refresh, while other harts decay and
+//!   drain its lists remotely.
 //! * **objects** ([`objects_round`]): kmalloc of every size class and of
 //!   large sizes, `kzalloc`, `ksize`, the `kernel_obj` cache, the
 //!   `kernel_sheaf` cache (per-CPU sheaves); `alloc_bulk`/`free_bulk` on
@@ -92,6 +95,14 @@ hart_stats! {
     IRQ_PCPU,
     /// Interrupt-context requests that found no memory (allowed: ATOMIC).
     IRQ_FAILS,
+    /// Bursts of order-0 frees on the trylock pcp after which this hart's
+    /// auto-tuned `high` stood above `high_min` (Linux 6.7+ `nr_pcp_high`).
+    RAISED_HIGHS,
+    /// Another hart's trylock lists decayed (`decay_pcp_high_cpu`) or
+    /// drained (`drain_cpu`) from here while that hart kept freeing.
+    REMOTE_DRAINS,
+    /// This hart's own vmstat refreshes (`decay_pcp_high`).
+    DECAYS,
     /// Microseconds in the timer handler (`mtime`, wall clock: includes
     /// waits for zone locks other harts hold, and host scheduling of the
     /// QEMU vCPU threads).
@@ -369,7 +380,80 @@ pub fn task_round(rng: &mut Rng, me: usize, harts: usize) {
     objects_round(rng, me, harts);
     percpu_round(rng);
     mm::PCP_IRQSAFE.prezero(2);
+    high_round(rng, me, harts);
     count(H::ROUNDS, 1);
+}
+
+/// Linux 6.7+'s auto-tuned high while another CPU drains (issue #22), on
+/// the trylock pcp (real per-CPU spin locks: remote drains on this
+/// platform): every 8th round a burst of order-0 allocations then frees,
+/// larger than `high_min`, raises this hart's `high` (`nr_pcp_alloc`,
+/// `nr_pcp_high`), which must stay in `[high_min, high_max]`; every round
+/// this hart decays or drains the next hart's lists from here while that
+/// hart frees into them (its high moving under the remote lock), and every
+/// 4th round runs its own vmstat refresh (`decay_pcp_high`).
+fn high_round(rng: &mut Rng, me: usize, harts: usize) {
+    /// At most this many pages in a burst (4 MiB).
+    const BURST_MAX: usize = 1024;
+    let pcp = &mm::PCP_TRYLOCK;
+    if rng.below(8) == 0 {
+        let (batch, lo) = pcp.batch_high();
+        let n = (lo + 2 * batch).min(BURST_MAX);
+        // The burst is linked through the pages' first words.
+        let mut head: Option<NonNull<u8>> = None;
+        for _ in 0..n {
+            let Some(p) = pcp.alloc(Order::ZERO, AllocFlags::NONE) else {
+                break;
+            };
+            let next = head.map_or(0, |h| h.as_ptr() as usize);
+            // SAFETY: our page, at least a word long and aligned.
+            unsafe { p.ptr.as_ptr().cast::<usize>().write(next) };
+            head = Some(p.ptr);
+        }
+        while let Some(p) = head {
+            // SAFETY: written above, the page still ours.
+            let next = unsafe { p.as_ptr().cast::<usize>().read() };
+            // SAFETY: allocated above with order 0, freed once.
+            unsafe { pcp.free(p, Order::ZERO, FreeFlags::NONE) };
+            head = NonNull::new(next as *mut u8);
+        }
+        let (lo, hi) = pcp.high_range();
+        let l = pcp.local_lists();
+        assert!(
+            (lo..=hi).contains(&l.high) && l.count <= hi,
+            "trylock pcp: after a burst high {} count {} outside [{lo}, {hi}]",
+            l.high,
+            l.count
+        );
+        if l.high > lo {
+            count(H::RAISED_HIGHS, 1);
+        }
+    }
+    if harts > 1 {
+        let other = (me + 1) % harts;
+        let r = if rng.below(2) == 0 {
+            pcp.decay_pcp_high_cpu(other)
+        } else {
+            pcp.drain_cpu(other)
+        };
+        assert!(
+            r.is_ok(),
+            "trylock pcp: hart {me} could not reach hart {other}'s lists: {r:?}"
+        );
+        count(H::REMOTE_DRAINS, 1);
+    }
+    if rng.below(4) == 0 {
+        pcp.decay_pcp_high();
+        let (lo, hi) = pcp.high_range();
+        let l = pcp.local_lists();
+        assert!(
+            (lo..=hi).contains(&l.high) && l.count <= l.high,
+            "trylock pcp: after decay_pcp_high high {} count {} range [{lo}, {hi}]",
+            l.high,
+            l.count
+        );
+        count(H::DECAYS, 1);
+    }
 }
 
 fn pages_round(rng: &mut Rng, name: &str, pcp: &mm::KPcp, me: usize) {

@@ -11,9 +11,10 @@
 //! (the memmap lives as long as the buddy), and the page itself is
 //! `Owner::block()`. Only a page entering the lists is looked up once.
 //!
-//! Invariant per list: following `link` from `head` visits `len` nodes and
-//! ends at `tail`; `data` of each is its predecessor; each node's `tag` is
-//! the list's tag.
+//! Invariant per list: following `link` from `head` ends at `tail` (both 0
+//! when empty); `data` of each is its predecessor; each node's `tag` is the
+//! list's tag. The live lists keep no length (as the kernel's, whose only
+//! count is `pcp->count`): a snapshot counts it ([`PageList::len`]).
 
 use core::ptr::NonNull;
 
@@ -83,7 +84,11 @@ pub struct PageList {
     pub head: usize,
     /// Last (coldest) node, 0 if empty.
     pub tail: usize,
-    /// Number of pages (blocks) on the list.
+    /// Number of pages (blocks) on the list, in a snapshot
+    /// ([`Pcp::local_lists`](crate::Pcp::local_lists),
+    /// [`Pcp::cpu_lists`](crate::Pcp::cpu_lists)), counted when the copy is
+    /// taken. The live lists do not maintain it (issue #22: the kernel's
+    /// lists have no length either, only `pcp->count`); it reads 0 there.
     pub len: usize,
 }
 
@@ -132,7 +137,7 @@ impl PageList {
         // provenance so `node` can take it back.
         let n = (o as *const Owner).expose_provenance();
         o.tag().store(tag, Relaxed);
-        if self.len == 0 {
+        if self.head == 0 {
             o.data().store(0, Relaxed);
             o.link().store(0, Relaxed);
             self.head = n;
@@ -150,7 +155,6 @@ impl PageList {
             unsafe { node(self.head) }.data().store(n, Relaxed);
             self.head = n;
         }
-        self.len += 1;
     }
 
     /// Pops from the head (hot) or the tail (cold); the page's owner words
@@ -166,13 +170,13 @@ impl PageList {
     /// ties it to its borrow of the lists' owner).
     #[inline]
     pub(crate) fn pop_owner<'a>(&mut self, cold: bool) -> Option<(NonNull<u8>, &'a Owner)> {
-        if self.len == 0 {
+        if self.head == 0 {
             return None;
         }
         let n = if cold { self.tail } else { self.head };
         // SAFETY: nodes of this list name live descriptors.
         let o = unsafe { node(n) };
-        if self.len == 1 {
+        if self.head == self.tail {
             self.head = 0;
             self.tail = 0;
         } else if cold {
@@ -186,7 +190,6 @@ impl PageList {
             unsafe { node(next) }.data().store(0, Relaxed);
             self.head = next;
         }
-        self.len -= 1;
         o.data().store(0, Relaxed);
         o.link().store(0, Relaxed);
         o.tag().store(0, Relaxed);
@@ -196,11 +199,32 @@ impl PageList {
         }
     }
 
-    /// Walks the list checking links, tags and length, and that each node
-    /// is the descriptor the buddy has for its page; calls `f` on each page.
-    /// Panics with a description on the first inconsistency.
+    /// This list with [`len`](Self::len) counted (a snapshot's copy).
+    pub(crate) fn counted(mut self) -> PageList {
+        let mut n = 0;
+        let mut cur = self.head;
+        while cur != 0 {
+            n += 1;
+            // SAFETY: nodes of this list name live descriptors (the caller
+            // holds the lists).
+            cur = unsafe { node(cur) }.link().load(Relaxed);
+        }
+        self.len = n;
+        self
+    }
+
+    /// Walks the list checking links and tags, that it ends at `tail` within
+    /// `limit` nodes (no cycle), and that each node is the descriptor the
+    /// buddy has for its page; calls `f` on each page and returns the number
+    /// of nodes. Panics with a description on the first inconsistency.
     #[cfg(any(test, feature = "invariants"))]
-    pub(crate) fn check<P: Platform>(&self, buddy: &Buddy<P>, tag: u32, mut f: impl FnMut(usize)) {
+    pub(crate) fn check<P: Platform>(
+        &self,
+        buddy: &Buddy<P>,
+        tag: u32,
+        limit: usize,
+        mut f: impl FnMut(usize),
+    ) -> usize {
         let mut prev = 0usize;
         let mut cur = self.head;
         let mut n = 0usize;
@@ -226,18 +250,13 @@ impl PageList {
             f(page);
             n += 1;
             assert!(
-                n <= self.len,
-                "pcp: list {tag:#x} longer than its len {} (cycle?)",
-                self.len
+                n <= limit,
+                "pcp: list {tag:#x} longer than the {limit} pages listed (cycle?)"
             );
             prev = cur;
             cur = o.link().load(Relaxed);
         }
-        assert_eq!(
-            n, self.len,
-            "pcp: list {tag:#x} len {} but {n} pages linked",
-            self.len
-        );
         assert_eq!(self.tail, prev, "pcp: list {tag:#x} tail mismatch");
+        n
     }
 }

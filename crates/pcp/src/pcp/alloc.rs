@@ -50,17 +50,52 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     }
 
     /// The list path once the watermark allowed it: the lists (refilled
-    /// once if empty), then the slow path.
+    /// once if empty), then the slow path. A list hit returns its block
+    /// straight from here; every other outcome is out of line, so the hit
+    /// never goes through an `Option` in memory (issue #22).
     #[inline(always)]
     fn alloc_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
-        match self.try_lists(order, flags) {
-            Ok(Some(b)) => Some(b),
-            Ok(None) if flags.contains(AllocFlags::ONLY_ZERO) => None,
-            Ok(None) => self.alloc_lists_slow(order, flags),
-            Err(()) => {
-                self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
-                self.alloc_buddy(order, flags)
+        let Some(mut g) = self.lock() else {
+            return self.alloc_locked_out(order, flags);
+        };
+        let cpu = g.cpu();
+        match self.take(&mut g, cpu, order, flags) {
+            Some(t) => {
+                self.taken(&mut g, order);
+                drop(g);
+                Some(self.block(t, order, flags))
             }
+            None => self.alloc_lists_miss(g, order, flags),
+        }
+    }
+
+    /// The lists' lock could not be had here (the trylock policy in an
+    /// interrupt that hit the holder, task-only in an interrupt): the buddy.
+    #[cold]
+    #[inline(never)]
+    fn alloc_locked_out(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.stat_unlocked(PcpStat::BUDDY_FALLBACK);
+        self.alloc_buddy(order, flags)
+    }
+
+    /// The lists were empty for this request: a refill and a second try
+    /// ([`rmqueue_refill`](Self::rmqueue_refill)), then the slow path
+    /// (never for `ONLY_ZERO`, which fails instead).
+    #[cold]
+    #[inline(never)]
+    fn alloc_lists_miss(
+        &self,
+        g: Guard<'_, L, N>,
+        order: Order,
+        flags: AllocFlags,
+    ) -> Option<Block<'_>> {
+        match self
+            .rmqueue_refill(g, order, flags)
+            .map(|t| self.block(t, order, flags))
+        {
+            Some(b) => Some(b),
+            None if flags.contains(AllocFlags::ONLY_ZERO) => None,
+            None => self.alloc_lists_slow(order, flags),
         }
     }
 
@@ -81,10 +116,22 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
             None => self.rmqueue_refill(g, order, flags),
         };
-        Ok(r.map(|(ptr, known_zero, owner)| Block {
+        Ok(r.map(|t| self.block(t, order, flags)))
+    }
+
+    /// The block handed out for a page taken off the lists (`(page,
+    /// known zero, descriptor)`), prepared outside the lists' lock.
+    #[inline(always)]
+    fn block<'a>(
+        &'a self,
+        (ptr, known_zero, owner): (NonNull<u8>, bool, &'a Owner),
+        order: Order,
+        flags: AllocFlags,
+    ) -> Block<'a> {
+        Block {
             page: self.prep_new_page(ptr, order, flags, known_zero),
             owner,
-        }))
+        }
     }
 
     /// The miss side of [`try_lists`](Self::try_lists): the rest of

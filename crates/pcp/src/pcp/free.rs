@@ -11,7 +11,7 @@ use buddy::{FreeFlags, Order, Page, ZoneId};
 use local_lock::sync::atomic::Ordering::Relaxed;
 use local_lock::Platform;
 
-use super::{Guard, PageSource, Pcp};
+use super::{Guard, PageSource, Pcp, Policy};
 use crate::error::{BadFree, BadFreeKind};
 use crate::list::{is_pcp_tag, list_tag};
 use crate::sizing::{
@@ -191,17 +191,56 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
             return;
         }
-        let Some(mut g) = self.lock() else {
-            self.stat_unlocked(PcpStat::FREE_BUDDY_FALLBACK);
+        // One copy of the commit per way of taking the lists, so each
+        // guard's interrupt state and flavour stay constants in its copy
+        // instead of values merged over the policies (issue #22).
+        let g = match self.policy {
+            Policy::IrqSafe => self.cpus.lock_irqsave(),
+            Policy::TaskOnly if !self.platform().in_interrupt() => {
+                return self.free_commit_unlock(self.cpus.lock(), ptr, order, flags, o);
+            }
+            Policy::Trylock => match self.cpus.try_lock_spin() {
+                Some(g) => return self.free_commit_unlock(g, ptr, order, flags, o),
+                // SAFETY: forwarded contract.
+                None => return unsafe { self.free_locked_out(ptr, order, flags) },
+            },
             // SAFETY: forwarded contract.
-            return unsafe { b.free_pages_flags(ptr, order, flags) };
+            Policy::TaskOnly => return unsafe { self.free_locked_out(ptr, order, flags) },
         };
+        self.free_commit_unlock(g, ptr, order, flags, o)
+    }
+
+    /// [`free_commit`](Self::free_commit) under `g`, then the unlock (and
+    /// the batch when the lists reached `high`).
+    #[inline(always)]
+    fn free_commit_unlock(
+        &self,
+        mut g: Guard<'_, L, N>,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+        o: &Owner,
+    ) {
         // The guard's address escapes only on the batch side (by value),
         // so the common free keeps it in registers (issue #22).
         match self.free_commit(&mut g, ptr, order, flags, o) {
             None => drop(g),
             Some(n) => self.free_batch_unlock(g, n, order),
         }
+    }
+
+    /// The lists' lock could not be had here (task-only in an interrupt,
+    /// trylock in an interrupt that hit the holder): the buddy.
+    ///
+    /// # Safety
+    ///
+    /// As [`free_unchecked`](Self::free_unchecked).
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_locked_out(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        self.stat_unlocked(PcpStat::FREE_BUDDY_FALLBACK);
+        // SAFETY: forwarded contract.
+        unsafe { self.buddy().free_pages_flags(ptr, order, flags) }
     }
 
     /// The lists reached `high`: returns `n` pages to the buddy
@@ -318,16 +357,25 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         } else if pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0 {
             pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
-        if pages.free_count < batch << PCP_BATCH_SCALE_MAX {
-            pages.free_count += order.pages();
+        // Without a branch (a compare and an add with carry at order 0).
+        pages.free_count +=
+            order.pages() * usize::from(pages.free_count < batch << PCP_BATCH_SCALE_MAX);
+        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
+        // nr_pcp_high's first step, inline: the CPU's high clamped to the
+        // current range. Below it, and without `free_high`, nr_pcp_high
+        // changes nothing more and returns it: the common free ends here.
+        let h = pages.high.max(high_min).min(high_max);
+        pages.high = h;
+        if c < h && !free_high {
+            return None;
         }
         let high = nr_pcp_high(
             &mut pages.high,
             c,
             pages.free_count,
             batch,
-            self.high_min.load(Relaxed),
-            self.high_max.load(Relaxed),
+            high_min,
+            high_max,
             free_high,
         );
         if c >= high {

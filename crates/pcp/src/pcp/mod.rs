@@ -132,7 +132,8 @@ pub enum Policy {
 
 /// One CPU's lists (`struct per_cpu_pages`).
 ///
-/// Invariant: `count == Σ_order (normal[order].len + zero[order].len) << order`.
+/// Invariant: `count == Σ_order (blocks on normal[order] and zero[order]) << order`
+/// (in a snapshot, `Σ_order (normal[order].len + zero[order].len) << order`).
 ///
 /// ```
 /// use buddy::{AllocFlags, FreeFlags, Order};

@@ -54,9 +54,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         Report(self)
     }
 
-    /// The local CPU's lists, for tests and reports: a copy taken under the lock.
+    /// The local CPU's lists, for tests and reports: a copy taken under the
+    /// lock, each list's [`len`](crate::list::PageList::len) counted.
     pub fn local_lists(&self) -> CpuPages {
-        *self.lock_irqsave()
+        snapshot(&self.lock_irqsave())
     }
 
     /// A copy of `cpu`'s lists (per-order lengths of the normal and zero
@@ -66,10 +67,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         {
             let g = self.lock_irqsave();
             if g.cpu() == cpu {
-                return Some(*g);
+                return Some(snapshot(&g));
             }
         }
-        self.lock_remote(cpu).map(|g| *g)
+        self.lock_remote(cpu).map(|g| snapshot(&g))
     }
 
     /// Checks this CPU's lists: `count == Σ len << order`, links and tags
@@ -114,6 +115,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     }
 }
 
+/// A copy of one CPU's lists (held by the caller) with each list's length
+/// counted.
+fn snapshot(pages: &CpuPages) -> CpuPages {
+    let mut c = *pages;
+    for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
+        *l = l.counted();
+    }
+    c
+}
+
 fn cpu_stats(c: &CpuCounters) -> PcpStats {
     let mut s = PcpStats::ZERO;
     for (i, a) in c.stats.iter().enumerate() {
@@ -132,7 +143,9 @@ fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: Zone
             } else {
                 &pages.normal[o]
             };
-            list.check(b, list_tag(o as u8, zero), |page| {
+            // No list links more blocks than the buddy manages pages.
+            let limit = b.total_managed_pages();
+            let n = list.check(b, list_tag(o as u8, zero), limit, |page| {
                 match b.page_state(page as *const u8) {
                     PageState::Allocated { order } if order.index() == o => {}
                     s => panic!(
@@ -153,12 +166,12 @@ fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: Zone
                     );
                 }
             });
-            total += list.len << o;
+            total += n << o;
         }
     }
     assert_eq!(
         pages.count, total,
-        "pcp: CPU {cpu} count {} != Σ len << order = {total}",
+        "pcp: CPU {cpu} count {} != Σ blocks linked << order = {total}",
         pages.count
     );
 }
