@@ -27,6 +27,14 @@ static PLAIN: GlobalSlub = GlobalSlub::with_flags(SlabFlags::NONE);
 static NOSHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 0);
 static NOSHEAVES_HARDENED: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 0);
 
+/// The next of a xorshift sequence `x`, and a layout of 16..=1024 B from it.
+fn random_layout(x: &mut u64) -> Layout {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    Layout::from_size_align(16 + (*x as usize % 1009), 8).expect("layout")
+}
+
 fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
     match shape {
         "pair" => {
@@ -60,10 +68,7 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
             let mut ring = [(core::ptr::null_mut::<u8>(), l); 64];
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             for i in 0..n {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let nl = Layout::from_size_align(16 + (x as usize % 1009), 8).expect("layout");
+                let nl = random_layout(&mut x);
                 let slot = &mut ring[i % 64];
                 if !slot.0.is_null() {
                     // SAFETY: allocated below with its layout, freed once.
@@ -87,10 +92,7 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
             let mut ring = vec![(core::ptr::null_mut::<u8>(), l); k];
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             for _ in 0..n {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let nl = Layout::from_size_align(16 + (x as usize % 1009), 8).expect("layout");
+                let nl = random_layout(&mut x);
                 let slot = &mut ring[(x >> 10) as usize % k];
                 if !slot.0.is_null() {
                     // SAFETY: allocated below with its layout, freed once.

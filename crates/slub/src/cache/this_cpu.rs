@@ -169,12 +169,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// (hardened: a cache whose frees may mark blind).
     #[inline(always)]
     pub(crate) fn alloc_fast_slot<const H: bool>(&self) -> Option<NonNull<u8>> {
-        let area = self.fast_area::<H>();
+        // (`fast_area[1]`: a hardened cache whose frees may mark blind.)
+        self.alloc_fast_at::<H, false>(self.fast_area::<H>())
+    }
+
+    /// The pop of the inline allocations, from a dispatch slot's `area`
+    /// (0: not this kind of cache, `None`).
+    #[inline(always)]
+    fn alloc_fast_at<const H: bool, const CHECKED: bool>(
+        &self,
+        area: isize,
+    ) -> Option<NonNull<u8>> {
         if area == 0 {
             return None;
         }
-        // (`fast_area[1]`: a hardened cache whose frees may mark blind.)
-        let o = self.pop_rcs_at::<H, false>(area);
+        let o = self.pop_rcs_at::<H, CHECKED>(area);
         #[cfg(feature = "stats")]
         if o.is_some() {
             self.stat_here(SlubStat::ALLOC_PCS);
@@ -189,16 +198,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `None` for any other cache.
     #[inline(always)]
     pub(crate) fn alloc_fast_checked(&self) -> Option<NonNull<u8>> {
-        let area = self.fast_area[2].load(CoreOrdering::Acquire);
-        if area == 0 {
-            return None;
-        }
-        let o = self.pop_rcs_at::<true, true>(area);
-        #[cfg(feature = "stats")]
-        if o.is_some() {
-            self.stat_here(SlubStat::ALLOC_PCS);
-        }
-        o
+        self.alloc_fast_at::<true, true>(self.fast_area[2].load(CoreOrdering::Acquire))
     }
 
     /// [`try_free_fast`](Self::try_free_fast)`::<true>` of a cache of
