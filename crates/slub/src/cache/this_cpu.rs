@@ -516,14 +516,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if let (true, Some(t)) = (H, self.map_tag_set()) {
             // Every free of a cache the map names reads the marker first
             // (see `checked_frees`).
+            // (`Ok(false)` is only ever a null address: `ptr` is none.)
             let area = self.fcheck.area.load(CoreOrdering::Relaxed);
-            return self.free_mapped::<H>(obj, area, t).and_then(|freed| {
-                if freed {
-                    Ok(())
-                } else {
-                    Err(FreeError::new(obj, FreeErrorKind::NotAllocated))
-                }
-            });
+            return self
+                .free_mapped::<H>(obj, area, t)
+                .map(|freed| debug_assert!(freed));
         }
         if H {
             return match self.free_push_rcs(obj) {
