@@ -880,6 +880,9 @@ unsafe impl PageAlloc for GlobalBuddy {
     fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
         self.tags.set(head.as_ptr().addr(), order.pages(), tag)
     }
+    fn page_map(&self) -> Option<crate::PageMapView> {
+        self.tags.view()
+    }
 }
 
 impl Default for GlobalBuddy {

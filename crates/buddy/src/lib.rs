@@ -261,7 +261,7 @@ pub use crate::error::{FreeError, FreeErrorKind, RegionError};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalBuddy, GLOBAL_CONFIG};
 pub use crate::slowpath::alloc_slowpath;
-pub use crate::source::{BuddySource, PageAlloc, MAX_GROW_RETRIES};
+pub use crate::source::{BuddySource, PageAlloc, PageMapView, MAX_GROW_RETRIES};
 pub use crate::span::MAX_SPANS;
 pub use crate::types::{
     AllocFlags, Config, FreeFlags, Order, Page, Pfn, PurgePolicy, Stat, Tunables, Watermarks,

@@ -178,6 +178,29 @@ pub unsafe trait PageAlloc: Sync {
     fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
         let _ = (head, order, tag);
     }
+    /// Where the page map lives, once it exists, for a caller that keeps
+    /// the answer and reads the map bytes itself (SLUB's inline free): the
+    /// map never moves or shrinks afterwards, and reading its byte of a
+    /// covered page (atomically) is [`page_tag`](Self::page_tag). `None`
+    /// without a map (the default) or before it exists.
+    #[inline(always)]
+    fn page_map(&self) -> Option<PageMapView> {
+        None
+    }
+}
+
+/// A page map's place ([`PageAlloc::page_map`]): byte `i` of `map` is the
+/// tag of the page at `base + (i << shift)`, for `i` below `pages`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageMapView {
+    /// The first byte of the map (mapped for the rest of the process).
+    pub map: *const u8,
+    /// The first address covered.
+    pub base: usize,
+    /// Pages covered (non-zero).
+    pub pages: usize,
+    /// log2 of the page size.
+    pub shift: u32,
 }
 
 /// A buddy allocator with its growth hook, what a per-CPU layer (pcp) sits
@@ -548,5 +571,9 @@ unsafe impl<T: PageAlloc + ?Sized> PageAlloc for &T {
     #[inline(always)]
     fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
         (**self).set_page_tags(head, order, tag)
+    }
+    #[inline(always)]
+    fn page_map(&self) -> Option<PageMapView> {
+        (**self).page_map()
     }
 }

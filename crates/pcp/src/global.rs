@@ -182,6 +182,9 @@ unsafe impl PageAlloc for GlobalPcp {
     fn set_page_tags(&self, head: core::ptr::NonNull<u8>, order: Order, tag: u8) {
         self.pcp.source().set_page_tags(head, order, tag)
     }
+    fn page_map(&self) -> Option<buddy::PageMapView> {
+        self.pcp.source().page_map()
+    }
 }
 
 impl Default for GlobalPcp {

@@ -107,6 +107,9 @@ unsafe impl SlabSource for GlobalPages {
     fn set_page_tags(&self, head: NonNull<u8>, order: Order, tag: u8) {
         PAGES.pcp().source().set_page_tags(head, order, tag)
     }
+    fn page_map(&self) -> Option<buddy::PageMapView> {
+        PAGES.pcp().source().page_map()
+    }
 }
 
 /// Per-CPU slots of [`GlobalSlub`]'s caches: CPUs beyond share slots

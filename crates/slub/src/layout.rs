@@ -287,6 +287,57 @@ pub struct CacheLayout {
     /// `off / size` exactly for every offset inside a slab
     /// (`reciprocal_divide`).
     pub reciprocal: u64,
+    /// The inverse modulo 2^64 of the stride's odd part
+    /// (`size >> stride_shift`), and
+    pub odd_inverse: u64,
+    /// the stride's trailing zero bits: `(off * odd_inverse)` rotated
+    /// right by `stride_shift` is `off / size` when `size` divides `off`,
+    /// and above `(2^64 - 1) / size` (so at or above any object count)
+    /// when it does not: one test decides "an object boundary below
+    /// `objects`" ([`object_index`](Self::object_index); Hacker's
+    /// Delight 10-17).
+    pub stride_shift: u32,
+}
+
+impl CacheLayout {
+    /// The index of the object at offset `off` of a slab of `objects`
+    /// objects, if `off` is an object boundary below `objects`
+    /// (`obj_to_index`, with the boundary check folded in): a multiply, a
+    /// rotate and a compare. `objects` is at most `(2^64 - 1) / size`
+    /// (every real count is: the objects of a slab fit in it).
+    ///
+    /// ```
+    /// use slub::layout::calculate_layout;
+    /// use slub::{Geometry, SlabFlags};
+    /// let l = calculate_layout(200, 8, SlabFlags::NONE, &Geometry::new(4)).unwrap();
+    /// assert_eq!(l.object_index(3 * 200, 20), Some(3));
+    /// assert_eq!(l.object_index(3 * 200 + 8, 20), None, "inside an object");
+    /// assert_eq!(l.object_index(20 * 200, 20), None, "past the last object");
+    /// ```
+    #[inline(always)]
+    pub const fn object_index(&self, off: usize, objects: usize) -> Option<usize> {
+        debug_assert!(objects as u64 <= u64::MAX / self.size as u64);
+        let q = (off as u64)
+            .wrapping_mul(self.odd_inverse)
+            .rotate_right(self.stride_shift);
+        if q < objects as u64 {
+            Some(q as usize)
+        } else {
+            None
+        }
+    }
+}
+
+/// The inverse of odd `d` modulo 2^64 (Newton's iteration: each step
+/// doubles the correct low bits, from 3 for `x = d`).
+const fn odd_inverse(d: u64) -> u64 {
+    let mut x = d;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(d.wrapping_mul(x)));
+        i += 1;
+    }
+    x
 }
 
 const WORD: usize = core::mem::size_of::<usize>();
@@ -537,6 +588,8 @@ pub const fn calculate_layout_ctor(
         inuse,
         track_offset,
         reciprocal: (u64::MAX / size as u64).wrapping_add(1),
+        odd_inverse: odd_inverse((size as u64) >> size.trailing_zeros()),
+        stride_shift: size.trailing_zeros(),
     })
 }
 
@@ -612,6 +665,36 @@ mod tests {
             for off in (0..slab).step_by(7).chain([slab - 1]) {
                 let q = ((off as u128 * l.reciprocal as u128) >> 64) as usize;
                 assert_eq!(q, off / l.size, "size {size} off {off}");
+            }
+        }
+    }
+
+    #[test]
+    fn object_index_finds_exactly_the_boundaries_below_the_count() {
+        for want_size in [8usize, 24, 96, 192, 200, 1000, 3000, 4096, 8192, 12345] {
+            let l = lay(want_size, 4);
+            let size = l.size;
+            assert_eq!(
+                ((size as u64) >> l.stride_shift).wrapping_mul(l.odd_inverse),
+                1
+            );
+            let slab = 4096 << l.oo.order.max(l.min.order);
+            let objects = l.oo.objects as usize;
+            let edges = (0..=objects + 1).flat_map(|i| {
+                let b = i * size;
+                [b.wrapping_sub(1), b, b + 1, b + 8]
+            });
+            for off in (0..slab)
+                .step_by(7)
+                .chain(edges)
+                .chain([usize::MAX, 1 << 63])
+            {
+                let want = (off % size == 0 && off / size < objects).then(|| off / size);
+                assert_eq!(
+                    l.object_index(off, objects),
+                    want,
+                    "size {size} off {off:#x}"
+                );
             }
         }
     }

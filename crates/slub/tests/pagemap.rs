@@ -171,3 +171,70 @@ fn fast_frees_are_validated_by_the_map() {
     let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
     assert_ne!(x, y);
 }
+
+/// The inline free's map check (`mapped_object`: the page's byte, then the
+/// offset in the slab by the stride's odd inverse and a rotate, folded
+/// with the object count into one compare) takes every object of both
+/// slab orders and nothing else: an interior pointer, the slot after a
+/// slab's last object (its tail, a multiple of the stride past the count)
+/// and the slab's last byte are refused, in the first slab (the minimum
+/// order) and in later ones (the preferred order), with 1000-byte objects
+/// whose slabs have a tail.
+#[test]
+fn the_inline_map_check_takes_objects_of_both_orders_and_nothing_else() {
+    use local_lock::Platform;
+    let c = KmemCache::<GlobalPages, RseqCpu>::create(
+        "pagemap_tail",
+        1000,
+        8,
+        SlabFlags::HARDENED,
+        GlobalPages,
+        RseqCpu::new(),
+    )
+    .unwrap()
+    .with_sheaves(32);
+    if !RseqCpu::new().restartable() || c.claim_map_tag().is_none() {
+        eprintln!("no rseq or no tag left here: nothing to test");
+        return;
+    }
+    let lay = *c.layout();
+    let objs: Vec<_> = (0..1500).map(|_| c.alloc().unwrap()).collect();
+    let mut orders = std::collections::BTreeSet::new();
+    let mut tails = 0;
+    for &p in &objs {
+        let b = GlobalPages.block_of(p.as_ptr()).unwrap();
+        let o = b.order.get();
+        orders.insert(o);
+        let objects = if o == lay.oo.order {
+            lay.oo.objects
+        } else {
+            lay.min.objects
+        };
+        let head = b.head.as_ptr();
+        let bytes = b.order.pages() * 4096;
+        let tail = head.wrapping_add(objects as usize * lay.size);
+        let mut bad = vec![p.as_ptr().wrapping_add(8), head.wrapping_add(bytes - 1)];
+        if tail < head.wrapping_add(bytes) {
+            bad.push(tail);
+            tails += 1;
+        }
+        for q in bad {
+            let q = NonNull::new(q).unwrap();
+            // SAFETY: not an object start: refused before any change.
+            let r = unsafe { c.try_free_fast::<true>(q) };
+            assert!(r.is_err(), "{q:p} (slab {head:p}, order {o}) taken: {r:?}");
+        }
+    }
+    assert_eq!(
+        orders.len(),
+        2,
+        "objects of both orders ({} and {}): {orders:?}",
+        lay.min.order,
+        lay.oo.order
+    );
+    assert!(tails > 0, "a slab with a tail");
+    for p in objs {
+        // SAFETY: ours, freed once.
+        assert_eq!(unsafe { c.try_free_fast::<true>(p) }, Ok(true), "{p:p}");
+    }
+}

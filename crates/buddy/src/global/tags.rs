@@ -92,6 +92,20 @@ impl PageTags {
         }
     }
 
+    /// Where the map is, once it exists ([`PageAlloc::page_map`]).
+    ///
+    /// [`PageAlloc::page_map`]: crate::PageAlloc::page_map
+    pub(crate) fn view(&self) -> Option<crate::PageMapView> {
+        // Acquire: pairs with `cover`'s release of `pages`.
+        let pages = self.pages.load(Ordering::Acquire);
+        (pages != 0).then(|| crate::PageMapView {
+            map: self.map.load(Ordering::Relaxed),
+            base: self.base.load(Ordering::Relaxed),
+            pages,
+            shift: self.shift.load(Ordering::Relaxed) as u32,
+        })
+    }
+
     /// Tags `n` pages from `head` (a block the caller holds); pages
     /// outside the covered heap are left alone.
     pub(crate) fn set(&self, head: usize, n: usize, tag: u8) {

@@ -450,6 +450,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// This cache's page-map tag (`pagemap.rs`): 0 before its first slab,
     /// [`pagemap::NO_TAG`] without one, else the tag shifted left by 3.
     map_tag: core::sync::atomic::AtomicU8,
+    /// The inline free's page-map check (`pagemap.rs`).
+    mcheck: pagemap::MapCheck,
     /// Hardening: the lowest first byte and the highest end of any slab
     /// this cache ever had (grow only): a decoded sheaf entry outside
     /// `[slab_lo, slab_hi)` is not an object of the cache.
@@ -503,6 +505,7 @@ macro_rules! build_cache {
             node_rng: CoreAtomicUsize::new(0),
             fcheck: FreeCheck::new(),
             map_tag: core::sync::atomic::AtomicU8::new(0),
+            mcheck: pagemap::MapCheck::new(),
             slab_lo: CoreAtomicUsize::new(usize::MAX),
             slab_hi: CoreAtomicUsize::new(0),
             slab_ref: CoreAtomicUsize::new(0),
@@ -1094,12 +1097,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// The index of the object at offset `off` of a slab, if `off` is an
-    /// object boundary below `objects` (`obj_to_index` by reciprocal
-    /// multiplication: no division).
+    /// object boundary below `objects` (`obj_to_index` by multiplication
+    /// with the stride's odd inverse: no division;
+    /// [`CacheLayout::object_index`]).
     #[inline(always)]
     fn obj_index(&self, off: usize, objects: usize) -> Option<usize> {
-        let idx = ((off as u128 * self.lay.reciprocal as u128) >> 64) as usize;
-        (idx < objects && idx * self.lay.size == off).then_some(idx)
+        self.lay.object_index(off, objects)
     }
 
     /// `local_lock_irqsave(&s->cpu_slab->lock)`; a plain `local_lock` on

@@ -14,7 +14,7 @@
 //! without (and lose only the shortcut).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use buddy::Order;
 use local_lock::Platform;
@@ -33,7 +33,117 @@ const MAX_TAG: u8 = 31;
 /// Largest slab order a map byte can carry.
 const MAX_MAP_ORDER: u8 = 7;
 
+/// What the inline free reads to validate an object by the page map
+/// ([`KmemCache::mapped_object`]): the source's map, where it lives
+/// ([`PageMapView`](buddy::PageMapView), kept here so the lookup is a
+/// subtraction, a shift, a compare and a byte load, with no trip through
+/// the source), the map byte of this cache's preferred-order slabs and
+/// their size. Filled at the cache's first tagged slab (`pages` last);
+/// until then `pages` is 0 and every address misses.
+pub(super) struct MapCheck {
+    map: AtomicPtr<u8>,
+    base: AtomicUsize,
+    pages: AtomicUsize,
+    shift: AtomicU32,
+    /// `tag | oo.order`: the byte of this cache's `oo` slabs, and
+    expect: AtomicU8,
+    /// `tag | min.order`, the byte of its `min` slabs (its first slab and
+    /// the fallback).
+    expect_min: AtomicU8,
+    /// `oo` slab bytes - 1, and
+    mask: AtomicUsize,
+    /// `min` slab bytes - 1.
+    mask_min: AtomicUsize,
+    /// `oo.objects` and `min.objects`, as words (no widening load).
+    objects: AtomicUsize,
+    objects_min: AtomicUsize,
+}
+
+impl MapCheck {
+    /// Nothing mapped yet.
+    pub(super) const fn new() -> Self {
+        MapCheck {
+            map: AtomicPtr::new(core::ptr::null_mut()),
+            base: AtomicUsize::new(0),
+            pages: AtomicUsize::new(0),
+            shift: AtomicU32::new(0),
+            expect: AtomicU8::new(0),
+            expect_min: AtomicU8::new(0),
+            mask: AtomicUsize::new(0),
+            mask_min: AtomicUsize::new(0),
+            objects: AtomicUsize::new(0),
+            objects_min: AtomicUsize::new(0),
+        }
+    }
+}
+
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Whether the page map vouches for `a` as an object of this cache
+    /// (the kernel's `virt_to_slab` and `check_valid_pointer` in one):
+    /// its page's byte is this cache's tag and one of its two orders, and
+    /// its offset in that slab is an object boundary below the slab's
+    /// count. `false` for anything else (null, a foreign or interior
+    /// pointer, a cache without a map): the caller takes the descriptor
+    /// path, which decides and reports.
+    #[inline(always)]
+    pub(super) fn mapped_object(&self, a: usize) -> bool {
+        let m = &self.mcheck;
+        // Relaxed: filled before the cache's first object existed, and a
+        // freed object's allocation happened before its free.
+        let i = a.wrapping_sub(m.base.load(Ordering::Relaxed)) >> m.shift.load(Ordering::Relaxed);
+        if i >= m.pages.load(Ordering::Relaxed) {
+            return false;
+        }
+        // SAFETY: `i` is below the covered pages, whose map is mapped for
+        // the rest of the process (`PageAlloc::page_map`); bytes are
+        // only accessed atomically.
+        let b = unsafe { AtomicU8::from_ptr(m.map.load(Ordering::Relaxed).add(i)) };
+        let b = b.load(Ordering::Relaxed);
+        let (mask, objects) = if b == m.expect.load(Ordering::Relaxed) {
+            (
+                m.mask.load(Ordering::Relaxed),
+                m.objects.load(Ordering::Relaxed),
+            )
+        } else if b == m.expect_min.load(Ordering::Relaxed) {
+            (
+                m.mask_min.load(Ordering::Relaxed),
+                m.objects_min.load(Ordering::Relaxed),
+            )
+        } else {
+            return false;
+        };
+        self.lay.object_index(a & mask, objects).is_some()
+    }
+
+    /// Fills [`MapCheck`] at the cache's first tagged slab (tag `t`).
+    #[cold]
+    fn fill_map_check(&self, t: u8) {
+        let (oo, min) = (self.lay.oo.order, self.lay.min.order);
+        let Some(v) = self.source.page_map() else {
+            return;
+        };
+        if oo.max(min) > MAX_MAP_ORDER {
+            return;
+        }
+        let m = &self.mcheck;
+        m.map.store(v.map.cast_mut(), Ordering::Relaxed);
+        m.base.store(v.base, Ordering::Relaxed);
+        m.shift.store(v.shift, Ordering::Relaxed);
+        m.expect.store(t | oo, Ordering::Relaxed);
+        m.expect_min.store(t | min, Ordering::Relaxed);
+        m.mask
+            .store((self.geometry.page_size << oo) - 1, Ordering::Relaxed);
+        m.mask_min
+            .store((self.geometry.page_size << min) - 1, Ordering::Relaxed);
+        m.objects
+            .store(self.lay.oo.objects as usize, Ordering::Relaxed);
+        m.objects_min
+            .store(self.lay.min.objects as usize, Ordering::Relaxed);
+        // Published last (pairs with `map_slab`'s acquire, so a thread
+        // that skips the fill sees it whole; see `mapped_object`).
+        m.pages.store(v.pages, Ordering::Release);
+    }
+
     /// The cache's tag (`tag << 3`), assigned at its first slab; `None`
     /// for a cache without one.
     pub(super) fn map_tag_now(&self) -> Option<u8> {
@@ -88,6 +198,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     pub(super) fn map_slab(&self, base: NonNull<u8>, order: Order) {
         if order.get() <= MAX_MAP_ORDER {
             if let Some(t) = self.map_tag_now() {
+                if self.mcheck.pages.load(Ordering::Acquire) == 0 {
+                    self.fill_map_check(t);
+                }
                 self.source.set_page_tags(base, order, t | order.get());
             }
         }

@@ -216,9 +216,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if area == 0 {
             return Ok(false);
         }
-        // Set for good before the slot was (see `init_mode`).
-        let t = self.map_tag.load(CoreOrdering::Relaxed);
-        self.free_mapped::<true>(obj, area, t)
+        self.free_mapped::<true>(obj, area)
     }
 
     /// The inline part of `try_free` for a front end whose caches are
@@ -279,10 +277,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         // (A hardened cache the map names has `fast_area[2]`, not this
         // slot: `try_free_fast_checked`.)
-        if !H {
-            if let Some(t) = self.map_tag_set() {
-                return self.free_mapped::<H>(obj, area, t);
-            }
+        if !H && self.checked_frees() {
+            return self.free_mapped::<H>(obj, area);
         }
         let pushed = if H {
             self.free_push_rcs_at(obj, area)
@@ -316,10 +312,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.map_tag_set().is_some()
     }
 
-    /// The fast free of a cache whose slabs the page map names (tag `t`,
-    /// [`slab_by_map_addr`](Self::slab_by_map_addr)): the object validated
-    /// by its page's map byte (this cache's tag, an object boundary of its
-    /// slab), as the kernel's `kfree` finds the slab by `virt_to_slab`,
+    /// The fast free of a cache whose slabs the page map names
+    /// ([`mapped_object`](Self::mapped_object)): the object validated by
+    /// its page's map byte (this cache's tag and preferred order, an
+    /// object boundary of its slab), as the kernel's `kfree` finds the slab by `virt_to_slab`,
     /// instead of by the CPU's validated ranges, which a free far from the
     /// CPU's last slabs misses (most frees of `slub-larson`, 6-16% of
     /// `slub-threads`'); then, hardened, refused if it holds the free
@@ -329,13 +325,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// the miss path, which looks the slab up by its descriptor and
     /// reports precisely.
     #[inline(always)]
-    fn free_mapped<const H: bool>(
-        &self,
-        obj: usize,
-        area: isize,
-        t: u8,
-    ) -> Result<bool, FreeError> {
-        if self.slab_by_map_addr(obj, t).is_none() {
+    fn free_mapped<const H: bool>(&self, obj: usize, area: isize) -> Result<bool, FreeError> {
+        if !self.mapped_object(obj) {
             return self.free_fast_miss::<H>(obj);
         }
         let r = if H {
@@ -513,13 +504,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let s = self.slots();
         let obj = ptr.as_ptr().expose_provenance();
         let gen = self.fcheck.gen.load(CoreOrdering::Relaxed);
-        if let (true, Some(t)) = (H, self.map_tag_set()) {
+        if H && self.checked_frees() {
             // Every free of a cache the map names reads the marker first
             // (see `checked_frees`).
             // (`Ok(false)` is only ever a null address: `ptr` is none.)
             let area = self.fcheck.area.load(CoreOrdering::Relaxed);
             return self
-                .free_mapped::<H>(obj, area, t)
+                .free_mapped::<H>(obj, area)
                 .map(|freed| debug_assert!(freed));
         }
         if H {
@@ -537,7 +528,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let way = self.range_way(obj);
         let (vbase, vspan, vgen) = rcs_op!(p.this_cpu_range(s, way)).unwrap_or((0, 0, 0));
         let off = obj.wrapping_sub(vbase);
-        if !(off < vspan && vgen == gen && self.obj_index(off, usize::MAX).is_some()) {
+        if !(off < vspan && vgen == gen && self.obj_index(off, vspan).is_some()) {
             return self.free_rcs_miss::<H>(ptr, gen);
         }
         if rcs_op!(p.this_cpu_sheaf_push(s, obj)) {
