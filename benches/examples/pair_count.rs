@@ -10,7 +10,10 @@
 //! the difference of the counts is the cost of one operation, without the
 //! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
 //! `plain` (sheaves, no hardening), `nosheaves` (neither),
-//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `batchK` (K
+//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `pairdyn` (the same
+//! with the layout through `black_box` at each call, so its class cannot be
+//! computed once for the loop: what a call through `__rust_alloc` or
+//! `malloc` pays), `batchK` (K
 //! allocs then K frees, per object; `batch64` in CI), `churn` (a ring of 64 live objects
 //! of random sizes 16..=1024 B, one replaced per operation).
 //! `PAIR_COUNT_PURGE=off` pauses the pages' automatic purging (issue #17's
@@ -43,6 +46,15 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 unsafe {
                     let p = black_box(h.alloc(l));
                     h.dealloc(p, l);
+                }
+            }
+        }
+        "pairdyn" => {
+            for _ in 0..n {
+                // SAFETY: as above.
+                unsafe {
+                    let p = black_box(h.alloc(black_box(l)));
+                    h.dealloc(p, black_box(l));
                 }
             }
         }

@@ -49,33 +49,33 @@ const SIZE_INDEX: [u8; 24] = [
     6, 6, 6, 6, 6, 6, 6, 6, // 136..192
 ];
 
-/// [`kmalloc_index`] without a branch or a memory load, for sizes up to
-/// [`KMALLOC_MAX_CACHE_SIZE`] (0 as 1): `b = log2(size - 1)` (at least 2)
-/// picks the class from a nibble table held in a constant, plus, in the
-/// two octaves with a 1.5x class (96, 192), the bit below the top one.
-/// Pure arithmetic, so a loop whose size does not change computes it once
-/// (a table load cannot move across the restartable sections' memory
-/// clobbers), and nothing waits on a load before the cache's address is
-/// known.
+/// The class of each 8-byte step of size up to
+/// [`KMALLOC_MAX_CACHE_SIZE`]: entry `(size + 7) >> 3` (jemalloc's
+/// `sz_size2index_tab`; 1 KiB of read-only data, of which a program's
+/// sizes touch a few lines). Built from [`kmalloc_index`].
+const SIZE_CLASS: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
+    let mut t = [0u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
+    let mut i = 1;
+    while i < t.len() {
+        t[i] = kmalloc_index(i * 8) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// [`kmalloc_index`] without a branch, for sizes up to
+/// [`KMALLOC_MAX_CACHE_SIZE`] (0 as 1): an add, a shift and one byte
+/// load from [`SIZE_CLASS`]; a size known at compile time folds to its
+/// class. (Session 11's form was pure arithmetic, about 15 instructions,
+/// which a loop of one runtime size hoists while a table load is redone
+/// each time, the restartable sections clobbering memory; but a call with
+/// a size the compiler cannot see, as behind `__rust_alloc` or `malloc`,
+/// pays all 15: `pair_count`'s `pairdyn` 149 -> 113 per pair, `churn`
+/// 177 -> 144 per step, `pair` 79 -> 93.)
 #[inline(always)]
 const fn kmalloc_class_of(size: usize) -> usize {
-    // Class of octave b = 2..=12 (sizes up to 8 << (b - 2)... 2^(b+1)).
-    const BASE: u64 = {
-        let classes: [u64; 13] = [0, 0, 0, 1, 2, 3, 4, 6, 8, 9, 10, 11, 12];
-        let mut v = 0u64;
-        let mut b = 0;
-        while b < 13 {
-            v |= classes[b] << (4 * b);
-            b += 1;
-        }
-        v
-    };
-    // Octaves 6 and 7 (65..=128 and 129..=256) hold two classes each.
-    const SPLIT: u64 = (1 << 6) | (1 << 7);
-    let s = size.saturating_sub(1) as u64;
-    let b = 63 - (s | 7).leading_zeros() as u64;
-    let upper = (s >> (b - 1)) & 1;
-    (((BASE >> (4 * b)) & 15) + ((SPLIT >> b) & upper)) as usize
+    debug_assert!(size <= KMALLOC_MAX_CACHE_SIZE);
+    SIZE_CLASS[(size + 7) >> 3] as usize
 }
 
 /// `kmalloc(0)`'s result: a non-null pointer that must not be dereferenced
