@@ -26,7 +26,7 @@ fn cache<'a>(m: &'a Mem, size: usize, p: TestPlatform, flags: SlabFlags) -> Cach
 
 /// `GlobalSlub`'s fast paths index the caches by `kmalloc_class` without
 /// a bounds check: every size and alignment gives an index of the table.
-/// The computed class (`kmalloc_class`'s branch-free arithmetic) is
+/// The computed class (`kmalloc_class`'s byte table, `SIZE_CLASS`) is
 /// `kmalloc_index` at every size, and its objects fit the size.
 #[test]
 fn kmalloc_class_matches_kmalloc_index() {
