@@ -335,6 +335,19 @@ pub unsafe trait Platform: Sync {
         0
     }
 
+    /// The area to hand a section, given the copy `kept` (non-zero) the
+    /// caller read from beside its records: `kept` by default. A platform
+    /// whose area is one process-wide value reads it from its own place,
+    /// at a constant address, so that the section's first loads (the CPU
+    /// id) need not wait until the caller has found its records (their
+    /// address may come at the end of a chain of loads: a size class, a
+    /// cache); the caller's `kept` then only decides the dispatch, which
+    /// the branch predictor takes off that chain.
+    #[inline(always)]
+    fn this_cpu_area_now(&self, kept: isize) -> isize {
+        kept
+    }
+
     /// `this_cpu` pop: the last entry of the running CPU's main sheaf, 0
     /// when it has none (no record, no main sheaf, empty).
     ///

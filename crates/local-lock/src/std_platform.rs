@@ -335,6 +335,12 @@ unsafe impl Platform for RseqCpu {
             0
         }
     }
+    /// The process-wide `__rseq_offset` (the same value as `kept`).
+    #[inline(always)]
+    fn this_cpu_area_now(&self, kept: isize) -> isize {
+        debug_assert_eq!(kept, rseq::area());
+        rseq::area()
+    }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
     unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {

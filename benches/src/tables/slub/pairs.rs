@@ -19,13 +19,18 @@ use crate::tables::Table;
 // The case body
 // ---------------------------------------------------------------------------
 
-/// `n` alloc + free pairs of `l`.
+/// `n` alloc + free pairs of `l`, the layout through `black_box` at each
+/// call: a program's allocation reaches the allocator through
+/// `__rust_alloc` (or `malloc`), whose size the allocator cannot see at
+/// compile time, so nothing of the size-class lookup may be computed once
+/// for the loop (an inline allocator could, the peers behind their FFI
+/// calls cannot).
 #[inline(always)]
 pub(super) fn pairs<A: ObjHeap>(a: &A, l: Layout, n: u64) {
     for _ in 0..n {
-        let p = black_box(a.alloc(l));
+        let p = black_box(a.alloc(black_box(l)));
         // SAFETY: allocated just above with `l`, freed once.
-        unsafe { a.free(p, l) };
+        unsafe { a.free(p, black_box(l)) };
     }
 }
 
@@ -126,7 +131,7 @@ impl Table for SlubPairs {
         let lockless = kernel_kmem_cache(64, FastPath::Lockless).cache.lockless();
         let mut notes = vec![
             format!(
-                "ns/op: one alloc + free pair through GlobalAlloc-style calls, the pointer through black_box, nothing written. \
+                "ns/op: one alloc + free pair through GlobalAlloc-style calls, the pointer and the layout through black_box (no size-class work hoisted out of the loop), nothing written. \
                  GlobalSlub = slub::GlobalSlub (kmalloc classes with per-CPU sheaves reached by rseq restartable sections \
                  on RseqCpu: a pop, or a validated push, on the running CPU with no lock and no atomic instruction; \
                  pages from per-thread pcp lists). \

@@ -71,7 +71,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.sheaf_capacity,
             )
         }
-        .with_area(area)
+        .with_area(self.cpu.platform().this_cpu_area_now(area))
     }
 
     /// `alloc_from_pcs` on a restartable platform.
