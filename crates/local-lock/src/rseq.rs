@@ -82,6 +82,11 @@ pub fn available() -> bool {
     }
 }
 
+/// How long a thread waits (giving its CPU away) while another decides
+/// [`available`] before it answers `false` (see [`decide`]): the lookup
+/// takes microseconds, this allows for its thread being preempted.
+const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The thread pointer of the thread deciding [`available`] (0: none yet).
 static DECIDER: AtomicUsize = AtomicUsize::new(0);
 
@@ -98,7 +103,9 @@ fn init() -> bool {
 /// answers `false`. Callers must not answer `false` for the wait: a slab
 /// cache decides its fast path (restartable or locked) once, at its first
 /// use, so threads starting together would otherwise leave a cache on its
-/// locked path for good.
+/// locked path for good. The wait is bounded ([`DECIDE_WAIT`]): a
+/// decider that cannot finish (its lookup waiting for a lock the caller
+/// holds) gets the old answer, `false`, rather than a deadlock.
 fn decide(
     state: &AtomicU8,
     decider: &AtomicUsize,
@@ -112,16 +119,23 @@ fn decide(
             state.store(if ok { YES } else { NO }, Ordering::Release);
             ok
         }
-        Err(_) => loop {
-            match state.load(Ordering::Acquire) {
-                YES => return true,
-                NO => return false,
-                _ if decider.load(Ordering::Acquire) == me => return false,
-                // The lookup (two `dlsym` calls) takes microseconds; its
-                // thread may be preempted: give the CPU away.
-                _ => yield_cpu(),
+        Err(_) => {
+            let start = std::time::Instant::now();
+            while start.elapsed() < DECIDE_WAIT {
+                match state.load(Ordering::Acquire) {
+                    YES => return true,
+                    NO => return false,
+                    _ if decider.load(Ordering::Acquire) == me => return false,
+                    // The lookup (two `dlsym` calls) takes microseconds;
+                    // its thread may be preempted: give the CPU away.
+                    _ => yield_cpu(),
+                }
             }
-        },
+            // The decider is blocked (e.g. `dlsym` waiting for the loader
+            // lock this thread holds inside `dlopen`, allocating): answer
+            // as before the decision rather than wait for good.
+            state.load(Ordering::Acquire) == YES
+        }
     }
 }
 
@@ -820,7 +834,7 @@ mod tests {
                 d.store(true, Ordering::Release);
                 // Reentrant: answers at once.
                 assert!(!decide(&STATE_T, &DECIDER_T, 1, || unreachable!()));
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(std::time::Duration::from_millis(10));
                 true
             })
         });
@@ -830,5 +844,30 @@ mod tests {
         let b = decide(&STATE_T, &DECIDER_T, 2, || unreachable!("decided once"));
         assert!(a.join().unwrap());
         assert!(b, "the second thread saw the decision, not the wait");
+    }
+
+    /// A decider that cannot finish (its lookup waiting for the caller)
+    /// gets no deadlock: the caller answers `false` after its bounded wait.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits 200 ms")]
+    fn the_wait_is_bounded() {
+        static STATE_T: AtomicU8 = AtomicU8::new(UNKNOWN);
+        static DECIDER_T: AtomicUsize = AtomicUsize::new(0);
+        static RELEASED: AtomicBool = AtomicBool::new(false);
+        let a = std::thread::spawn(|| {
+            decide(&STATE_T, &DECIDER_T, 1, || {
+                while !RELEASED.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                true
+            })
+        });
+        while STATE_T.load(Ordering::Acquire) == UNKNOWN {
+            std::thread::yield_now();
+        }
+        let b = decide(&STATE_T, &DECIDER_T, 2, || unreachable!("decided once"));
+        RELEASED.store(true, Ordering::Release);
+        assert!(a.join().unwrap());
+        assert!(!b, "answered as before the decision");
     }
 }
