@@ -33,7 +33,7 @@
 //! makes them fail instead of both sides owning the old sheaf.
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering};
 
 use crate::this_cpu::{range_way, FreeCheck, FreePush, SheafSlots, SheafWord, RANGE_WAYS};
 
@@ -62,8 +62,10 @@ static OFFSET: AtomicIsize = AtomicIsize::new(0);
 static FENCE: AtomicU8 = AtomicU8::new(UNKNOWN);
 
 /// Whether this process runs with glibc-registered restartable sequences
-/// (decided once; a call made while the first call is deciding, e.g. from
-/// an allocation inside `dlsym`, answers `false`).
+/// (decided once, by the first caller; a call from another thread while
+/// it decides waits for the decision, and only a call from the deciding
+/// thread itself, e.g. an allocation inside `dlsym`, answers `false`
+/// meanwhile).
 ///
 /// ```
 /// // On this project's machines (glibc 2.36, Linux 6.x) rseq is there.
@@ -75,23 +77,89 @@ static FENCE: AtomicU8 = AtomicU8::new(UNKNOWN);
 pub fn available() -> bool {
     match STATE.load(Ordering::Acquire) {
         YES => true,
-        NO | INITIALIZING => false,
+        NO => false,
         _ => init(),
     }
 }
 
+/// How long a thread waits (giving its CPU away) while another decides
+/// [`available`] before it answers `false` (see [`decide`]): the lookup
+/// takes microseconds, this allows for its thread being preempted.
+const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The thread pointer of the thread deciding [`available`] (0: none yet).
+static DECIDER: AtomicUsize = AtomicUsize::new(0);
+
 #[cold]
 #[inline(never)]
 fn init() -> bool {
-    if STATE
-        .compare_exchange(UNKNOWN, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
-        .is_err()
-    {
-        return STATE.load(Ordering::Acquire) == YES;
+    decide(&STATE, &DECIDER, thread_word(), lookup)
+}
+
+/// The decision of [`available`] on `state`: the first caller runs
+/// `lookup` (recording itself, `me`, in `decider`) and publishes the
+/// answer; a caller arriving meanwhile waits for it, unless it is the
+/// deciding thread itself (a reentrant call from inside `lookup`), which
+/// answers `false`. Callers must not answer `false` for the wait: a slab
+/// cache decides its fast path (restartable or locked) once, at its first
+/// use, so threads starting together would otherwise leave a cache on its
+/// locked path for good. The wait is bounded ([`DECIDE_WAIT`]): a
+/// decider that cannot finish (its lookup waiting for a lock the caller
+/// holds) gets the old answer, `false`, rather than a deadlock.
+fn decide(
+    state: &AtomicU8,
+    decider: &AtomicUsize,
+    me: usize,
+    lookup: impl FnOnce() -> bool,
+) -> bool {
+    match state.compare_exchange(UNKNOWN, INITIALIZING, Ordering::Acquire, Ordering::Acquire) {
+        Ok(_) => {
+            decider.store(me, Ordering::Release);
+            let ok = lookup();
+            state.store(if ok { YES } else { NO }, Ordering::Release);
+            ok
+        }
+        Err(_) => {
+            let start = std::time::Instant::now();
+            while start.elapsed() < DECIDE_WAIT {
+                match state.load(Ordering::Acquire) {
+                    YES => return true,
+                    NO => return false,
+                    _ if decider.load(Ordering::Acquire) == me => return false,
+                    // The lookup (two `dlsym` calls) takes microseconds;
+                    // its thread may be preempted: give the CPU away.
+                    _ => yield_cpu(),
+                }
+            }
+            // The decider is blocked (e.g. `dlsym` waiting for the loader
+            // lock this thread holds inside `dlopen`, allocating): answer
+            // as before the decision rather than wait for good.
+            state.load(Ordering::Acquire) == YES
+        }
     }
-    let ok = lookup();
-    STATE.store(if ok { YES } else { NO }, Ordering::Release);
-    ok
+}
+
+/// This thread's pointer (its `fs` base), which names it.
+#[cfg(not(miri))]
+fn thread_word() -> usize {
+    let tp: usize;
+    // SAFETY: reads the first word of the thread control block, which
+    // glibc's x86_64 TLS ABI points at itself.
+    unsafe {
+        asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+/// (Miri: `lookup` answers at once and never reenters.)
+#[cfg(miri)]
+fn thread_word() -> usize {
+    1
+}
+
+fn yield_cpu() {
+    // SAFETY: sched_yield has no preconditions.
+    unsafe { libc::sched_yield() };
 }
 
 #[cfg(miri)]
@@ -742,4 +810,64 @@ pub fn remote_xchg(s: SheafSlots<'_>, cpu: usize, w: SheafWord, new: usize) -> O
         return Some(old);
     }
     Some(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// A thread arriving while another decides waits for the answer
+    /// (before: it answered `false`, and a slab cache first used then kept
+    /// its locked path for good); the decider's own reentrant call answers
+    /// `false` at once.
+    #[test]
+    #[cfg_attr(miri, ignore = "sleeps to hold the decision open")]
+    fn a_second_thread_waits_for_the_decision() {
+        static STATE_T: AtomicU8 = AtomicU8::new(UNKNOWN);
+        static DECIDER_T: AtomicUsize = AtomicUsize::new(0);
+        let deciding = Arc::new(AtomicBool::new(false));
+        let d = Arc::clone(&deciding);
+        let a = std::thread::spawn(move || {
+            decide(&STATE_T, &DECIDER_T, 1, || {
+                d.store(true, Ordering::Release);
+                // Reentrant: answers at once.
+                assert!(!decide(&STATE_T, &DECIDER_T, 1, || unreachable!()));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                true
+            })
+        });
+        while !deciding.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let b = decide(&STATE_T, &DECIDER_T, 2, || unreachable!("decided once"));
+        assert!(a.join().unwrap());
+        assert!(b, "the second thread saw the decision, not the wait");
+    }
+
+    /// A decider that cannot finish (its lookup waiting for the caller)
+    /// gets no deadlock: the caller answers `false` after its bounded wait.
+    #[test]
+    #[cfg_attr(miri, ignore = "waits 200 ms")]
+    fn the_wait_is_bounded() {
+        static STATE_T: AtomicU8 = AtomicU8::new(UNKNOWN);
+        static DECIDER_T: AtomicUsize = AtomicUsize::new(0);
+        static RELEASED: AtomicBool = AtomicBool::new(false);
+        let a = std::thread::spawn(|| {
+            decide(&STATE_T, &DECIDER_T, 1, || {
+                while !RELEASED.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                true
+            })
+        });
+        while STATE_T.load(Ordering::Acquire) == UNKNOWN {
+            std::thread::yield_now();
+        }
+        let b = decide(&STATE_T, &DECIDER_T, 2, || unreachable!("decided once"));
+        RELEASED.store(true, Ordering::Release);
+        assert!(a.join().unwrap());
+        assert!(!b, "answered as before the decision");
+    }
 }

@@ -10,6 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,78 @@ pub fn rss_kb() -> (u64, u64) {
 /// ([`threads_child_main`](super::threads_child_main)). `None` when the
 /// arguments are not a child's (the runner goes on as usual).
 pub fn child_main() -> Option<ExitCode> {
+    count_cpus_init();
     super::larson::larson_child_main().or_else(super::threads::threads_child_main)
+}
+
+/// Set when a child counts under callgrind ([`count_cpus_init`]).
+static COUNT_CPUS: AtomicBool = AtomicBool::new(false);
+
+/// `MM_BENCH_COUNT_CPUS=1` in a child run under valgrind (which implements
+/// no rseq, so glibc could not register it): `GlobalSlub`'s restartable
+/// paths are counted as if each worker thread ran alone on its own CPU
+/// (worker `t` on CPU `t`, see [`count_cpu_enter`]), so that callgrind
+/// counts the per-CPU paths of a run with as many CPUs as threads (at
+/// most 64) instead of the fallback's. Valgrind runs one thread at a time
+/// and no two threads share a CPU's records, so no section needs a
+/// restart. Ignored where rseq is registered.
+fn count_cpus_init() {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if std::env::var_os("MM_BENCH_COUNT_CPUS").is_some() && !local_lock::rseq::available() {
+        // SAFETY: this thread is the only one so far; it gives CPU 0 back
+        // at once (below), and the workers each take their own CPU record
+        // in `count_cpu_enter`.
+        let ok = unsafe { local_lock::rseq::assume_cpu0_for_counting() };
+        // glibc starts a thread with rseq when its creator's area has a
+        // CPU (and aborts when that fails): the main thread's area says
+        // "registration failed" again (so it uses the fallback).
+        set_cpu_id(RSEQ_CPU_ID_REGISTRATION_FAILED);
+        COUNT_CPUS.store(ok, Ordering::Relaxed);
+        eprintln!("mm-bench: rseq unavailable (valgrind?): worker t counted as CPU t: {ok}");
+    }
+}
+
+/// glibc's `cpu_id` of a thread whose rseq registration failed.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+const RSEQ_CPU_ID_REGISTRATION_FAILED: u32 = -2i32 as u32;
+
+/// Writes `cpu` as the `cpu_id` of this thread's (unregistered) rseq area.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn set_cpu_id(cpu: u32) {
+    // SAFETY: dlsym with a NUL-terminated name; checked for null.
+    let o = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) };
+    assert!(!o.is_null(), "counting mode without __rseq_offset");
+    // SAFETY: glibc's `__rseq_offset`; the rseq area at the thread pointer
+    // plus it is this thread's (glibc keeps it when the registration
+    // failed), and without the kernel nothing else writes it. `cpu_id` is
+    // its second 32-bit field.
+    unsafe {
+        let off = *(o as *const isize);
+        let tp: usize;
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+        ((tp as isize + off) as *mut u32).add(1).write_volatile(cpu);
+    }
+}
+
+/// Worker thread `t` of a child counting under callgrind
+/// ([`count_cpus_init`]) takes CPU `t`'s records: it writes `t` as the
+/// `cpu_id` of its (unregistered) rseq area. Nothing otherwise.
+pub(super) fn count_cpu_enter(t: usize) {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if COUNT_CPUS.load(Ordering::Relaxed) {
+        assert!(t < 64, "counting mode: worker {t} past the 64 CPU records");
+        set_cpu_id(t as u32);
+    }
+    let _ = t;
+}
+
+/// `MM_BENCH_REPORT=1`: a child that ran the `GlobalSlub` row prints its
+/// report (slabinfo, the SLUB counters of its slow paths: sheaf swaps,
+/// refills and flushes, barn, slabs; the pages) on stderr.
+pub(super) fn report_if_asked(name: &str) {
+    if name == super::heaps::GLOBAL_SLUB_ROW && std::env::var_os("MM_BENCH_REPORT").is_some() {
+        eprintln!("{}", super::heaps::GLOBAL_SLUB.report());
+    }
 }
 
 /// A workload run on one competitor chosen by its row name at run time

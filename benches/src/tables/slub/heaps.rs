@@ -198,6 +198,9 @@ impl ObjHeap for SlubHeap {
         // SAFETY: forwarded contract.
         unsafe { self.0.dealloc(p.as_ptr(), l) }
     }
+    fn enter_thread(&self, t: usize) {
+        super::child::count_cpu_enter(t);
+    }
     #[inline(always)]
     fn alloc_batch(&self, l: Layout, out: &mut [*mut u8]) {
         match slub::kmalloc_class(l.size(), l.align()) {

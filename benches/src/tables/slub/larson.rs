@@ -10,7 +10,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use super::child::{
-    cpus_arg, field, finish_child, names, parse_cpus, run_child, run_on, runner_exe, HeapJob,
+    cpus_arg, field, finish_child, names, parse_cpus, report_if_asked, run_child, run_on,
+    runner_exe, HeapJob,
 };
 use super::heaps::{layout, Competitors, ObjHeap, GLOBAL_SLUB_ROW, PEERS};
 use super::rss_kb;
@@ -228,9 +229,13 @@ pub fn larson_child_main() -> Option<ExitCode> {
         eprintln!("mm-bench {LARSON_CHILD_FLAG}: bad arguments {args:?}");
         return Some(ExitCode::from(2));
     };
+    if std::env::var_os("XX_EARLY").is_some() {
+        let _ = local_lock::rseq::available();
+    }
     let comp = Competitors::new();
     let pin = !cpus.is_empty();
     let r = larson_in_process(&comp, &name, p, &cpus, pin, true);
+    report_if_asked(&name);
     let fields = r.map(|r| {
         [
             ("ops", r.ops.to_string()),

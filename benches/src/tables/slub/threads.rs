@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use local_lock::sync::CachePadded;
 
 use super::child::{
-    cpus_arg, field, finish_child, names, parse_cpus, run_child, run_on, runner_exe, ChildError,
-    HeapJob,
+    cpus_arg, field, finish_child, names, parse_cpus, report_if_asked, run_child, run_on,
+    runner_exe, ChildError, HeapJob,
 };
 use super::heaps::{layout, Competitors, ObjHeap, GLOBAL_SLUB_ROW, PEERS};
 use super::larson::LARSON_SIZES;
@@ -601,6 +601,7 @@ pub fn threads_child_main() -> Option<ExitCode> {
         keep: true,
     };
     let r = run_on(&comp, &name, job);
+    report_if_asked(&name);
     let fields = r.map(|r| {
         [
             ("ops", r.ops.to_string()),

@@ -1021,9 +1021,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // context that sees the cache initialised sees its secret and
         // `fcheck` too.
         // Contexts in their first use together may decide differently
-        // (one saw rseq still being looked up): the first decision
-        // stands, so the inline fast paths (`fast_area`) and the
-        // dispatch never disagree.
+        // (the platform's own first use reentering it, e.g. rseq's lookup
+        // allocating: other threads wait for that decision, see
+        // `rseq::available`): the first decision stands, so the inline
+        // fast paths (`fast_area`) and the dispatch never disagree.
         if self
             .dispatch
             .compare_exchange(
