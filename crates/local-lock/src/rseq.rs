@@ -397,17 +397,27 @@ pub unsafe fn pop_private(s: SheafSlots<'_>) -> usize {
 #[inline(always)]
 pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let ok: usize;
     // SAFETY: caller's contract; the entry beyond the size is invisible
-    // until the commit (the size store).
+    // until the commit (the size store). Every failure leaves the section
+    // by a jump to the label block (`asm goto`): no status register.
     unsafe {
         asm!(
-            sheaf_enter!("ok"),
+            "2:",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae {fail}",
+            "shl {c}, 7",
+            "mov {sh}, qword ptr [{base} + {c}]",
+            "test {sh}, {sh}",
+            "jz {fail}",
+            "mov {t}, qword ptr [{sh}]",
             "cmp {t}, {cap}",
-            "jae 5f",
+            "jae {fail}",
             "mov qword ptr [{sh} + 8*{t} + 16], {val}",
             "add {t}, 1",
-            "mov {ok:e}, 1",
             "mov qword ptr [{sh}], {t}",
             "5:",
             rseq_tail!(),
@@ -418,14 +428,14 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
             val = in(reg) val,
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
-            ok = out(reg) ok,
             t = out(reg) _,
             c = out(reg) _,
             sh = out(reg) _,
+            fail = label { return false },
             options(nostack)
         )
     };
-    ok != 0
+    true
 }
 
 /// The section of [`free_push`], [`free_push_plain`] and
