@@ -47,6 +47,8 @@ mod fast;
 mod fidelity_tests;
 mod flush;
 mod freeptr;
+#[cfg(all(test, not(loom)))]
+mod layout_tests;
 pub(crate) mod node;
 mod pagemap;
 mod random_seq;
@@ -397,12 +399,11 @@ impl Fast {
 /// cache.validate();
 /// assert_eq!(cache.destroy(), Ok(()), "every object was freed");
 /// ```
+#[repr(C)]
 pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     name: &'static str,
     /// Unique id, drawn at first use (0 before).
     id: CoreAtomicUsize,
-    /// kmalloc class + 1, or 0.
-    kidx: u8,
     /// Hardening: the per-cache random value (drawn at first use).
     pub(crate) random: CoreAtomicUsize,
     /// Freelist randomisation: xorshift state (0 until first use), for the
@@ -422,6 +423,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// Which fast path `alloc`/`free` take: a [`Fast`] (`Special` on first
     /// use and for debug caches: the out-of-line dispatchers).
     dispatch: AtomicU8,
+    /// kmalloc class + 1, or 0.
+    kidx: u8,
     /// The inline fast paths' dispatch (`KmemCache::alloc_fast`,
     /// `try_free_fast`): index 1 (hardened), 2 (hardened, every free
     /// reading the marker: `alloc_fast_checked`) or 0 holds the platform's
@@ -429,16 +432,6 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// `Fast::Rseq`, and 0 otherwise; one load both dispatches and gives
     /// the restartable sections their area.
     fast_area: [core::sync::atomic::AtomicIsize; 3],
-    cpu: LocalLock<CpuLocked, P, N>,
-    fast: [CachePadded<CpuFast>; N],
-    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
-    /// the platform's `this_cpu` operations only (the locked and pinned
-    /// platforms keep theirs in [`CpuLocked`]).
-    pcs: [CachePadded<CpuSheaves>; N],
-    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
-    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
-    /// list, `list_lock`, barn and counters.
-    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
     /// `s->remote_node_defrag_ratio` (out of 1024; see
     /// [`KmemCache::set_remote_node_defrag_ratio`]).
     defrag_ratio: CoreAtomicUsize,
@@ -470,6 +463,21 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
     /// [`shrink_if_idle`](Self::shrink_if_idle)).
     idle: AtomicU8,
+    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
+    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
+    /// list, `list_lock`, barn and counters.
+    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
+    // The per-CPU records last, after the nodes (`repr(C)`; Rust's
+    // order put the header and the nodes after them): the header and
+    // node 0 share the cache's first page, and a CPU's lock slot,
+    // sheaves and fast record are one page each (each array is a page
+    // or more): four pages touched per cache where there were five.
+    cpu: LocalLock<CpuLocked, P, N>,
+    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
+    /// the platform's `this_cpu` operations only (the locked and pinned
+    /// platforms keep theirs in [`CpuLocked`]).
+    pcs: [CachePadded<CpuSheaves>; N],
+    fast: [CachePadded<CpuFast>; N],
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
