@@ -132,12 +132,20 @@ fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves
 /// per-CPU records, touched later as CPUs use them). Measured, peak RSS of
 /// `git --version`: 5.26 -> 4.84 MiB (glibc 3.78).
 ///
-/// Page-aligned: a cache's header and node 0 are on its first page and
-/// each per-CPU array starts on a page of its own (slub's `repr(C)`
-/// layout), so a CPU's use of a class touches four pages of it, not the
-/// five or six that a cache straddling page boundaries could.
+/// Page-aligned, the cache [`Cache::FIRST_CPUS_AT`] bytes before a page
+/// boundary: the first CPUs' fast records, the header and node 0 are then
+/// on one page, their lock slots and sheaves a page each (slub's
+/// `repr(C)` layout): three pages of a class that a process uses (five
+/// before, the cache wherever it fell).
 #[repr(C, align(4096))]
-pub struct Slot(UnsafeCell<MaybeUninit<Cache>>);
+pub struct Slot {
+    _pad: [u8; SLOT_PAD],
+    cache: UnsafeCell<MaybeUninit<Cache>>,
+}
+
+/// The bytes before the cache in its [`Slot`].
+const SLOT_PAD: usize = (4096 - Cache::FIRST_CPUS_AT % 4096) % 4096;
+const _: () = assert!(SLOT_PAD.is_multiple_of(core::mem::align_of::<Cache>()));
 
 // SAFETY: the cache is `Sync`; the one `&mut` access (`configure`) happens
 // before any other thread can reach it (see `configure`).
@@ -146,8 +154,12 @@ unsafe impl Sync for Slot {}
 /// The caches, kmalloc's then the intermediate ones: zero until
 /// [`configure`] (hardened, with sheaves, as `GlobalSlub::new`'s, unless the
 /// environment says otherwise).
-static CACHES: [Slot; NR_CACHES] =
-    [const { Slot(UnsafeCell::new(MaybeUninit::zeroed())) }; NR_CACHES];
+static CACHES: [Slot; NR_CACHES] = [const {
+    Slot {
+        _pad: [0; SLOT_PAD],
+        cache: UnsafeCell::new(MaybeUninit::zeroed()),
+    }
+}; NR_CACHES];
 
 // `release_zero_pages` reads a slot as 8-byte words, whole pages.
 const _: () = assert!(size_of::<Slot>().is_multiple_of(4096));
@@ -188,7 +200,7 @@ pub fn cache(i: usize) -> &'static Cache {
     // SAFETY: written by `ensure_built` (the only writer) before its bit
     // was set (the callers check `built`, or reach the cache through one
     // of its slabs, or call `ensure_built` first).
-    unsafe { (*CACHES[i].0.get()).assume_init_ref() }
+    unsafe { (*CACHES[i].cache.get()).assume_init_ref() }
 }
 
 fn build_lock() {
@@ -266,11 +278,14 @@ fn build_slow(i: usize) {
         } else {
             GlobalSlub::DEFAULT_FLAGS
         };
-        let slot = CACHES[i].0.get();
+        let slot = CACHES[i].cache.get();
         // SAFETY: the slot is zero and nobody reads it before its bit is
         // set below (the build lock is held): written in place.
         write_image(unsafe { &mut *slot }, i, flags, sheaves);
-        release_zero_pages(slot.cast::<u8>(), size_of::<Slot>());
+        release_zero_pages(
+            core::ptr::addr_of!(CACHES[i]).cast_mut().cast::<u8>(),
+            size_of::<Slot>(),
+        );
         BUILT.fetch_or(1 << i, Ordering::Release);
         claim_map_tag(i);
     }

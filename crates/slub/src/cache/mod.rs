@@ -53,6 +53,7 @@ pub(crate) mod node;
 mod pagemap;
 mod random_seq;
 pub(crate) mod report;
+mod rev;
 mod sheaf;
 mod slab_path;
 mod this_cpu;
@@ -401,6 +402,9 @@ impl Fast {
 /// ```
 #[repr(C)]
 pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
+    /// The CPUs' fast records, stored last CPU first ([`rev::RevArray`]):
+    /// CPU 0's record ends where the header begins.
+    fast: rev::RevArray<CachePadded<CpuFast>, N>,
     name: &'static str,
     /// Unique id, drawn at first use (0 before).
     id: CoreAtomicUsize,
@@ -467,17 +471,18 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
     /// list, `list_lock`, barn and counters.
     pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
-    // The per-CPU records last, after the nodes (`repr(C)`; Rust's
-    // order put the header and the nodes after them): the header and
-    // node 0 share the cache's first page, and a CPU's lock slot,
-    // sheaves and fast record are one page each (each array is a page
-    // or more): four pages touched per cache where there were five.
+    // The other per-CPU records after the nodes (`repr(C)`; Rust's order
+    // put the header and the nodes after all three arrays, each on a page
+    // of its own): the first CPUs' fast records (at the end of `fast`),
+    // the header and node 0 share a page when the cache starts at
+    // [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) before a page boundary, and
+    // their lock slots and sheaves are a page each: three pages touched
+    // per cache where there were five.
     cpu: LocalLock<CpuLocked, P, N>,
     /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
     /// the platform's `this_cpu` operations only (the locked and pinned
     /// platforms keep theirs in [`CpuLocked`]).
     pcs: [CachePadded<CpuSheaves>; N],
-    fast: [CachePadded<CpuFast>; N],
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -504,7 +509,7 @@ macro_rules! build_cache {
             dispatch: AtomicU8::new(Fast::Special as u8),
             fast_area: [const { core::sync::atomic::AtomicIsize::new(0) }; 3],
             cpu: $cpu,
-            fast: $fast,
+            fast: rev::RevArray($fast),
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
             nodes: $nodes,
             defrag_ratio: CoreAtomicUsize::new(DEFAULT_REMOTE_NODE_DEFRAG_RATIO),
@@ -523,6 +528,13 @@ macro_rules! build_cache {
 }
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Where the records the first two CPUs use begin in a cache (CPU 1's
+    /// fast record; CPU 0's follows, then the header and node 0): a cache
+    /// stored so that this offset starts a page (a `static` in `.bss`)
+    /// has them on one page.
+    pub const FIRST_CPUS_AT: usize =
+        N.saturating_sub(2) * core::mem::size_of::<CachePadded<CpuFast>>();
+
     /// `tid` step: a power of two >= the slots, so `tid % TID_STEP` names
     /// the CPU.
     pub const TID_STEP: usize = N.next_power_of_two();
