@@ -178,6 +178,30 @@ fn library_imports_no_allocator() {
     }
 }
 
+/// The shared library needs no `libgcc_s.so.1` (`src/unwind_stubs.c`:
+/// every process under `LD_PRELOAD` mapped it, 84 KiB of RSS), and
+/// neither exports nor imports an unwinder entry point (its hidden stubs
+/// never interpose the program's).
+#[test]
+fn shared_library_needs_no_libgcc_s() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Ok(o) = Command::new("readelf").arg("-dW").arg(&so).output() else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let dynamic = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !dynamic.contains("libgcc_s"),
+        "the library needs libgcc_s:\n{dynamic}"
+    );
+    let o = Command::new("nm").arg("-D").arg(&so).output().unwrap();
+    let syms = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !syms.contains("_Unwind_"),
+        "unwinder symbols in the dynamic table:\n{syms}"
+    );
+}
+
 /// glibc's malloc would be noticed: `MALLOC_CHECK_`-style behaviour aside,
 /// `malloc_usable_size(malloc(100))` is 104 under glibc and 128 (kmalloc-128)
 /// here, and `MM_STATS=1` makes the library print its slabinfo at exit.
