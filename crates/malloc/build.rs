@@ -13,6 +13,9 @@
 //!   touched, from the page cache) no longer maps the cold code into every
 //!   process. Measured, a small C program under `LD_PRELOAD`: 448 -> 268
 //!   KiB of the library's text resident (`/proc/self/smaps`), of 455 KiB.
+//! - `src/unwind_stubs.c`, the unwinder entry points std refers to as
+//!   hidden stubs, linked into the cdylib only: it needs no
+//!   `libgcc_s.so.1` (84 KiB of every process's RSS, and its loading);
 //! - in the same script, the functions every process runs (the entry
 //!   points, the slow paths of the sheaves, slabs, pcp and buddy, init,
 //!   fork handlers: [`HOT`]) go to `.text.malloc_hot`, right after `.plt`
@@ -84,6 +87,7 @@ const HOT: &[(&str, &[&str])] = &[
             "8new_slab",
             "9init_mode",
             "9new_sheaf",
+            "9put_empty",
         ],
     ),
     (
@@ -101,6 +105,8 @@ const HOT: &[(&str, &[&str])] = &[
             "18free_pcppages_bulk",
             "4free",
             "6refill",
+            "16alloc_lists_miss",
+            "16alloc_lists_slow",
             "16alloc_lists_slow*closure",
         ],
     ),
@@ -121,6 +127,7 @@ const HOT: &[(&str, &[&str])] = &[
             "12remap_direct",
             "13alloc_private",
             "13find_reserved",
+            "13prep_compound",
             "13prep_compound*closure",
             "13register_fork",
             "13set_page_tags",
@@ -151,6 +158,8 @@ const HOT: &[(&str, &[&str])] = &[
             "4drop",
             "4init",
             "5child",
+            "6parent",
+            "8register",
             "5purge",
             "5unmap",
             "7install",
@@ -253,6 +262,33 @@ fn main() {
         let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("cold.ld");
         fs::write(&out, script()).expect("write cold.ld");
         println!("cargo:rustc-cdylib-link-arg=-Wl,-T,{}", out.display());
+        unwind_stubs();
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// `src/unwind_stubs.c` compiled (with the C compiler that links Rust on
+/// Linux) and passed to the cdylib's link only: the shared library then
+/// needs no `libgcc_s.so.1` (see the file). Without a C compiler, or for
+/// another C library than glibc, the library links libgcc_s as before.
+fn unwind_stubs() {
+    println!("cargo:rerun-if-changed=src/unwind_stubs.c");
+    if env::var("CARGO_CFG_TARGET_ENV").as_deref() != Ok("gnu") {
+        return;
+    }
+    let obj = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR")).join("unwind_stubs.o");
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let ok = std::process::Command::new(cc)
+        .args(["-c", "-O2", "-fPIC", "-o"])
+        .arg(&obj)
+        .arg("src/unwind_stubs.c")
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        println!("cargo:rustc-cdylib-link-arg={}", obj.display());
+    } else {
+        println!(
+            "cargo:warning=no C compiler for src/unwind_stubs.c: libmm_malloc.so needs libgcc_s"
+        );
+    }
 }

@@ -178,6 +178,30 @@ fn library_imports_no_allocator() {
     }
 }
 
+/// The shared library needs no `libgcc_s.so.1` (`src/unwind_stubs.c`:
+/// every process under `LD_PRELOAD` mapped it, 84 KiB of RSS), and
+/// neither exports nor imports an unwinder entry point (its hidden stubs
+/// never interpose the program's).
+#[test]
+fn shared_library_needs_no_libgcc_s() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Ok(o) = Command::new("readelf").arg("-dW").arg(&so).output() else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let dynamic = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !dynamic.contains("libgcc_s"),
+        "the library needs libgcc_s:\n{dynamic}"
+    );
+    let o = Command::new("nm").arg("-D").arg(&so).output().unwrap();
+    let syms = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !syms.contains("_Unwind_"),
+        "unwinder symbols in the dynamic table:\n{syms}"
+    );
+}
+
 /// glibc's malloc would be noticed: `MALLOC_CHECK_`-style behaviour aside,
 /// `malloc_usable_size(malloc(100))` is 104 under glibc and 128 (kmalloc-128)
 /// here, and `MM_STATS=1` makes the library print its slabinfo at exit.
@@ -256,6 +280,29 @@ fn hot_code_leads_the_text_segment() {
             "{f} at {a:#x}, not in .text.malloc_hot {hot:?}"
         );
     }
+    // Functions every process runs that were left in `.text` (found with
+    // callgrind over the programs of `scripts/programs.sh`): each one
+    // made the kernel map a 64 KiB folio of `.text` (a shell's subshell:
+    // 332 KiB of the library's text resident, 140 after). By crate and
+    // mangled name, where one is not inlined.
+    for (krate, f) in [
+        ("buddy", "13prep_compound17h"),
+        ("pcp", "16alloc_lists_miss17h"),
+        ("local_lock", "4fork8register17h"),
+        ("local_lock", "6parent17h"),
+    ] {
+        let a = syms.lines().find_map(|l| {
+            let p: Vec<&str> = l.split_whitespace().collect();
+            (p.len() == 3 && p[2].contains(krate) && p[2].contains(f))
+                .then(|| u64::from_str_radix(p[0], 16).unwrap())
+        });
+        if let Some(a) = a {
+            assert!(
+                (hot.1..hot.1 + hot.2).contains(&a),
+                "{krate} {f} at {a:#x}, not in .text.malloc_hot {hot:?}"
+            );
+        }
+    }
     if cfg!(debug_assertions) {
         return; // (a debug build's code is another shape)
     }
@@ -278,6 +325,48 @@ fn hot_code_leads_the_text_segment() {
             return;
         }
     }
+}
+
+/// The `Rss` of `[stack]` in `cat /proc/self/smaps`, KiB (with the
+/// library preloaded or not).
+fn stack_rss_of_cat(so: Option<&Path>) -> Option<u64> {
+    let mut c = Command::new("cat");
+    c.arg("/proc/self/smaps");
+    if let Some(so) = so {
+        c.env("LD_PRELOAD", so);
+    }
+    let o = c.output().ok()?;
+    let smaps = String::from_utf8_lossy(&o.stdout);
+    let mut in_stack = false;
+    for l in smaps.lines() {
+        if l.contains(" rw-p ") || l.contains(" r--p ") || l.contains(" r-xp ") {
+            in_stack = l.ends_with("[stack]");
+        } else if in_stack && l.starts_with("Rss:") {
+            return l.split_whitespace().nth(1)?.parse().ok();
+        }
+    }
+    None
+}
+
+/// A cache is written in place into its zero `.bss` slot (its zero pages
+/// given back after), not built on the stack and copied: the 25 KiB image
+/// and its builder's frames kept 28 KiB more of every process's stack
+/// resident (a small program's stack, release: 44 KiB, glibc 16; 20
+/// after).
+#[test]
+fn caches_are_not_built_on_the_stack() {
+    if cfg!(debug_assertions) {
+        return; // (a debug build's frames are another size)
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let (Some(glibc), Some(ours)) = (stack_rss_of_cat(None), stack_rss_of_cat(Some(&so))) else {
+        eprintln!("no cat or smaps: skipped");
+        return;
+    };
+    assert!(
+        ours <= glibc + 12,
+        "{ours} KiB of stack resident under the library (glibc: {glibc})"
+    );
 }
 
 /// Compiles `tests/c/NAME.c` (plain C, no header) into the test's

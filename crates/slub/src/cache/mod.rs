@@ -47,10 +47,13 @@ mod fast;
 mod fidelity_tests;
 mod flush;
 mod freeptr;
+#[cfg(all(test, not(loom)))]
+mod layout_tests;
 pub(crate) mod node;
 mod pagemap;
 mod random_seq;
 pub(crate) mod report;
+mod rev;
 mod sheaf;
 mod slab_path;
 mod this_cpu;
@@ -397,12 +400,14 @@ impl Fast {
 /// cache.validate();
 /// assert_eq!(cache.destroy(), Ok(()), "every object was freed");
 /// ```
+#[repr(C)]
 pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
+    /// The CPUs' fast records, stored last CPU first ([`rev::RevArray`]):
+    /// CPU 0's record ends where the header begins.
+    fast: rev::RevArray<CachePadded<CpuFast>, N>,
     name: &'static str,
     /// Unique id, drawn at first use (0 before).
     id: CoreAtomicUsize,
-    /// kmalloc class + 1, or 0.
-    kidx: u8,
     /// Hardening: the per-cache random value (drawn at first use).
     pub(crate) random: CoreAtomicUsize,
     /// Freelist randomisation: xorshift state (0 until first use), for the
@@ -422,6 +427,8 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// Which fast path `alloc`/`free` take: a [`Fast`] (`Special` on first
     /// use and for debug caches: the out-of-line dispatchers).
     dispatch: AtomicU8,
+    /// kmalloc class + 1, or 0.
+    kidx: u8,
     /// The inline fast paths' dispatch (`KmemCache::alloc_fast`,
     /// `try_free_fast`): index 1 (hardened), 2 (hardened, every free
     /// reading the marker: `alloc_fast_checked`) or 0 holds the platform's
@@ -429,16 +436,6 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// `Fast::Rseq`, and 0 otherwise; one load both dispatches and gives
     /// the restartable sections their area.
     fast_area: [core::sync::atomic::AtomicIsize; 3],
-    cpu: LocalLock<CpuLocked, P, N>,
-    fast: [CachePadded<CpuFast>; N],
-    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
-    /// the platform's `this_cpu` operations only (the locked and pinned
-    /// platforms keep theirs in [`CpuLocked`]).
-    pcs: [CachePadded<CpuSheaves>; N],
-    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
-    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
-    /// list, `list_lock`, barn and counters.
-    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
     /// `s->remote_node_defrag_ratio` (out of 1024; see
     /// [`KmemCache::set_remote_node_defrag_ratio`]).
     defrag_ratio: CoreAtomicUsize,
@@ -472,6 +469,22 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
     /// [`shrink_if_idle`](Self::shrink_if_idle)).
     idle: AtomicU8,
+    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
+    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
+    /// list, `list_lock`, barn and counters.
+    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
+    // The other per-CPU records after the nodes (`repr(C)`; Rust's order
+    // put the header and the nodes after all three arrays, each on a page
+    // of its own): the first CPUs' fast records (at the end of `fast`),
+    // the header and node 0 share a page when the cache starts at
+    // [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) before a page boundary, and
+    // their lock slots and sheaves are a page each: three pages touched
+    // per cache where there were five.
+    cpu: LocalLock<CpuLocked, P, N>,
+    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
+    /// the platform's `this_cpu` operations only (the locked and pinned
+    /// platforms keep theirs in [`CpuLocked`]).
+    pcs: [CachePadded<CpuSheaves>; N],
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -498,7 +511,7 @@ macro_rules! build_cache {
             dispatch: AtomicU8::new(Fast::Special as u8),
             fast_area: [const { core::sync::atomic::AtomicIsize::new(0) }; 3],
             cpu: $cpu,
-            fast: $fast,
+            fast: rev::RevArray($fast),
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
             nodes: $nodes,
             defrag_ratio: CoreAtomicUsize::new(DEFAULT_REMOTE_NODE_DEFRAG_RATIO),
@@ -518,6 +531,13 @@ macro_rules! build_cache {
 }
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
+    /// Where the records the first two CPUs use begin in a cache (CPU 1's
+    /// fast record; CPU 0's follows, then the header and node 0): a cache
+    /// stored so that this offset starts a page (a `static` in `.bss`)
+    /// has them on one page.
+    pub const FIRST_CPUS_AT: usize =
+        N.saturating_sub(2) * core::mem::size_of::<CachePadded<CpuFast>>();
+
     /// `tid` step: a power of two >= the slots, so `tid % TID_STEP` names
     /// the CPU.
     pub const TID_STEP: usize = N.next_power_of_two();

@@ -1,0 +1,56 @@
+//! The cache's memory layout (`repr(C)`): what a process touches of a
+//! cache that lives in `.bss` (mm-malloc's caches), page by page.
+
+use core::mem::{offset_of, size_of};
+use std::collections::BTreeSet;
+use std::vec;
+
+use buddy::Buddy;
+use local_lock::std_platform::RseqCpu;
+use local_lock::test_platform::TestPlatform;
+
+use super::{CachePadded, CpuFast, KmemCache, KmemCacheNode};
+
+/// mm-malloc's cache type: 32 CPU records.
+type K = KmemCache<&'static Buddy<TestPlatform>, RseqCpu, 32>;
+
+/// The pages of a cache stored [`K::FIRST_CPUS_AT`] bytes before a page
+/// boundary that CPUs 0 and 1 touch: the header (up to the hot `fcheck`),
+/// node 0, and each CPU's lock slot, sheaves and fast record (stored last
+/// CPU first).
+fn pages_touched() -> BTreeSet<usize> {
+    let base = (4096 - K::FIRST_CPUS_AT % 4096) % 4096;
+    let slot = 128; // a lock slot, a sheaf record: one `CachePadded`
+    let fast = size_of::<CachePadded<CpuFast>>();
+    let node = size_of::<CachePadded<KmemCacheNode>>();
+    let header = offset_of!(K, name);
+    let mut ranges = vec![
+        (header, offset_of!(K, fcheck) + 64 - header),
+        (offset_of!(K, nodes), node),
+    ];
+    for cpu in 0..2 {
+        ranges.push((offset_of!(K, cpu) + cpu * slot, slot));
+        ranges.push((offset_of!(K, pcs) + cpu * slot, slot));
+        ranges.push((offset_of!(K, fast) + (31 - cpu) * fast, fast));
+    }
+    ranges
+        .into_iter()
+        .flat_map(|(at, len)| ((base + at) / 4096)..=((base + at + len - 1) / 4096))
+        .collect()
+}
+
+/// The first CPUs' fast records (at the end of their array, stored last
+/// CPU first), the header and node 0 share a page; the lock slots and the
+/// sheaves are a page each: three pages per cache. Rust's field order put
+/// the header and the nodes after all three per-CPU arrays, on pages of
+/// their own: five, each faulted in by every process that uses the
+/// class, and copied again after each `fork`.
+#[test]
+fn a_cache_used_by_two_cpus_touches_three_pages() {
+    let p = pages_touched();
+    assert!(p.len() <= 3, "pages touched: {p:?}");
+    assert_eq!(
+        K::FIRST_CPUS_AT,
+        offset_of!(K, fast) + 30 * size_of::<CachePadded<CpuFast>>()
+    );
+}
