@@ -165,7 +165,18 @@ impl<P: Platform> Buddy<P> {
         // SAFETY: `desc` is in the span's memmap (`locate_ok`).
         let clean = unsafe { (*desc).owner_clean() };
         let mut g = self.lock_zone(zone);
-        if !free_ok(desc, order) {
+        // A zero tag is no per-CPU list's: with clean owner words only the
+        // state needs checking (the tag is the lists', set and cleared
+        // under the pcp's lock, not this one: reading it before the zone
+        // lock is as good as after).
+        let ok = if clean {
+            // SAFETY: as above.
+            let s = unsafe { (*desc).load_state() };
+            is_head(s, KIND_ALLOC, order)
+        } else {
+            free_ok(desc, order)
+        };
+        if !ok {
             return Err(self.reject_free(g, pfn, addr, order));
         }
         if !clean {
