@@ -11,7 +11,11 @@
 //! Run it twice with different round counts: the difference of the totals
 //! over the difference of the pages (`N * rounds`) is the cost of one page
 //! (alloc + free), without the start-up. Allocators: `buddy`
-//! (`Buddy<Kernel<UserHooks>>` directly), `pcp-irqsafe`, `pcp-taskonly`,
+//! (`Buddy<Kernel<UserHooks>>` directly), `buddy-shared` (the same, over
+//! an arena a pcp has churned N pages on first and still holds pages of,
+//! as in the `pages` table, whose buddy row shares its arena with the pcp
+//! rows: the buddy's small blocks are fragments, so a small N splits and
+//! merges little), `pcp-irqsafe`, `pcp-taskonly`,
 //! `pcp-trylock`, `pcp-perthread` (pcp over that buddy), `bsa` (`buddy_system_allocator`),
 //! `rpmalloc`. The first round is not timed apart: it warms the
 //! allocator up (run both lengths with at least one round more than the
@@ -48,6 +52,13 @@ fn main() {
     let rounds: usize = args[3].parse().expect("ROUNDS");
     match args[1].as_str() {
         "buddy" => churn(&BuddyPages(Arena::new(ARENA_BYTES, true)), n, rounds),
+        "buddy-shared" => {
+            let arena = Arena::new(ARENA_BYTES, true);
+            let pcp = kernel_pcp(&arena, Policy::IrqSafe);
+            churn(&pcp, n, 2);
+            churn(&BuddyPages(arena.clone()), n, rounds);
+            drop(pcp);
+        }
         "pcp-irqsafe" => churn(
             &kernel_pcp(&Arena::new(ARENA_BYTES, true), Policy::IrqSafe),
             n,

@@ -3,10 +3,11 @@
 //! operation.
 
 use local_lock::sync::atomic::Ordering;
+use local_lock::sync::DWord;
 use local_lock::Platform;
 
 use crate::buddy::Buddy;
-use crate::desc::{kind, order_of, PageDesc, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
+use crate::desc::{kind, order_of, PageDesc, AGED, KIND_ALLOC, KIND_FREE, PURGED, ZERO_FULL};
 use crate::types::{Order, ZoneId, ORDER_SLOTS};
 use crate::zone::{ZoneInner, DIRTY_LIST, ZERO_LIST};
 
@@ -220,11 +221,31 @@ impl<P: Platform> Buddy<P> {
                 );
             }
         }
+        // The owner words read zero on every page of a free block (but the
+        // decay scan's stamp on an `AGED` head): an allocation hands them
+        // out without clearing them.
+        let w = dr.owner();
+        assert!(
+            w.pair().load(Ordering::Relaxed) == DWord::new(0, 0)
+                && (s & AGED != 0 || w.data().load(Ordering::Relaxed) == 0)
+                && w.link().load(Ordering::Relaxed) == 0
+                && w.tag().load(Ordering::Relaxed) == 0,
+            "zone {z}: free block {addr:#x}: owner words left set"
+        );
         for i in 1..order.pages() {
-            let k = kind(f.desc(pfn + i).unwrap().load_state());
+            let pd = f.desc(pfn + i).unwrap();
+            let k = kind(pd.load_state());
             assert!(
                 k != KIND_FREE && k != KIND_ALLOC,
                 "free block {addr:#x} ({order}) contains a block head at page {i}"
+            );
+            // (Not under miri: every page of every free block, at each
+            // check of the state machines, would cost its time budget; the
+            // heads are checked there.)
+            #[cfg(not(miri))]
+            assert!(
+                pd.owner_clean(),
+                "free block {addr:#x} ({order}): owner words left set at page {i}"
             );
         }
     }

@@ -18,6 +18,11 @@
 //! 56 aux    AtomicPtr<u8>  buddy: head: the block's pointer; stamped tail: its head's
 //! ```
 //!
+//! The owner words read zero on every page of a free block: a free clears
+//! what the holder left (`clear_owner_for_free`, loads only when it left
+//! nothing), the decay scan's `AGED` stamp is cleared when its block leaves
+//! the list, so an allocation hands them out zero without a store.
+//!
 //! `state` flags of a free head: PG_zero (two bits, one per half),
 //! `PURGED` (given back to the OS), `AGED` (seen by the decay scan).
 //!
@@ -237,18 +242,36 @@ impl PageDesc {
         self.reset_owner_but_prev();
     }
 
-    /// [`reset_owner`](Self::reset_owner) of a block just taken off a
-    /// free list, whose `prev` link is already null (`ZoneInner::take`):
-    /// one store less per allocation (issue #22).
+    /// Whether the owner words but `prev` (`pair`, `data`, `link`, `tag`)
+    /// read zero: what every free block head and every page inside a free
+    /// block keeps (`ZoneInner::free_one` clears a holder's words as the
+    /// block comes back), so an allocation hands them out zero without
+    /// storing them (issue #22). `prev` is a free-list link while the block
+    /// is free; `ZoneInner::take` leaves it null.
     #[inline(always)]
-    pub(crate) fn reset_owner_taken(&self) {
-        debug_assert_eq!(self.prev.load(Ordering::Relaxed), 0);
-        self.reset_owner_but_prev();
+    pub(crate) fn owner_clean(&self) -> bool {
+        pair_is_zero(&self.pair)
+            && self.data.load(Ordering::Relaxed) | self.link.load(Ordering::Relaxed) == 0
+            && self.tag.load(Ordering::Relaxed) == 0
+    }
+
+    /// The owner words' reset of a block coming back to the free lists
+    /// (`free_one`): stores only if the holder left a word set (a plain
+    /// page user never does; SLUB and pcp do). [Linux differs]: the kernel
+    /// clears `page->private` when it hands a page out (`post_alloc_hook`)
+    /// and trusts the holder to have left the rest clean at free
+    /// (`free_page_is_bad` when page checks are on); here the free clears
+    /// what its holder left, and the allocation stores nothing.
+    #[inline(always)]
+    pub(crate) fn clear_owner_for_free(&self) {
+        if !self.owner_clean() {
+            self.reset_owner_but_prev();
+        }
     }
 
     /// The owner words' reset but for `prev`.
     #[inline(always)]
-    fn reset_owner_but_prev(&self) {
+    pub(crate) fn reset_owner_but_prev(&self) {
         clear_pair(&self.pair);
         self.data.store(0, Ordering::Relaxed);
         self.link.store(0, Ordering::Relaxed);
@@ -293,6 +316,49 @@ fn clear_pair(pair: &AtomicDWord) {
         return;
     }
     clear_pair_slow(pair);
+}
+
+/// Whether `pair` reads `(0, 0)` (relaxed): with AVX one aligned 16-byte
+/// load, as [`clear_pair`]'s store; elsewhere portable-atomic's load.
+#[inline(always)]
+fn pair_is_zero(pair: &AtomicDWord) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(loom), not(miri)))]
+    if x86_avx::known_atomic() {
+        let zero: u8;
+        // SAFETY: as in `clear_pair`: `pair` is 16-byte aligned and valid
+        // for reads through its atomic; with AVX the aligned 16-byte load is
+        // one atomic access (portable-atomic's own load there).
+        unsafe {
+            core::arch::asm!(
+                "vmovdqa {v}, xmmword ptr [{p}]",
+                "vptest {v}, {v}",
+                "sete {z}",
+                p = in(reg) pair as *const AtomicDWord,
+                v = out(xmm_reg) _,
+                z = out(reg_byte) zero,
+                options(nostack, readonly),
+            );
+        }
+        return zero != 0;
+    }
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(loom), not(miri)))]
+    return pair_is_zero_slow(pair);
+    #[allow(unreachable_code)]
+    {
+        pair.load(Ordering::Relaxed) == DWord::new(0, 0)
+    }
+}
+
+/// [`pair_is_zero`] before the CPU check or without AVX (as
+/// [`clear_pair_slow`]: out of line, and it cannot unwind).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(loom), not(miri)))]
+#[cold]
+#[inline(never)]
+extern "C" fn pair_is_zero_slow(pair: &AtomicDWord) -> bool {
+    if x86_avx::detect() {
+        return pair_is_zero(pair);
+    }
+    pair.load(Ordering::Relaxed) == DWord::new(0, 0)
 }
 
 /// [`clear_pair`] before the CPU check or without AVX: checks (once), then

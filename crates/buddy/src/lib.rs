@@ -135,7 +135,9 @@
 //!   block**; [`owner_of`](Buddy::owner_of) finds them from any address
 //!   inside the block (one descriptor read for the head page, two for a
 //!   block allocated with [`AllocFlags::COMP`], at most `MAX_ORDER` more
-//!   otherwise).
+//!   otherwise). They are zero when a block is handed out: the free that
+//!   brings a block back clears the words its holder left set (loads only
+//!   when it left none), so the allocation stores none of them.
 //!
 //! # Invariants
 //!

@@ -300,8 +300,8 @@ impl ZoneInner {
     /// `order`: [`del`](Self::del) of an end, whose outer link is known
     /// null (the kernel's `get_page_from_free_area` + `del_page_from_free_list`).
     /// The block's `prev` is null afterwards (a head's always is; the
-    /// tail's is cleared), as the owner words' reset wants it
-    /// (`PageDesc::reset_owner_taken`).
+    /// tail's is cleared): the block is handed out with every owner word
+    /// zero (`PageDesc::owner_clean` and a null `prev`).
     ///
     /// # Safety
     ///
@@ -424,6 +424,14 @@ impl ZoneInner {
                 }
                 (d.trailing_zeros(), DIRTY_LIST)
             }
+        } else if !self.list_mut(order, false).head.is_null() {
+            // The order's own list of blocks not known zero (an order-0
+            // request's usual hit: the upper half the last split left): its
+            // head decides, without the bitmap's load and search before the
+            // list's load (one dependent load less after the lock is taken,
+            // issue #22). The choice is the search's: the smallest order,
+            // not known zero first.
+            (u32::from(order.get()), DIRTY_LIST)
         } else {
             let any = (self.zero_bits | self.dirty_bits) & above;
             if any == 0 {
@@ -470,7 +478,13 @@ impl ZoneInner {
             // Handed out: its pages are resident again once touched.
             self.purged -= order.pages();
         }
-        d.reset_owner_taken();
+        // The owner words read zero already (`free_one`'s callers cleared
+        // what the last holder left; `take` nulled `prev`), but for the
+        // decay scan's stamp on an `AGED` block.
+        if s & AGED != 0 {
+            d.data.store(0, Ordering::Relaxed);
+        }
+        debug_assert!(d.owner_clean() && d.owner().prev().load(Ordering::Relaxed) == 0);
         d.state
             .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
         self.count_event(Stat::ALLOC, 1);
@@ -563,7 +577,9 @@ impl ZoneInner {
     ///
     /// The zone lock is held; the block lies in span `span`, in this zone,
     /// and is on no list (allocated and validated, or fresh memory);
-    /// `desc` is its head descriptor, whose `aux` holds its first byte (as
+    /// `desc` is its head descriptor, whose owner words but `prev` read
+    /// zero (the caller cleared what a holder left:
+    /// `PageDesc::clear_owner_for_free`) and whose `aux` holds its first byte (as
     /// every block head's does: set when it became one, by `expand` or by
     /// the region's `add`; no store per free, issue #22).
     #[allow(clippy::too_many_arguments)]
@@ -601,7 +617,7 @@ impl ZoneInner {
             if bs & (KIND_MASK | ORDER_MASK) != want {
                 break;
             }
-            if (bs & (ZERO_FULL | PURGED)) | zero | purged == 0 {
+            if (bs & (ZERO_FULL | PURGED | AGED)) | zero | purged == 0 {
                 // Both halves dirty and resident (the common case): the
                 // merged block is too.
                 // SAFETY: a FREE head of this order in this zone (buddies
@@ -609,6 +625,12 @@ impl ZoneInner {
                 // block) without PG_zero bits is on the dirty list.
                 unsafe { self.del(bd, order, false) };
             } else {
+                if bs & AGED != 0 {
+                    // The decay scan's stamp: the buddy's owner words read
+                    // zero again, as every page's of a free block.
+                    // SAFETY: as above.
+                    unsafe { (*bd).data.store(0, Ordering::Relaxed) };
+                }
                 let bz = bs & ZERO_FULL;
                 if (bs & PURGED) != purged {
                     // One half purged, the other resident: the merged block

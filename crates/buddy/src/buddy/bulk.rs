@@ -194,6 +194,8 @@ impl<P: Platform> Buddy<P> {
                 });
             }
             let desc = self.check_free_locked(found.desc_unchecked(pfn), pfn, addr, p.order)?;
+            // SAFETY: validated: the caller gives the block up.
+            unsafe { (*desc).clear_owner_for_free() };
             #[cfg(any(test, feature = "invariants"))]
             if zero {
                 self.verify_zero_free(p.ptr, p.order)?;

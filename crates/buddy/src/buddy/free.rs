@@ -157,10 +157,31 @@ impl<P: Platform> Buddy<P> {
         };
         let zone = self.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
-        let mut g = self.lock_zone(zone);
         let desc = found.desc_unchecked(pfn);
-        if !free_ok(desc, order) {
+        // Whether the holder left owner words set, read before the lock
+        // (loads the zone lock's acquisition does not wait for; the block
+        // is the caller's, so no one else writes them), acted on only once
+        // the free passed its check (a rejected free changes nothing).
+        // SAFETY: `desc` is in the span's memmap (`locate_ok`).
+        let clean = unsafe { (*desc).owner_clean() };
+        let mut g = self.lock_zone(zone);
+        // A zero tag is no per-CPU list's: with clean owner words only the
+        // state needs checking (the tag is the lists', set and cleared
+        // under the pcp's lock, not this one: reading it before the zone
+        // lock is as good as after).
+        let ok = if clean {
+            // SAFETY: as above.
+            let s = unsafe { (*desc).load_state() };
+            is_head(s, KIND_ALLOC, order)
+        } else {
+            free_ok(desc, order)
+        };
+        if !ok {
             return Err(self.reject_free(g, pfn, addr, order));
+        }
+        if !clean {
+            // SAFETY: as above; validated, and the caller gives it up.
+            unsafe { (*desc).reset_owner_but_prev() };
         }
         #[cfg(any(test, feature = "invariants"))]
         if zero {

@@ -140,7 +140,9 @@ impl<P: Platform> Buddy<P> {
                     // SAFETY: the block was a free block of this zone and
                     // span, taken off the lists by `isolate_for_purge` and
                     // held by nobody since.
+                    // The decay scan's stamp goes with its `AGED` bit.
                     unsafe {
+                        (*b.desc).clear_owner_for_free();
                         g.free_one(
                             &self.cfg,
                             &found,

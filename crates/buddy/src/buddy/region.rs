@@ -462,6 +462,7 @@ impl<P: Platform> Buddy<P> {
                 // gets its first byte, as `free_one` wants.
                 unsafe {
                     (*d).aux.store(bp, Ordering::Relaxed);
+                    (*d).clear_owner_for_free();
                     g.free_one(&self.cfg, f, d, pfn, o, zero, true)
                 };
                 pfn += o.pages();

@@ -214,3 +214,59 @@ fn pcp_style_list_in_owner_words() {
     );
     fx.check_invariants();
 }
+
+/// A holder's owner words are cleared when its block comes back (the
+/// allocation no longer stores them): through a merge, a bulk free and
+/// the pcp tag, every later hand-out reads zero.
+#[test]
+fn owner_words_a_holder_left_are_cleared_by_the_free() {
+    let fx = Fx::small(1);
+    let dirty = |p: &Page| {
+        let w = fx.owner_of(p.ptr.as_ptr()).unwrap().owner;
+        w.pair().store(DWord::new(1, 2), Relaxed);
+        w.data().store(3, Relaxed);
+        w.link().store(4, Relaxed);
+        w.tag().store(5, Relaxed);
+    };
+    let clean = |p: &Page| {
+        let w = fx.owner_of(p.ptr.as_ptr()).unwrap().owner;
+        assert_eq!(
+            w.pair().load(Relaxed),
+            DWord::new(0, 0),
+            "page {}",
+            fx.idx(p)
+        );
+        assert_eq!(
+            (
+                w.data().load(Relaxed),
+                w.link().load(Relaxed),
+                w.tag().load(Relaxed)
+            ),
+            (0, 0, 0),
+            "page {}",
+            fx.idx(p)
+        );
+    };
+    for round in 0..2 {
+        let p: Vec<Page> = (0..8)
+            .map(|_| fx.alloc_pages(o(0), AllocFlags::NONE).unwrap())
+            .collect();
+        p.iter().for_each(&clean);
+        p.iter().for_each(&dirty);
+        // SAFETY: ours, freed once.
+        unsafe {
+            if round == 0 {
+                p.iter().for_each(|q| fx.free_pages(q.ptr, o(0)));
+            } else {
+                fx.free_bulk(ZoneId::new(0), p.iter().copied());
+            }
+        }
+        fx.check_invariants();
+        // The pages merged: an order-3 block out of them reads zero too.
+        let b = fx.alloc_pages(o(3), AllocFlags::NONE).unwrap();
+        clean(&b);
+        // SAFETY: ours.
+        unsafe { fx.free_pages(b.ptr, o(3)) };
+    }
+    fx.check_invariants();
+}

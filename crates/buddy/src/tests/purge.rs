@@ -342,3 +342,49 @@ fn free_or_release_purges_large_blocks_before_freeing_them() {
     assert_eq!(purged(&fx), 0);
     fx.check_invariants();
 }
+
+/// The decay scan's stamp (the free head's `data` word) does not reach the
+/// next holder, whether its block is handed out whole, split, or merged
+/// into a larger one first.
+#[test]
+fn decay_stamps_are_not_handed_out() {
+    let fx = fx(4, P3);
+    let src = Recorder::new(&fx);
+    let purge = |p, n| src.purge(p, n);
+    let data = |p: &crate::Page| {
+        fx.owner_of(p.ptr.as_ptr())
+            .unwrap()
+            .owner
+            .data()
+            .load(core::sync::atomic::Ordering::Relaxed)
+    };
+    // Order-3 blocks (at the purge order) free and stamped; their buddies
+    // held, so the stamped blocks stay apart.
+    let p: Vec<crate::Page> = (0..8)
+        .map(|_| fx.alloc_pages(o(3), AllocFlags::NONE).unwrap())
+        .collect();
+    // SAFETY: ours, freed once.
+    unsafe {
+        for q in p.iter().step_by(2) {
+            fx.free_pages(q.ptr, o(3));
+        }
+    }
+    assert_eq!(fx.decay_with(1000, purge), 0, "first sighting: stamped");
+    fx.check_invariants();
+    // Handed out whole, and split.
+    let a = fx.alloc_pages(o(3), AllocFlags::NONE).unwrap();
+    let b = fx.alloc_pages(o(2), AllocFlags::NONE).unwrap();
+    assert_eq!((data(&a), data(&b)), (0, 0));
+    // Merged: the held buddies come back, each stamped block merges into an
+    // order-4 block, handed out whole.
+    // SAFETY: ours, freed once.
+    unsafe {
+        for q in p.iter().skip(1).step_by(2) {
+            fx.free_pages(q.ptr, o(3));
+        }
+    }
+    fx.check_invariants();
+    let c = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
+    assert_eq!(data(&c), 0);
+    fx.check_invariants();
+}
