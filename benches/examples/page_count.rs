@@ -10,7 +10,8 @@
 //!
 //! Run it twice with different round counts: the difference of the totals
 //! over the difference of the pages (`N * rounds`) is the cost of one page
-//! (alloc + free), without the start-up. Allocators: `buddy`
+//! (alloc + free), without the start-up; `callgrind_annotate --inclusive=yes`
+//! on a kept output file gives `alloc_phase` and `free_phase` apart. Allocators: `buddy`
 //! (`Buddy<Kernel<UserHooks>>` directly), `buddy-shared` (the same, over
 //! an arena a pcp has churned N pages on first and still holds pages of,
 //! as in the `pages` table, whose buddy row shares its arena with the pcp
@@ -29,16 +30,30 @@ use mm_bench::tables::pages::{
 };
 use pcp::Policy;
 
+/// The alloc phase of a round, out of line so callgrind's inclusive cost
+/// of `alloc_phase` and `free_phase` gives the two sides apart
+/// (`callgrind_annotate --inclusive=yes`).
+#[inline(never)]
+fn alloc_phase<A: PageAlloc>(a: &A, n: usize, v: &mut Vec<NonNull<u8>>) {
+    for _ in 0..n {
+        v.push(black_box(a.alloc(0)));
+    }
+}
+
+/// The free phase of a round (see [`alloc_phase`]).
+#[inline(never)]
+fn free_phase<A: PageAlloc>(a: &A, v: &mut Vec<NonNull<u8>>) {
+    for p in v.drain(..) {
+        // SAFETY: allocated by `alloc_phase` with order 0, freed once.
+        unsafe { a.free(p, 0) };
+    }
+}
+
 fn churn<A: PageAlloc>(a: &A, n: usize, rounds: usize) {
     let mut v: Vec<NonNull<u8>> = Vec::with_capacity(n);
     for _ in 0..rounds {
-        for _ in 0..n {
-            v.push(black_box(a.alloc(0)));
-        }
-        for p in v.drain(..) {
-            // SAFETY: allocated above with order 0, freed once.
-            unsafe { a.free(p, 0) };
-        }
+        alloc_phase(a, n, &mut v);
+        free_phase(a, &mut v);
     }
 }
 

@@ -53,14 +53,22 @@ pub trait ConstInit {
     const INIT: Self;
 }
 
+// `repr(C)`: the data first, the two words after it, so the words share the
+// cache line of the data's last fields (pcp puts its `count` there, which
+// the published word mirrors).
+#[repr(C)]
 struct Slot<T> {
+    /// The per-CPU data; accessed only by the holder of `state`.
+    data: UnsafeCell<T>,
     /// `FREE`, `PINNED_HELD` or a locked tag. Under the pinned strategy
     /// only the owning CPU (and its nested interrupts) writes it, so relaxed
     /// loads and stores plus compiler fences suffice; under the locked
     /// strategy it is a spin lock word (acquire/release CAS).
     state: AtomicUsize,
-    /// The per-CPU data; accessed only by the holder of `state`.
-    data: UnsafeCell<T>,
+    /// A word the holder publishes for lockless readers on other CPUs
+    /// ([`LocalGuard::publish`], [`LocalLock::published`]): written only
+    /// under the slot, read by anyone.
+    published: AtomicUsize,
 }
 
 /// One `T` per CPU, each in its own cache-line-padded slot, reached only
@@ -127,8 +135,9 @@ impl<T: ConstInit, P: Platform, const N: usize> LocalLock<T, P, N> {
             platform,
             slots: [const {
                 CachePadded::new(Slot {
-                    state: AtomicUsize::new(FREE),
                     data: UnsafeCell::new(T::INIT),
+                    state: AtomicUsize::new(FREE),
+                    published: AtomicUsize::new(0),
                 })
             }; N],
         }
@@ -147,8 +156,9 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
             platform,
             slots: core::array::from_fn(|i| {
                 CachePadded::new(Slot {
-                    state: AtomicUsize::new(FREE),
                     data: UnsafeCell::new(init(i)),
+                    state: AtomicUsize::new(FREE),
+                    published: AtomicUsize::new(0),
                 })
             }),
         }
@@ -293,16 +303,24 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
 
     #[inline(always)]
     fn acquire(&self, irq: IrqState) -> LocalGuard<'_, T, P, N> {
+        // An owned slot on its own path: its strategy a constant, its bound
+        // check folded into the platform's (issue #22).
+        if let Some(cpu) = self.platform.pin_owned() {
+            if cpu < N {
+                let pin = Pin {
+                    cpu,
+                    strategy: Strategy::Pinned,
+                    token: 0,
+                };
+                let slot = &self.slots[cpu];
+                self.take_pinned(slot, cpu);
+                return LocalGuard::new(self, pin, slot, irq, false);
+            }
+        }
         let pin = self.platform.pin();
         let slot = self.slot(pin);
         match pin.strategy {
-            Strategy::Pinned => {
-                if slot.state.load(Ordering::Relaxed) != FREE {
-                    self.reentered(pin.cpu);
-                }
-                slot.state.store(PINNED_HELD, Ordering::Relaxed);
-                compiler_fence(Ordering::SeqCst);
-            }
+            Strategy::Pinned => self.take_pinned(slot, pin.cpu),
             Strategy::Locked => {
                 let tag = locked_tag(pin.cpu, self.platform.in_interrupt());
                 if slot
@@ -345,6 +363,17 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
             unsafe { self.platform.unpin(pin) };
             None
         }
+    }
+
+    /// Takes a pinned slot (`cpu`'s): a plain store, after the check that
+    /// nobody on this CPU holds it already.
+    #[inline(always)]
+    fn take_pinned(&self, slot: &Slot<T>, cpu: usize) {
+        if slot.state.load(Ordering::Relaxed) != FREE {
+            self.reentered(cpu);
+        }
+        slot.state.store(PINNED_HELD, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
     }
 
     #[cold]
@@ -445,6 +474,29 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
             IrqState::Saved(flags),
             true,
         ))
+    }
+
+    /// The word slot `cpu % N`'s holders last published
+    /// ([`LocalGuard::publish`]; 0 at first): a racy read without the
+    /// slot, as the kernel reads another CPU's `pcp->count` (drain_all's
+    /// `has_pcps`).
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use local_lock::LocalLock;
+    ///
+    /// let l: LocalLock<Vec<u32>, PerThread> = LocalLock::new_with(PerThread, |_| Vec::new());
+    /// let mut g = l.lock();
+    /// let cpu = g.cpu();
+    /// g.push(7);
+    /// g.publish(g.len());
+    /// g.unlock();
+    /// assert_eq!(l.published(cpu), 1, "readable without the slot");
+    /// assert_eq!(l.published(cpu + 1), 0);
+    /// ```
+    #[inline]
+    pub fn published(&self, cpu: usize) -> usize {
+        self.slots[cpu % N].published.load(Ordering::Relaxed)
     }
 
     /// Mutable access to every slot through `&mut self` (set-up, tear-down).
@@ -550,6 +602,14 @@ impl<'a, T, P: Platform, const N: usize> LocalGuard<'a, T, P, N> {
     #[inline(always)]
     pub fn platform(&self) -> &'a P {
         &self.lock.platform
+    }
+
+    /// Publishes `v` for lockless readers ([`LocalLock::published`]): a
+    /// relaxed store to a word beside the slot's data, in its cache line
+    /// (a per-CPU count other CPUs poll, as the kernel's `pcp->count`).
+    #[inline(always)]
+    pub fn publish(&self, v: usize) {
+        self.slot.published.store(v, Ordering::Relaxed);
     }
 }
 

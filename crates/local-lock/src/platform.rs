@@ -116,6 +116,10 @@ pub struct Pin {
 /// 4. `irq_save`/`irq_restore` (and `irq_disable`/`irq_enable`) really keep
 ///    this CPU's interrupt handlers from running in between, when
 ///    [`HAS_IRQS`](Self::HAS_IRQS) is true.
+/// 5. [`pin_owned`](Self::pin_owned) returns `Some(cpu)` only when
+///    [`pin`](Self::pin), called instead, would have returned `Pin { cpu,
+///    strategy: Strategy::Pinned, token: 0 }` with no other effect, and
+///    [`unpin`](Self::unpin) of that pin is valid without a `pin` call.
 pub unsafe trait Platform: Sync {
     /// The fewest slots a `LocalLock` must have on this platform (checked at
     /// compile time by `LocalLock::new`): every CPU id a `Pinned` pin can name
@@ -204,6 +208,18 @@ pub unsafe trait Platform: Sync {
             strategy: self.default_strategy(),
             token: 0,
         }
+    }
+
+    /// The caller's CPU when it owns that CPU's slot outright and knows so
+    /// cheaply (a per-thread platform's own slot): then
+    /// [`pin`](Self::pin) would return `Pin { cpu, strategy:
+    /// Strategy::Pinned, token: 0 }` and do nothing else, so `LocalLock`
+    /// builds that pin itself on a separate fast path (one thread-local
+    /// load and a compare, no strategy merged over the platform's slow
+    /// cases; issue #22). `None` (the default): use `pin`.
+    #[inline(always)]
+    fn pin_owned(&self) -> Option<usize> {
+        None
     }
 
     /// Undoes [`pin`](Self::pin).

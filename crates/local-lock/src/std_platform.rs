@@ -640,6 +640,13 @@ unsafe impl Platform for PerThread {
         }
     }
     #[inline(always)]
+    fn pin_owned(&self) -> Option<usize> {
+        // An owned slot: exactly what `pin` returns for it, and `unpin`
+        // does nothing.
+        let s = MY_SLOT.get();
+        (s < Self::OWNED_SLOTS).then_some(s)
+    }
+    #[inline(always)]
     unsafe fn unpin(&self, _pin: Pin) {}
     #[inline(always)]
     fn default_strategy(&self) -> Strategy {

@@ -568,3 +568,38 @@ fn spin_slots_are_taken_remotely_on_every_strategy() {
         assert!(p.on_cpu(0, || l.lock_remote_spin(64)).is_none());
     }
 }
+
+#[test]
+fn pin_owned_is_the_pin_of_an_owned_slot() {
+    // PerThread: a thread's own slot, as `pin` gives it (issue #22's fast
+    // acquisition builds exactly this pin).
+    let p = PerThread;
+    let pin = p.pin();
+    assert_eq!(pin.strategy, Strategy::Pinned);
+    assert_eq!(p.pin_owned(), Some(pin.cpu));
+    // SAFETY: the pin just taken, released once.
+    unsafe { p.unpin(pin) };
+    // The other platforms keep the default: no owned fast path.
+    assert_eq!(StdCpu.pin_owned(), None);
+    assert_eq!(TestPlatform::pinned(2).pin_owned(), None);
+    // Both paths take and release the same slot: a nested lock is caught.
+    static L: LocalLock<u32, PerThread> = LocalLock::new(PerThread);
+    let g = L.lock();
+    assert_eq!(g.cpu(), pin.cpu);
+    assert!(L.try_lock().is_none(), "held through the owned path");
+    g.unlock();
+    assert!(L.try_lock().is_some());
+}
+
+#[test]
+fn published_word_is_per_slot_and_left_by_the_guard() {
+    let p = TestPlatform::pinned(2);
+    let l: LocalLock<u32, TestPlatform> = LocalLock::new_with(p, |_| 0);
+    p.set_cpu(1);
+    let g = l.lock();
+    g.publish(5);
+    drop(g);
+    assert_eq!((l.published(0), l.published(1)), (0, 5));
+    // Slot indices wrap as `cpu % N`, as the slots themselves.
+    assert_eq!(l.published(1 + l.slots()), 5);
+}

@@ -221,6 +221,28 @@ fn pcp_free_of_an_interior_pointer_or_a_wrong_order_is_refused() {
     intact(&m, &pcp, 0);
 }
 
+#[test]
+fn pcp_free_of_an_address_inside_a_page_is_refused() {
+    // The free's check finds the page's descriptor by the address's page
+    // frame; only the head's first byte (its `aux`) passes, not a byte
+    // inside the page (issue #22: that compare replaced the alignment mask).
+    let m = Mem::new(1);
+    let pcp = m.pcp();
+    let a = pcp.alloc(Order::ZERO, AllocFlags::NONE).unwrap();
+    for off in [1, 8, PAGE - 1] {
+        let inner = NonNull::new(a.ptr.as_ptr().wrapping_add(off)).unwrap();
+        // SAFETY: refused.
+        let e = unsafe { pcp.try_free(inner, Order::ZERO, FreeFlags::NONE) }.unwrap_err();
+        assert!(e.to_string().contains("not a block head"), "{e}");
+        assert!(m.buddy.head_owner(inner.as_ptr(), Order::ZERO).is_none());
+    }
+    assert!(m.buddy.head_owner(a.ptr.as_ptr(), Order::ZERO).is_some());
+    intact(&m, &pcp, 1);
+    // SAFETY: ours.
+    unsafe { pcp.free(a.ptr, a.order, FreeFlags::NONE) };
+    intact(&m, &pcp, 0);
+}
+
 // --- the GlobalAlloc path: children that must abort --------------------------
 
 const SCENARIO: &str = "BAD_INPUT_SCENARIO";

@@ -202,7 +202,7 @@ impl<P: Platform> Buddy<P> {
     /// `a`, if `a` is exactly its head.
     #[inline(always)]
     fn head_desc(&self, a: usize, order: Order) -> Option<(Found, &PageDesc)> {
-        if order > self.cfg.max_order() || a & (self.cfg.block_size(order) - 1) != 0 {
+        if order > self.cfg.max_order() {
             return None;
         }
         let shift = self.cfg.page_shift();
@@ -211,7 +211,13 @@ impl<P: Platform> Buddy<P> {
             None => self.spans.find(a, shift)?,
         };
         let d = found.desc(a >> shift)?;
-        is_head(d.state.load(Ordering::Acquire), KIND_ALLOC, order).then_some((found, d))
+        // Every head's `aux` holds its first byte, so `aux == a` is the
+        // alignment check (an address inside the page, or a page inside a
+        // larger block, fails it): a load of the descriptor's line instead
+        // of a mask built from the order (issue #22).
+        (is_head(d.state.load(Ordering::Acquire), KIND_ALLOC, order)
+            && d.aux.load(Ordering::Relaxed) as usize == a)
+            .then_some((found, d))
     }
 
     /// The allocated block containing `a` in span `found` when `a`'s page

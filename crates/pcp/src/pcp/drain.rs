@@ -144,7 +144,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let mut freed = 0;
         let mut refused = 0;
         for cpu in 0..N.min(self.platform().nr_cpus().max(1)) {
-            if self.counters[cpu].count.load(Relaxed) == 0 {
+            if self.cpus.published(cpu) == 0 {
                 continue;
             }
             match self.drain_cpu(cpu) {

@@ -228,11 +228,12 @@ const fn check_batch_high(batch: usize, high: usize) -> Result<(usize, usize), B
 
 /// Per-CPU counters: written by the CPU holding its lists (a relaxed load
 /// and store, no atomic read-modify-write), summed by readers.
+/// (The mirror of each CPU's `CpuPages::count` that lockless readers see,
+/// drain_all's skip of empty CPUs and the reports, is the lists' slot's
+/// published word, [`LocalGuard::publish`](local_lock::LocalGuard::publish):
+/// in the cache line of `count` itself, issue #22.)
 struct CpuCounters {
     stats: [AtomicU64; PcpStat::COUNT],
-    /// Mirror of `CpuPages::count`, readable without the lock (drain_all
-    /// skips CPUs with nothing; reports).
-    count: AtomicUsize,
 }
 
 impl CpuCounters {
@@ -241,12 +242,10 @@ impl CpuCounters {
             #[cfg(not(loom))]
             return CpuCounters {
                 stats: [const { AtomicU64::new(0) }; PcpStat::COUNT],
-                count: AtomicUsize::new(0),
             };
             #[cfg(loom)]
             return CpuCounters {
                 stats: core::array::from_fn(|_| AtomicU64::new(0)),
-                count: AtomicUsize::new(0),
             };
         }
     }
@@ -512,7 +511,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline(always)]
     fn set_count(&self, g: &mut Guard<'_, L, N>, count: usize) {
         g.count = count;
-        self.counters[g.cpu() % N].count.store(count, Relaxed);
+        g.publish(count);
     }
 
     /// Takes this CPU's lists per the policy; `None` means "use the buddy".

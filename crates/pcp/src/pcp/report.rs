@@ -38,12 +38,12 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
 
     /// Pages on `cpu`'s lists (racy snapshot).
     pub fn cpu_count(&self, cpu: usize) -> usize {
-        self.counters[cpu % N].count.load(Relaxed)
+        self.cpus.published(cpu)
     }
 
     /// Pages on all CPUs' lists (racy snapshot).
     pub fn total_count(&self) -> usize {
-        self.counters.iter().map(|c| c.count.load(Relaxed)).sum()
+        (0..N).map(|cpu| self.cpus.published(cpu)).sum()
     }
 
     /// A report in the style of the buddy's (`/proc/zoneinfo`'s pagesets):
@@ -88,19 +88,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[cfg(any(test, feature = "invariants"))]
     pub fn check_all(&mut self) {
         let Self {
-            cpus,
-            counters,
-            source,
-            zone,
-            ..
+            cpus, source, zone, ..
         } = self;
-        for (cpu, pages) in cpus.iter_mut().enumerate() {
+        for cpu in 0..N {
+            let published = cpus.published(cpu);
+            let pages = cpus.get_mut(cpu);
             check_cpu(source.buddy(), pages, cpu, *zone);
-            assert_eq!(
-                counters[cpu].count.load(Relaxed),
-                pages.count,
-                "pcp: CPU {cpu} count mirror"
-            );
+            assert_eq!(published, pages.count, "pcp: CPU {cpu} count mirror");
         }
     }
 
@@ -108,7 +102,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     fn check_lists(&self, pages: &CpuPages, cpu: usize) {
         check_cpu(self.buddy(), pages, cpu, self.zone);
         assert_eq!(
-            self.counters[cpu % N].count.load(Relaxed),
+            self.cpus.published(cpu),
             pages.count,
             "pcp: CPU {cpu} count mirror"
         );
