@@ -126,6 +126,23 @@ fn strided_frees(objs: &[NonNull<u8>], free: impl Fn(NonNull<u8>) -> Result<(), 
     }
 }
 
+/// A hardened cache of `size` B objects on the restartable sheaves with
+/// its map tag, or `None` without rseq or with every tag taken.
+fn tagged_rseq_cache(name: &'static str, size: usize) -> Option<KmemCache<GlobalPages, RseqCpu>> {
+    use local_lock::Platform;
+    let c = KmemCache::<GlobalPages, RseqCpu>::create(
+        name,
+        size,
+        8,
+        SlabFlags::HARDENED,
+        GlobalPages,
+        RseqCpu::new(),
+    )
+    .unwrap()
+    .with_sheaves(32);
+    (RseqCpu::new().restartable() && c.claim_map_tag().is_some()).then_some(c)
+}
+
 /// The inline fast free of a cache the map names (`try_free_fast`:
 /// `GlobalSlub`'s `dealloc`, mm-malloc's `free`) validates by the map,
 /// not by the CPU's validated ranges: frees strided over many slabs are
@@ -136,21 +153,10 @@ fn strided_frees(objs: &[NonNull<u8>], free: impl Fn(NonNull<u8>) -> Result<(), 
 /// took the second `a`, found only when it left the sheaf).
 #[test]
 fn fast_frees_are_validated_by_the_map() {
-    use local_lock::Platform;
-    let c = KmemCache::<GlobalPages, RseqCpu>::create(
-        "pagemap_fast",
-        256,
-        8,
-        SlabFlags::HARDENED,
-        GlobalPages,
-        RseqCpu::new(),
-    )
-    .unwrap()
-    .with_sheaves(32);
-    if !RseqCpu::new().restartable() || c.claim_map_tag().is_none() {
+    let Some(c) = tagged_rseq_cache("pagemap_fast", 256) else {
         eprintln!("no rseq or no tag left here: nothing to test");
         return;
-    }
+    };
     let objs: Vec<_> = (0..2000).map(|_| c.alloc().unwrap()).collect();
     // SAFETY: objects of `c`, each freed once (the interior pointer is
     // refused before any change).
@@ -182,21 +188,10 @@ fn fast_frees_are_validated_by_the_map() {
 /// whose slabs have a tail.
 #[test]
 fn the_inline_map_check_takes_objects_of_both_orders_and_nothing_else() {
-    use local_lock::Platform;
-    let c = KmemCache::<GlobalPages, RseqCpu>::create(
-        "pagemap_tail",
-        1000,
-        8,
-        SlabFlags::HARDENED,
-        GlobalPages,
-        RseqCpu::new(),
-    )
-    .unwrap()
-    .with_sheaves(32);
-    if !RseqCpu::new().restartable() || c.claim_map_tag().is_none() {
+    let Some(c) = tagged_rseq_cache("pagemap_tail", 1000) else {
         eprintln!("no rseq or no tag left here: nothing to test");
         return;
-    }
+    };
     let lay = *c.layout();
     let objs: Vec<_> = (0..1500).map(|_| c.alloc().unwrap()).collect();
     let mut orders = std::collections::BTreeSet::new();
