@@ -314,9 +314,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
 
     /// The fast free of a cache whose slabs the page map names
     /// ([`mapped_object`](Self::mapped_object)): the object validated by
-    /// its page's map byte (this cache's tag and preferred order, an
-    /// object boundary of its slab), as the kernel's `kfree` finds the slab by `virt_to_slab`,
-    /// instead of by the CPU's validated ranges, which a free far from the
+    /// its page's map byte (this cache's tag and one of its two slab
+    /// orders, an object boundary of that slab), as the kernel's `kfree`
+    /// finds the slab by `virt_to_slab`, instead of by the CPU's
+    /// validated ranges, which a free far from the
     /// CPU's last slabs misses (most frees of `slub-larson`, 6-16% of
     /// `slub-threads`'); then, hardened, refused if it holds the free
     /// marker (a double free while in a sheaf: outside any section, the
