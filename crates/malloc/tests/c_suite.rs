@@ -66,10 +66,35 @@ fn run(cmd: &mut Command) -> String {
     out
 }
 
-fn tmp(name: &str) -> PathBuf {
+/// A file in this test process's scratch directory, removed when dropped,
+/// so runs do not pile up executables in the temporary directory (the
+/// empty directory stays: removing it could race with another test
+/// about to write its file there).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("mm-malloc-test-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    Scratch(d.join(name))
 }
 
 #[test]
@@ -371,7 +396,7 @@ fn caches_are_not_built_on_the_stack() {
 
 /// Compiles `tests/c/NAME.c` (plain C, no header) into the test's
 /// directory.
-fn cc_program(name: &str) -> PathBuf {
+fn cc_program(name: &str) -> Scratch {
     let exe = tmp(name);
     let mut c = Command::new("cc");
     c.args(["-O0", "-w"])
