@@ -18,7 +18,11 @@
 //! rows: the buddy's small blocks are fragments, so a small N splits and
 //! merges little), `pcp-irqsafe`, `pcp-taskonly`,
 //! `pcp-trylock`, `pcp-perthread` (pcp over that buddy), `bsa` (`buddy_system_allocator`),
-//! `rpmalloc`. The first round is not timed apart: it warms the
+//! `rpmalloc`. With `PAGE_COUNT_TIME=1` it prints the run's ns per page
+//! (wall clock over all rounds, no clock read per phase); adding
+//! `PAGE_COUNT_RDTSC=1` reads the TSC around each phase as the `pages`
+//! table does, to see what the per-phase clock reads cost an allocator.
+//! The first round is not timed apart: it warms the
 //! allocator up (run both lengths with at least one round more than the
 //! shorter one's).
 
@@ -51,9 +55,26 @@ fn free_phase<A: PageAlloc>(a: &A, v: &mut Vec<NonNull<u8>>) {
 
 fn churn<A: PageAlloc>(a: &A, n: usize, rounds: usize) {
     let mut v: Vec<NonNull<u8>> = Vec::with_capacity(n);
+    let t0 = std::time::Instant::now();
+    let stamps = std::env::var_os("PAGE_COUNT_RDTSC").is_some();
+    let mut ticks = 0u64;
     for _ in 0..rounds {
-        alloc_phase(a, n, &mut v);
-        free_phase(a, &mut v);
+        if stamps {
+            let t0 = mm_bench::measure::tsc().unwrap_or(0);
+            alloc_phase(a, n, &mut v);
+            let t1 = mm_bench::measure::tsc().unwrap_or(0);
+            free_phase(a, &mut v);
+            let t2 = mm_bench::measure::tsc().unwrap_or(0);
+            ticks = ticks.wrapping_add(t2.wrapping_sub(t1) + t1.wrapping_sub(t0));
+        } else {
+            alloc_phase(a, n, &mut v);
+            free_phase(a, &mut v);
+        }
+    }
+    black_box(ticks);
+    if std::env::var_os("PAGE_COUNT_TIME").is_some() {
+        let ns = t0.elapsed().as_nanos() as f64 / (n * rounds) as f64;
+        println!("{ns:.2} ns/page");
     }
 }
 
