@@ -91,7 +91,13 @@ fn main() {
         "buddy-shared" => {
             let arena = Arena::new(ARENA_BYTES, true);
             let pcp = kernel_pcp(&arena, Policy::IrqSafe);
-            churn(&pcp, n, 2);
+            // PAGE_COUNT_PRECHURN=M: the pcp churns M pages first instead
+            // of N (the table's pcp rows reach N = 16384).
+            let pre = std::env::var("PAGE_COUNT_PRECHURN")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(n);
+            churn(&pcp, pre, 2);
             churn(&BuddyPages(arena.clone()), n, rounds);
             drop(pcp);
         }

@@ -14,7 +14,7 @@
 //! without (and lose only the shortcut).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use buddy::Order;
 use local_lock::Platform;
@@ -46,21 +46,37 @@ const MAX_MAP_ORDER: u8 = 7;
 /// `pages` is 0 and every address misses. Only for a map of 4 KiB pages
 /// ([`MAP_SHIFT`]: the shift is then an immediate); another page size
 /// leaves it empty (every free takes the descriptor path).
+#[repr(C, align(64))]
 pub(super) struct MapCheck {
     map: AtomicPtr<u8>,
     base: AtomicUsize,
-    pages: AtomicUsize,
-    /// `tag | oo.order` in the low byte, `tag | min.order` in the high
-    /// one: the bytes of this cache's two slab orders.
-    expect: AtomicU16,
-    /// For the `oo` slabs: `slab bytes - 1` (bits 0..32), the object
-    /// count (bits 32..48) and the stride's trailing zero bits (48..56);
-    geom: AtomicU64,
-    /// the same for the `min` slabs.
-    geom_min: AtomicU64,
+    /// Pages the map covers (a larger map is covered up to `u32::MAX`
+    /// pages, 16 TiB: beyond, frees take the descriptor path).
+    pages: AtomicU32,
+    /// This cache's tag shifted left by 3 (a map byte's order bits 0):
+    /// `byte ^ tag` is the byte's slab order if the byte is this cache's.
+    tag: AtomicU8,
     /// [`CacheLayout::odd_inverse`](crate::layout::CacheLayout::odd_inverse).
     inv: AtomicU64,
+    /// By slab order (below [`GEOM_ORDERS`]): for this cache's two orders
+    /// (`oo`, `min`), `slab bytes - 1` (bits 0..32), the object count
+    /// (bits 32..48) and the stride's trailing zero bits (48..56); 0 for
+    /// the orders it does not use (no object passes: the count is 0).
+    /// Indexed by the map byte's order, not chosen by comparing the byte
+    /// with each order's: which order an object's slab has follows no
+    /// pattern when sizes vary (a cache's first slab is of the minimum
+    /// order, later ones of `oo`), and those compares' mispredictions
+    /// were a tenth of the free's samples in `threads_churn` (issue #16).
+    geom: [AtomicU64; GEOM_ORDERS],
 }
+
+/// Slab orders [`MapCheck`] validates inline (0..4: the kernel's
+/// `slub_max_order` default is 3); a slab of a higher order is validated
+/// by its descriptor. With 4, the whole check is one cache line.
+const GEOM_ORDERS: usize = 4;
+
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(core::mem::size_of::<MapCheck>() == 64);
 
 /// The page shift [`MapCheck`] serves.
 const MAP_SHIFT: u32 = 12;
@@ -71,11 +87,10 @@ impl MapCheck {
         MapCheck {
             map: AtomicPtr::new(core::ptr::null_mut()),
             base: AtomicUsize::new(0),
-            pages: AtomicUsize::new(0),
-            expect: AtomicU16::new(0),
-            geom: AtomicU64::new(0),
-            geom_min: AtomicU64::new(0),
+            pages: AtomicU32::new(0),
+            tag: AtomicU8::new(0),
             inv: AtomicU64::new(0),
+            geom: [const { AtomicU64::new(0) }; GEOM_ORDERS],
         }
     }
 
@@ -100,22 +115,19 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // Relaxed: filled before the cache's first object existed, and a
         // freed object's allocation happened before its free.
         let i = a.wrapping_sub(m.base.load(Ordering::Relaxed)) >> MAP_SHIFT;
-        if i >= m.pages.load(Ordering::Relaxed) {
+        if i >= m.pages.load(Ordering::Relaxed) as usize {
             return false;
         }
         // SAFETY: `i` is below the covered pages, whose map is mapped for
         // the rest of the process (`PageAlloc::page_map`); bytes are
         // only accessed atomically.
         let b = unsafe { AtomicU8::from_ptr(m.map.load(Ordering::Relaxed).add(i)) };
-        let b = b.load(Ordering::Relaxed);
-        let e = m.expect.load(Ordering::Relaxed);
-        let g = if b == e as u8 {
-            m.geom.load(Ordering::Relaxed)
-        } else if b == (e >> 8) as u8 {
-            m.geom_min.load(Ordering::Relaxed)
-        } else {
+        // Another cache's byte (or no slab's) leaves a high bit set.
+        let o = usize::from(b.load(Ordering::Relaxed) ^ m.tag.load(Ordering::Relaxed));
+        let Some(g) = m.geom.get(o) else {
             return false;
         };
+        let g = g.load(Ordering::Relaxed);
         let off = (a as u64) & (g as u32 as u64);
         let q = off
             .wrapping_mul(m.inv.load(Ordering::Relaxed))
@@ -140,23 +152,23 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let k = self.lay.stride_shift;
         m.map.store(v.map.cast_mut(), Ordering::Relaxed);
         m.base.store(v.base, Ordering::Relaxed);
-        m.expect.store(
-            u16::from(t | oo.order) | u16::from(t | min.order) << 8,
-            Ordering::Relaxed,
-        );
+        m.tag.store(t, Ordering::Relaxed);
         let bytes = |order: u8| self.geometry.page_size << order;
-        m.geom.store(
-            MapCheck::pack(bytes(oo.order), oo.objects, k),
-            Ordering::Relaxed,
-        );
-        m.geom_min.store(
-            MapCheck::pack(bytes(min.order), min.objects, k),
-            Ordering::Relaxed,
-        );
+        for l in [min, oo] {
+            if let Some(g) = m.geom.get(usize::from(l.order)) {
+                g.store(
+                    MapCheck::pack(bytes(l.order), l.objects, k),
+                    Ordering::Relaxed,
+                );
+            }
+        }
         m.inv.store(self.lay.odd_inverse, Ordering::Relaxed);
         // Published last (pairs with `map_slab`'s acquire, so a thread
         // that skips the fill sees it whole; see `mapped_object`).
-        m.pages.store(v.pages, Ordering::Release);
+        m.pages.store(
+            u32::try_from(v.pages).unwrap_or(u32::MAX),
+            Ordering::Release,
+        );
     }
 
     /// The cache's tag (`tag << 3`), assigned at its first slab; `None`
