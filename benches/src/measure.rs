@@ -63,7 +63,8 @@ pub use core::hint::black_box;
 mod phases;
 mod verdict;
 pub use phases::{
-    alloc_free_case, alloc_free_round, per_item, phase_note, with_phases, AllocFree, Clock, Phases,
+    alloc_free_case, alloc_free_round, alloc_free_rounds_case, per_item, phase_note, with_phases,
+    AllocFree, Clock, Phases,
 };
 pub use verdict::{summary_order, verdict_line, Status, Verdict, TWO_CPU_MIN};
 

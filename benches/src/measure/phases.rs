@@ -215,6 +215,39 @@ pub fn alloc_free_case<A: AllocFree + Send + Sync + 'static>(
     .threads(threads)
 }
 
+/// The rounds of [`alloc_free_case`] (one thread, no work between the
+/// phases) timed as a whole by the runner: no clock read inside a batch.
+/// The per-phase stamps of the seed's method cost two TSC reads per round
+/// (16 ns each on a VM here), a cost that overlaps an allocator stalled
+/// on memory (buddy_system_allocator's links in the pages themselves) and
+/// adds to one bound by its instruction stream (the buddy's descriptors
+/// stay in cache): at N = 1 the reads are two thirds of the per-phase
+/// figure, at N = 8 they moved buddy / buddy_system_allocator from 0.95x
+/// to 1.16x (issue #22). The figure is what the allocator costs per item;
+/// the per-phase case keeps the seed's alloc/free split.
+pub fn alloc_free_rounds_case<A: AllocFree + Send + Sync + 'static>(
+    name: impl Into<String>,
+    a: A,
+    n: usize,
+) -> Case {
+    assert!(
+        !A::BETWEEN,
+        "whole rounds time the work between the phases too"
+    );
+    Case::raw(name, move |_, iters| {
+        let mut slots = vec![core::ptr::null_mut::<u8>(); n];
+        for _ in 0..iters {
+            for s in slots.iter_mut() {
+                *s = a.alloc().as_ptr();
+            }
+            for &p in slots.iter() {
+                // SAFETY: allocated just above by `a`, freed once.
+                unsafe { a.free(NonNull::new_unchecked(p)) };
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::alloc::{GlobalAlloc, System};
@@ -298,5 +331,60 @@ mod tests {
             note.starts_with("alloc ") && note.contains(" + free "),
             "{note}"
         );
+    }
+
+    /// [`Counted`] without work between the phases (whole rounds time
+    /// everything in a batch).
+    #[derive(Default)]
+    struct Plain(Counted, AtomicUsize);
+
+    impl AllocFree for Plain {
+        fn alloc(&self) -> NonNull<u8> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            self.0.alloc()
+        }
+        unsafe fn free(&self, p: NonNull<u8>) {
+            // SAFETY: forwarded contract.
+            unsafe { self.0.free(p) }
+        }
+    }
+
+    /// The whole-round case runs `iters` rounds of N allocations then N
+    /// frees in each batch (the runner's clock around it), leaving nothing
+    /// live.
+    #[test]
+    fn whole_rounds_allocate_and_free_n_per_round() {
+        let a = std::sync::Arc::new(Plain::default());
+        struct Shared(std::sync::Arc<Plain>);
+        impl AllocFree for Shared {
+            fn alloc(&self) -> NonNull<u8> {
+                self.0.alloc()
+            }
+            unsafe fn free(&self, p: NonNull<u8>) {
+                // SAFETY: forwarded contract.
+                unsafe { self.0.free(p) }
+            }
+        }
+        let case = alloc_free_rounds_case("w", Shared(a.clone()), 6);
+        let cfg = crate::measure::Config {
+            batch: std::time::Duration::from_micros(50),
+            warmup: std::time::Duration::ZERO,
+            rounds: 3,
+            pin: false,
+            ..crate::measure::Config::quick()
+        };
+        let machine = crate::measure::Machine::probe(&cfg);
+        let cx = crate::measure::Ctx {
+            cfg: &cfg,
+            machine: &machine,
+        };
+        let stats = cx.measure(&[case]);
+        assert!(stats[0].ns.median > 0.0);
+        let allocs = a.1.load(Ordering::Relaxed);
+        assert!(
+            allocs > 0 && allocs.is_multiple_of(6),
+            "{allocs} allocations"
+        );
+        assert_eq!(a.0.live.load(Ordering::Relaxed), 0, "every item freed");
     }
 }

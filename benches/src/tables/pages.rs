@@ -37,8 +37,8 @@ use pcp::{PageSource, Pcp, Policy};
 
 use super::Table;
 use crate::measure::{
-    alloc_free_case, black_box, fmt_num, per_item, phase_note, with_phases, AllocFree, Case, Clock,
-    Ctx, Phases, Report, Row, SeedRef, Verdict,
+    alloc_free_case, alloc_free_rounds_case, black_box, fmt_num, per_item, phase_note, with_phases,
+    AllocFree, Case, Clock, Ctx, Phases, Report, Row, SeedRef, Verdict,
 };
 use crate::user_kernel::{UserHooks, UserKernel};
 
@@ -493,6 +493,12 @@ pub fn churn_case<A: PageAlloc>(
     alloc_free_case(name, Order0(a.clone()), n, clock, threads, phases)
 }
 
+/// [`churn_case`]'s rounds timed as a whole (one thread, no clock read
+/// inside a batch: [`alloc_free_rounds_case`]).
+pub fn rounds_case<A: PageAlloc>(name: impl Into<String>, a: &Arc<A>, n: usize) -> Case {
+    alloc_free_rounds_case(name, Order0(a.clone()), n)
+}
+
 // ---------------------------------------------------------------------------
 // Seed 000's table
 // ---------------------------------------------------------------------------
@@ -540,6 +546,50 @@ fn page_counts(cfg: &crate::measure::Config) -> Vec<usize> {
 }
 
 /// Rows whose minimum is "pcp best" in the summary.
+/// One summary line of the `pages` table from one N's rows: the line,
+/// the buddy's and buddy_system_allocator's medians, the fastest pcp row
+/// and the fastest peer.
+#[allow(clippy::type_complexity)]
+fn summary_line(
+    n: usize,
+    rows: &[Row],
+) -> Option<(String, f64, f64, (&'static str, f64), (&'static str, f64))> {
+    let (b, bs, p, q) = (
+        median_of(rows, "buddy")?,
+        median_of(rows, "buddy_system_allocator")?,
+        fastest(rows, &PCP_ROWS)?,
+        fastest(rows, &PEER_ROWS)?,
+    );
+    let (r1, r2) = (p.1 / q.1, b / bs);
+    let line = format!(
+        "  {n:>6}  {:>7}  {:>7} {:<12}  {:>7} {:<24}  {r1:>5.2}x {:<6}  {:>7}  {r2:>5.2}x {}",
+        fmt_num(b),
+        fmt_num(p.1),
+        p.0.trim_start_matches("pcp "),
+        fmt_num(q.1),
+        q.0,
+        verdict(r1 <= 1.0),
+        fmt_num(bs),
+        verdict(r2 < 1.0),
+    );
+    Some((line, b, bs, p, q))
+}
+
+/// The column heads of [`summary_line`].
+fn summary_header() -> String {
+    format!(
+        "  {:>6}  {:>7}  {:<20}  {:<32}  {:<13}  {:>7}  {}",
+        "N", "buddy", "pcp best (policy)", "best peer", "pcp/peer", "bsa", "buddy/bsa"
+    )
+}
+
+/// The lowest and highest of `(N, ns)` figures.
+fn flatness(totals: &[(usize, f64)]) -> Option<((usize, f64), (usize, f64))> {
+    let lo = totals.iter().min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let hi = totals.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some((*lo, *hi))
+}
+
 const PCP_ROWS: [&str; 4] = [
     "pcp irq-safe",
     "pcp task-only",
@@ -609,6 +659,8 @@ impl Table for Pages {
         let mut rows: Vec<Row> = Vec::new();
         let mut summary: Vec<String> = Vec::new();
         let mut buddy_totals: Vec<(usize, f64)> = Vec::new();
+        let mut phase_totals: Vec<(usize, f64)> = Vec::new();
+        let mut phase_summary: Vec<String> = Vec::new();
         let mut verdicts = Vec::new();
         for n in page_counts(cx.cfg) {
             let section = format!("N = {n}: alloc {n} order-0 pages, then free them (per page)");
@@ -650,11 +702,39 @@ impl Table for Pages {
                     // timer's cost, not a lower bound.
                 }));
             }
-            let (cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
+            let (mut cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
                 .into_iter()
                 .map(|(c, ph)| (c.section(section.clone()), ph))
                 .unzip();
-            let stats = cx.measure(&cs);
+            // The same rounds with no clock read inside a batch (the
+            // targets' figures, see `alloc_free_rounds_case`), interleaved
+            // with the per-phase cases.
+            let wsection = format!(
+                "N = {n}, whole rounds (the runner's clock around each batch, none inside): per page; the targets"
+            );
+            let whole = [
+                rounds_case("buddy", &buddy, n),
+                rounds_case("pcp irq-safe", &irqsafe, n),
+                rounds_case("pcp task-only", &taskonly, n),
+                rounds_case("pcp trylock", &trylock, n),
+                rounds_case("pcp per-thread", &perthread, n),
+                rounds_case("GlobalPcp", &gpcp, n),
+                rounds_case("buddy_system_allocator", &bsa, n),
+                rounds_case("glibc (System)", &glibc, n),
+                rounds_case("mimalloc", &mi, n),
+                rounds_case("jemalloc", &je, n),
+                rounds_case("rpmalloc", &rp, n),
+            ];
+            let k = cs.len();
+            cs.extend(whole.into_iter().map(|c| c.section(wsection.clone())));
+            let mut stats = cx.measure(&cs);
+            let wstats = stats.split_off(k);
+            let wcases = cs.split_off(k);
+            let mut wrows: Vec<Row> = Vec::new();
+            for (case, mut st) in wcases.into_iter().zip(wstats) {
+                per_item(&mut st, n);
+                wrows.push(Row { case, stats: st });
+            }
             let seeds = seed_for(n);
             let mut these: Vec<Row> = Vec::new();
             for ((mut case, mut st), ph) in cs.into_iter().zip(stats).zip(phs) {
@@ -678,14 +758,10 @@ impl Table for Pages {
                 these.push(Row { case, stats: st });
             }
 
-            if let (Some(b), Some(bs), Some(p), Some(q)) = (
-                median_of(&these, "buddy"),
-                median_of(&these, "buddy_system_allocator"),
-                fastest(&these, &PCP_ROWS),
-                fastest(&these, &PEER_ROWS),
-            ) {
+            // The targets, on the whole rounds; the per-phase figures are
+            // summarised beside them.
+            if let Some((line, b, bs, p, q)) = summary_line(n, &wrows) {
                 buddy_totals.push((n, b));
-                let (r1, r2) = (p.1 / q.1, b / bs);
                 verdicts.push(
                     Verdict::at_most(
                         format!("N = {n}: pcp best <= best peer"),
@@ -694,7 +770,7 @@ impl Table for Pages {
                         "ns/page",
                     )
                     .vs_peer(q.1 / p.1)
-                    .on(&these, &[p.0, q.0]),
+                    .on(&wrows, &[p.0, q.0]),
                 );
                 verdicts.push(
                     Verdict::at_most(
@@ -704,21 +780,16 @@ impl Table for Pages {
                         "ns/page",
                     )
                     .vs_peer(bs / b)
-                    .on(&these, &["buddy", "buddy_system_allocator"]),
+                    .on(&wrows, &["buddy", "buddy_system_allocator"]),
                 );
-                summary.push(format!(
-                    "  {n:>6}  {:>7}  {:>7} {:<12}  {:>7} {:<24}  {r1:>5.2}x {:<6}  {:>7}  {r2:>5.2}x {}",
-                    fmt_num(b),
-                    fmt_num(p.1),
-                    p.0.trim_start_matches("pcp "),
-                    fmt_num(q.1),
-                    q.0,
-                    verdict(r1 <= 1.0),
-                    fmt_num(bs),
-                    verdict(r2 < 1.0),
-                ));
+                summary.push(line);
+            }
+            if let Some((line, b, ..)) = summary_line(n, &these) {
+                phase_totals.push((n, b));
+                phase_summary.push(line);
             }
             rows.extend(these);
+            rows.extend(wrows);
         }
 
         let (batch, high) = irqsafe.pcp.batch_high();
@@ -745,25 +816,42 @@ impl Table for Pages {
              and faults the pages in again (two brk calls and about N page faults per round at N >= 64); run with \
              GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824 to see glibc without trimming."
                 .into(),
-            "summary (total ns per page; targets: pcp best <= best peer at every N; buddy < buddy_system_allocator at every N, and flat in N):"
+            "summary of the whole rounds (total ns per page, no clock read inside a batch; targets: pcp best <= best peer at \
+             every N; buddy < buddy_system_allocator at every N, and flat in N, max/min <= 1.2):"
                 .into(),
-            format!(
-                "  {:>6}  {:>7}  {:<20}  {:<32}  {:<13}  {:>7}  {}",
-                "N", "buddy", "pcp best (policy)", "best peer", "pcp/peer", "bsa", "buddy/bsa"
-            ),
+            summary_header(),
         ];
         notes.extend(summary);
-        if let (Some(lo), Some(hi)) = (
-            buddy_totals.iter().min_by(|a, b| a.1.total_cmp(&b.1)),
-            buddy_totals.iter().max_by(|a, b| a.1.total_cmp(&b.1)),
-        ) {
+        let flat = flatness(&buddy_totals);
+        if let Some((lo, hi)) = flat {
             notes.push(format!(
-                "buddy flatness: total from {} ns/page (N = {}) to {} ns/page (N = {}): max/min {:.2}x",
+                "buddy flatness (whole rounds): from {} ns/page (N = {}) to {} ns/page (N = {}): max/min {:.2}x",
                 fmt_num(lo.1),
                 lo.0,
                 fmt_num(hi.1),
                 hi.0,
                 hi.1 / lo.1
+            ));
+            verdicts.push(Verdict::at_most(
+                "buddy flat in N: max/min of its whole-round cost",
+                hi.1 / lo.1,
+                1.2,
+                "x",
+            ));
+        }
+        notes.push(
+            "the same summary for the per-phase figures (the seed's method: two rdtsc per round, whose cost is in each figure, \
+             a third of the buddy's at N = 1; not the targets):"
+                .into(),
+        );
+        notes.push(summary_header());
+        notes.extend(phase_summary);
+        if let Some((lo, hi)) = flatness(&phase_totals) {
+            notes.push(format!(
+                "buddy flatness (per phase): max/min {:.2}x (N = {} / N = {})",
+                hi.1 / lo.1,
+                hi.0,
+                lo.0
             ));
         }
         Report {
