@@ -217,13 +217,13 @@ pub fn alloc_free_case<A: AllocFree + Send + Sync + 'static>(
 
 /// The rounds of [`alloc_free_case`] (one thread, no work between the
 /// phases) timed as a whole by the runner: no clock read inside a batch.
-/// The per-phase stamps of the seed's method cost two TSC reads per round
-/// (16 ns each on a VM here), a cost that overlaps an allocator stalled
-/// on memory (buddy_system_allocator's links in the pages themselves) and
-/// adds to one bound by its instruction stream (the buddy's descriptors
-/// stay in cache): at N = 1 the reads are two thirds of the per-phase
-/// figure, at N = 8 they moved buddy / buddy_system_allocator from 0.95x
-/// to 1.16x (issue #22). The figure is what the allocator costs per item;
+/// The per-phase stamps of the seed's method cost two TSC reads per round,
+/// in every figure: `page_count` (issue #22, this VM) at N = 1 took the
+/// buddy from 31.7 to 86.0 ns per page and buddy_system_allocator from
+/// 50.6 to 100.7, and the reads do not cost every allocator alike (at N =
+/// 8 +5 ns per page for the buddy, whose work is bound by its instruction
+/// stream, about nothing for buddy_system_allocator, stalled on the links
+/// in its pages). The figure here is what the allocator costs per item;
 /// the per-phase case keeps the seed's alloc/free split.
 pub fn alloc_free_rounds_case<A: AllocFree + Send + Sync + 'static>(
     name: impl Into<String>,
