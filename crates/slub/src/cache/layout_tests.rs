@@ -54,3 +54,41 @@ fn a_cache_used_by_two_cpus_touches_three_pages() {
         offset_of!(K, fast) + 30 * size_of::<CachePadded<CpuFast>>()
     );
 }
+
+/// A private sheaf takes the power of two above its entries, its header
+/// and its color, not a page: kmalloc's classes (128 entries for the
+/// small ones down to 4 for kmalloc-8k) take 2 KiB down to the private
+/// pool's 256 bytes per sheaf, two to four sheaves per class and CPU in
+/// every process.
+#[test]
+fn private_sheaves_are_not_a_page_each() {
+    use crate::{kmalloc_sheaf_capacity, GlobalSlub, SlabFlags, KMALLOC_SIZES};
+    use local_lock::std_platform::PerThread;
+
+    use super::Geometry;
+
+    let expect = |size: usize| match size {
+        ..=256 => 2048,
+        512 => 1024,
+        1024 => 512,
+        2048 => 256,
+        4096 => 128,
+        _ => 64,
+    };
+    for (i, &size) in KMALLOC_SIZES.iter().enumerate() {
+        let cap = kmalloc_sheaf_capacity(i, GlobalSlub::DEFAULT_SHEAVES);
+        let c = KmemCache::<crate::GlobalPages, PerThread>::new(
+            "t",
+            size,
+            8,
+            SlabFlags::NONE,
+            Geometry::new(64),
+            crate::GlobalPages,
+            PerThread,
+        )
+        .with_sheaves(cap);
+        let bytes = c.private_sheaf_bytes();
+        assert_eq!(bytes, expect(size), "kmalloc-{size}: {cap} entries");
+        assert!(bytes - c.sheaf_bytes() >= super::sheaf::PRIVATE_SHEAF_COLOR);
+    }
+}
