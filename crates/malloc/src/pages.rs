@@ -13,18 +13,27 @@ use pcp::GlobalPcp;
 
 /// When free pages go back to the OS (`madvise(MADV_DONTNEED)`): free
 /// blocks of 32 KiB and more (order 3: the largest slab) are purged once
-/// more than 1 MiB of them stays resident (checked at most every 10 ms on
-/// the slow paths: glibc returns the top of its heap above 128 KiB at
-/// once, mimalloc purges after 10 ms), and any left free for 100 ms.
-/// The std heap's default keeps up to 32 MiB resident, blocks of 2 MiB
-/// and more only, for 5 s: with it a C program's peak RSS was 1.27x
-/// glibc's (python's stdlib tests; measured in the crate's notes).
+/// more than 128 KiB of them stays resident (glibc's `M_TRIM_THRESHOLD`,
+/// above which it returns the top of its heap at once; checked whenever
+/// half of it was freed in large blocks), and any left free for 100 ms
+/// (mimalloc purges after 10 ms). The std heap's default keeps up to 32
+/// MiB resident, blocks of 2 MiB and more only, for 5 s: with it a C
+/// program's peak RSS was 1.27x glibc's (python's stdlib tests; measured
+/// in the crate's notes). With 1 MiB (256 pages), the median peak RSS of
+/// `scripts/programs.sh`'s git session (its largest process, `git
+/// pack-objects` of `gc --aggressive`, two threads) was 6528 KiB, 6288
+/// with 128 KiB (glibc 5440; 5 rounds; 64 pages: about 6560, 16: 6352,
+/// and purging from order 2 or 0 on instead of 3 did not help), python's
+/// stdlib tests and sqlite3 unchanged in time and RSS.
 pub const PURGE: PurgePolicy = PurgePolicy {
     order: 3,
     decay_ms: Some(100),
-    max_resident_pages: Some(256),
+    max_resident_pages: Some(MAX_RESIDENT_FREE_PAGES),
     ..PurgePolicy::DEFAULT
 };
+
+/// [`PURGE`]'s cap of resident free pages (128 KiB).
+pub const MAX_RESIDENT_FREE_PAGES: usize = 32;
 
 /// The per-CPU page lists' `(batch, high)` (set at init,
 /// `Pcp::set_batch_high`): at most 63 free pages (252 KiB) stay on a
@@ -115,6 +124,37 @@ impl ForkLocks for PagesFork {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A burst of large frees leaves at most [`MAX_RESIDENT_FREE_PAGES`]
+    /// and half of it resident in the buddy (the cap is checked whenever
+    /// half of it was freed in large blocks): 1 MiB and half of it
+    /// before. (Other tests allocate at the same time: the bound checked
+    /// is twice that.)
+    #[test]
+    fn a_burst_of_large_frees_leaves_little_resident() {
+        use buddy::ZoneId;
+        let size = 64 << 10;
+        let blocks: Vec<*mut u8> = (0..40)
+            .map(|_| {
+                let p = crate::malloc(size).cast::<u8>();
+                assert!(!p.is_null());
+                // SAFETY: `size` bytes of ours.
+                unsafe { p.write_bytes(1, size) };
+                p
+            })
+            .collect();
+        for p in blocks {
+            // SAFETY: each block once.
+            unsafe { crate::free(p.cast()) };
+        }
+        let resident = heap().buddy().nr_resident_free_pages(ZoneId::new(0));
+        // 128 KiB and half of it, twice (1 MiB before: 256 pages).
+        let bound = 96;
+        assert!(
+            resident <= bound,
+            "{resident} free pages resident after the burst (bound {bound})"
+        );
+    }
 
     /// Freed pages stay on the CPU's lists only up to [`PCP_BATCH_HIGH`]'s
     /// `high` (the std heap's 378 before).

@@ -377,8 +377,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The slots of `locked_cpus` are protected by the locked strategy for
     /// every context that uses them.
     pub unsafe fn fork_lock(&self, locked_cpus: core::ops::Range<usize>) {
-        let nodes = &self.nodes[..self.nr_nodes()];
-        for n in nodes {
+        let nodes = || (0..self.nr_nodes()).map(|i| &self.nodes[i]);
+        for n in nodes() {
             n.list.lock_for_fork();
             n.full.lock_for_fork();
         }
@@ -386,7 +386,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             // SAFETY: caller's contract.
             unsafe { self.cpu.fork_lock_slot(cpu) };
         }
-        for n in nodes {
+        for n in nodes() {
             n.barn.lock_for_fork();
         }
     }
@@ -399,16 +399,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Taken by `fork_lock` on this thread (in a child: on the thread that
     /// forked).
     pub unsafe fn fork_unlock(&self, locked_cpus: core::ops::Range<usize>) {
-        let nodes = &self.nodes[..self.nr_nodes()];
+        let nodes = || (0..self.nr_nodes()).rev().map(|i| &self.nodes[i]);
         // SAFETY: caller's contract: each is held, its guard forgotten.
         unsafe {
-            for n in nodes.iter().rev() {
+            for n in nodes() {
                 n.barn.force_unlock();
             }
             for cpu in locked_cpus.rev() {
                 self.cpu.fork_unlock_slot(cpu);
             }
-            for n in nodes.iter().rev() {
+            for n in nodes() {
                 n.full.force_unlock();
                 n.list.force_unlock();
             }

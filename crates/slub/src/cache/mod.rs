@@ -33,7 +33,7 @@ use local_lock::{ConstInit, IrqFlags, LocalGuard, LocalLock, Platform, Strategy}
 use crate::layout::{
     calculate_layout, calculate_layout_ctor, CacheError, CacheLayout, Geometry, SlabFlags,
 };
-use crate::slab::{PartialList, Slab, TAG_SLAB};
+use crate::slab::{PartialList, Slab, ON_PARTIAL, TAG_SLAB};
 
 use crate::source::SlabSource;
 use crate::stats::{SlubStat, StatCells};
@@ -279,7 +279,7 @@ struct IrqSpinGuard<'a, T, P: Platform> {
     flags: IrqFlags,
 }
 
-type NodeGuard<'a, P> = IrqSpinGuard<'a, PartialList, P>;
+type NodeGuard<'a, P> = IrqSpinGuard<'a, PartialList<ON_PARTIAL>, P>;
 
 type NodeBarnGuard<'a, P> = IrqSpinGuard<'a, Barn, P>;
 
@@ -469,18 +469,20 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
     /// [`shrink_if_idle`](Self::shrink_if_idle)).
     idle: AtomicU8,
-    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
-    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
-    /// list, `list_lock`, barn and counters.
-    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES],
-    // The other per-CPU records after the nodes (`repr(C)`; Rust's order
+    // The other per-CPU records after the header (`repr(C)`; Rust's order
     // put the header and the nodes after all three arrays, each on a page
     // of its own): the first CPUs' fast records (at the end of `fast`),
-    // the header and node 0 share a page when the cache starts at
-    // [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) before a page boundary, and
-    // their lock slots and sheaves are a page each: three pages touched
-    // per cache where there were five.
+    // the header and their lock slots (at the start of `cpu`) share a page
+    // when the cache starts at [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT)
+    // before a page boundary, and node 0 (at the end of `nodes`, stored
+    // last node first) and their sheaves (at the start of `pcs`) another:
+    // two pages touched per cache where there were five (three with the
+    // nodes between the header and the lock slots: 16 nodes are a page).
     cpu: LocalLock<CpuLocked, P, N>,
+    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
+    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
+    /// list, `list_lock`, barn and counters; stored last node first.
+    pub(crate) nodes: rev::RevArray<CachePadded<KmemCacheNode>, MAX_NUMNODES>,
     /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
     /// the platform's `this_cpu` operations only (the locked and pinned
     /// platforms keep theirs in [`CpuLocked`]).
@@ -513,7 +515,7 @@ macro_rules! build_cache {
             cpu: $cpu,
             fast: rev::RevArray($fast),
             pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
-            nodes: $nodes,
+            nodes: rev::RevArray($nodes),
             defrag_ratio: CoreAtomicUsize::new(DEFAULT_REMOTE_NODE_DEFRAG_RATIO),
             node_rng: CoreAtomicUsize::new(0),
             fcheck: FreeCheck::new(),

@@ -22,7 +22,7 @@ use local_lock::sync::atomic::Ordering;
 use local_lock::sync::SpinLock;
 use local_lock::Platform;
 
-use crate::slab::{PartialList, Slab};
+use crate::slab::{PartialList, Slab, ON_FULL, ON_PARTIAL};
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
@@ -58,9 +58,9 @@ pub(crate) const NID_MASK: u32 = 0x3f;
 /// cache's full list, the node's barn of sheaves, and its counters.
 pub(crate) struct KmemCacheNode {
     /// `list_lock` and `partial`.
-    pub(crate) list: SpinLock<PartialList>,
+    pub(crate) list: SpinLock<PartialList<ON_PARTIAL>>,
     /// Debug caches: the full slabs (`n->full`), under `list` then this.
-    pub(super) full: SpinLock<PartialList>,
+    pub(super) full: SpinLock<PartialList<ON_FULL>>,
     /// The node's barn (`n->barn`), under its own spin lock (IRQs saved).
     pub(super) barn: SpinLock<Barn>,
     /// Racy mirror of the list's `nr_partial`.
@@ -76,7 +76,7 @@ impl KmemCacheNode {
     pub(super) const fn new() -> Self {
         KmemCacheNode {
             list: SpinLock::new(PartialList::new()),
-            full: SpinLock::new(PartialList::new_full()),
+            full: SpinLock::new(PartialList::new()),
             barn: SpinLock::new(Barn::new()),
             nr_partial: CoreAtomicUsize::new(0),
             nr_slabs: CoreAtomicUsize::new(0),
@@ -87,7 +87,7 @@ impl KmemCacheNode {
     pub(super) fn new() -> Self {
         KmemCacheNode {
             list: SpinLock::new(PartialList::new()),
-            full: SpinLock::new(PartialList::new_full()),
+            full: SpinLock::new(PartialList::new()),
             barn: SpinLock::new(Barn::new()),
             nr_partial: CoreAtomicUsize::new(0),
             nr_slabs: CoreAtomicUsize::new(0),

@@ -20,7 +20,7 @@ use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
 /// Bytes between a private sheaf's block and the sheaf (see
 /// `KmemCache::sheaf_color`).
-const PRIVATE_SHEAF_COLOR: usize = 8;
+pub(super) const PRIVATE_SHEAF_COLOR: usize = 8;
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Stores `obj` as sheaf entry `i`: hardened caches store it encoded
@@ -129,18 +129,23 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// The bytes of a sheaf (its header and entries).
-    fn sheaf_bytes(&self) -> usize {
+    pub(super) fn sheaf_bytes(&self) -> usize {
         (self.sheaf_capacity + Sheaf::HDR) * core::mem::size_of::<usize>()
     }
 
-    /// The bytes of a private sheaf block: a whole page at least. Sheaves
-    /// packed eight to a page (512 B for 32 entries) made the unhardened
-    /// 1024-object batches about 10% slower (`slub-debug`, 4.66 -> 5.12 ns
-    /// for 256 B objects, with the same instruction and simulated-miss
-    /// counts under cachegrind; likely 4 KiB aliasing between the entries
-    /// and the objects), for 0.1 MiB of peak RSS under mm-malloc.
-    fn private_sheaf_bytes(&self) -> usize {
-        self.sheaf_bytes().max(self.geometry.page_size)
+    /// The bytes of a private sheaf block: the sheaf and its color, to the
+    /// power of two (the private pool's sizes). A whole page each before:
+    /// every process that uses a class holds two to four sheaves of it per
+    /// CPU, and a page each was the largest part of a shell's heap under
+    /// mm-malloc (measured, the main `bash` of `scripts/programs.sh`'s
+    /// fork loop: 39 sheaves, 156 KiB resident of its 4.4 MiB peak; now
+    /// 2 KiB for 128 entries, 256 B for 4). (Packed eight to a page with
+    /// no color, 512 B for 32 entries, the unhardened 1024-object batches
+    /// of `slub-debug` were about 10% slower; the color keeps the size
+    /// word, which every push and pop stores, off the 16-byte grid of the
+    /// objects as it was.)
+    pub(super) fn private_sheaf_bytes(&self) -> usize {
+        (self.sheaf_bytes() + PRIVATE_SHEAF_COLOR).next_power_of_two()
     }
 
     /// Where a private sheaf starts in its block: 8 bytes in, when the
