@@ -152,7 +152,6 @@ const HOT: &[(&str, &[&str])] = &[
             "8grow_for",
             "9find_rest",
             "8page_map",
-            "17pair_is_zero_slow",
         ],
     ),
     (

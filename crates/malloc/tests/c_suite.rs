@@ -350,7 +350,6 @@ fn hot_code_leads_the_text_segment() {
         ("slub", "14fill_map_check17h"),
         ("pcp", "8page_map17h"),
         ("buddy", "8page_map17h"),
-        ("buddy", "17pair_is_zero_slow17h"),
     ] {
         let a = syms.lines().find_map(|l| {
             let p: Vec<&str> = l.split_whitespace().collect();
