@@ -281,6 +281,23 @@ mod tests {
 
     const L: std::alloc::Layout = std::alloc::Layout::new::<[u64; 8]>();
 
+    /// Runs `case` through the runner with tiny batches, unpinned.
+    fn measure_quickly(case: Case) -> Vec<Stats> {
+        let cfg = crate::measure::Config {
+            batch: std::time::Duration::from_micros(50),
+            warmup: std::time::Duration::ZERO,
+            rounds: 3,
+            pin: false,
+            ..crate::measure::Config::quick()
+        };
+        let machine = crate::measure::Machine::probe(&cfg);
+        let cx = crate::measure::Ctx {
+            cfg: &cfg,
+            machine: &machine,
+        };
+        cx.measure(&[case])
+    }
+
     impl AllocFree for Counted {
         const BETWEEN: bool = true;
         fn alloc(&self) -> NonNull<u8> {
@@ -313,19 +330,7 @@ mod tests {
         let (case, ph) =
             with_phases(|ph| alloc_free_case("c", Counted::default(), 7, clock, 1, Some(ph)));
         assert_eq!((case.name.as_str(), case.threads), ("c", 1));
-        let cfg = crate::measure::Config {
-            batch: std::time::Duration::from_micros(50),
-            warmup: std::time::Duration::ZERO,
-            rounds: 3,
-            pin: false,
-            ..crate::measure::Config::quick()
-        };
-        let machine = crate::measure::Machine::probe(&cfg);
-        let cx = crate::measure::Ctx {
-            cfg: &cfg,
-            machine: &machine,
-        };
-        let stats = cx.measure(&[case]);
+        let stats = measure_quickly(case);
         let note = phase_note(&ph, stats[0].rounds).expect("phases recorded");
         assert!(
             note.starts_with("alloc ") && note.contains(" + free "),
@@ -366,19 +371,7 @@ mod tests {
             }
         }
         let case = alloc_free_rounds_case("w", Shared(a.clone()), 6);
-        let cfg = crate::measure::Config {
-            batch: std::time::Duration::from_micros(50),
-            warmup: std::time::Duration::ZERO,
-            rounds: 3,
-            pin: false,
-            ..crate::measure::Config::quick()
-        };
-        let machine = crate::measure::Machine::probe(&cfg);
-        let cx = crate::measure::Ctx {
-            cfg: &cfg,
-            machine: &machine,
-        };
-        let stats = cx.measure(&[case]);
+        let stats = measure_quickly(case);
         assert!(stats[0].ns.median > 0.0);
         let allocs = a.1.load(Ordering::Relaxed);
         assert!(

@@ -130,11 +130,9 @@ mod tests {
     /// half of it was freed in large blocks): 1 MiB and half of it
     /// before. (Other tests allocate at the same time: the bound checked
     /// is twice that.)
-    #[test]
-    fn a_burst_of_large_frees_leaves_little_resident() {
-        use buddy::ZoneId;
-        let size = 64 << 10;
-        let blocks: Vec<*mut u8> = (0..40)
+    /// Allocates `n` blocks of `size` bytes, writes them, then frees them.
+    fn burst(size: usize, n: usize) {
+        let blocks: Vec<*mut u8> = (0..n)
             .map(|_| {
                 let p = crate::malloc(size).cast::<u8>();
                 assert!(!p.is_null());
@@ -147,6 +145,12 @@ mod tests {
             // SAFETY: each block once.
             unsafe { crate::free(p.cast()) };
         }
+    }
+
+    #[test]
+    fn a_burst_of_large_frees_leaves_little_resident() {
+        use buddy::ZoneId;
+        burst(64 << 10, 40);
         let resident = heap().buddy().nr_resident_free_pages(ZoneId::new(0));
         // 128 KiB and half of it, twice (1 MiB before: 256 pages).
         let bound = 96;
@@ -163,19 +167,7 @@ mod tests {
         assert_eq!(PAGES.pcp().batch_high(), PCP_BATCH_HIGH);
         // Slabs emptied by frees go back to the page lists.
         for size in [1000, 3000, 12 << 10] {
-            let blocks: Vec<*mut u8> = (0..2000)
-                .map(|_| {
-                    let p = crate::malloc(size).cast::<u8>();
-                    assert!(!p.is_null());
-                    // SAFETY: `size` bytes of ours.
-                    unsafe { p.write_bytes(1, size) };
-                    p
-                })
-                .collect();
-            for p in blocks {
-                // SAFETY: each block once.
-                unsafe { crate::free(p.cast()) };
-            }
+            burst(size, 2000);
         }
         let l = PAGES.pcp().local_lists();
         assert!(l.high <= PCP_BATCH_HIGH.1, "the list's high: {}", l.high);
