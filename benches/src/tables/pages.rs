@@ -662,6 +662,10 @@ impl Table for Pages {
         let mut phase_totals: Vec<(usize, f64)> = Vec::new();
         let mut phase_summary: Vec<String> = Vec::new();
         let mut verdicts = Vec::new();
+        // Per N: its per-phase cases' count, its whole-round cases' count
+        // and the phase records, in the order of `all`.
+        let mut groups: Vec<(usize, usize, usize, Vec<Arc<Phases>>)> = Vec::new();
+        let mut all: Vec<Case> = Vec::new();
         for n in page_counts(cx.cfg) {
             let section = format!("N = {n}: alloc {n} order-0 pages, then free them (per page)");
             let mut cases = vec![
@@ -702,7 +706,7 @@ impl Table for Pages {
                     // timer's cost, not a lower bound.
                 }));
             }
-            let (mut cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
+            let (cs, phs): (Vec<Case>, Vec<Arc<Phases>>) = cases
                 .into_iter()
                 .map(|(c, ph)| (c.section(section.clone()), ph))
                 .unzip();
@@ -725,11 +729,24 @@ impl Table for Pages {
                 rounds_case("jemalloc", &je, n),
                 rounds_case("rpmalloc", &rp, n),
             ];
-            let k = cs.len();
-            cs.extend(whole.into_iter().map(|c| c.section(wsection.clone())));
-            let mut stats = cx.measure(&cs);
-            let wstats = stats.split_off(k);
-            let wcases = cs.split_off(k);
+            groups.push((n, cs.len(), whole.len(), phs));
+            all.extend(cs);
+            all.extend(whole.into_iter().map(|c| c.section(wsection.clone())));
+        }
+        // Every N's cases in one interleaved measurement: a burst of the
+        // host's load (this VM's come and go over seconds) then takes a
+        // few rounds of every case, which the medians drop, instead of
+        // every round of one N section (issue #22: one section per run
+        // came out 1.5-1.7x slow for the buddy when each N was measured
+        // on its own).
+        let mut stats = cx.measure(&all).into_iter();
+        let mut all = all.into_iter();
+        for (n, kp, kw, phs) in groups {
+            let cs: Vec<Case> = all.by_ref().take(kp).collect();
+            let stats_n: Vec<_> = stats.by_ref().take(kp).collect();
+            let wcases: Vec<Case> = all.by_ref().take(kw).collect();
+            let wstats: Vec<_> = stats.by_ref().take(kw).collect();
+            let stats = stats_n;
             let mut wrows: Vec<Row> = Vec::new();
             for (case, mut st) in wcases.into_iter().zip(wstats) {
                 per_item(&mut st, n);
