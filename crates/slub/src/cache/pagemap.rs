@@ -37,11 +37,12 @@ const MAX_MAP_ORDER: u8 = 7;
 /// ([`KmemCache::mapped_object`]): the source's map, where it lives
 /// ([`PageMapView`](buddy::PageMapView), kept here so the lookup is a
 /// subtraction, a shift, a compare and a byte load, with no trip through
-/// the source), the map bytes of this cache's two slab orders and, for
-/// each, its slab mask, object count and the stride's shift packed in one
-/// word. The fast free is bound by how many loads it issues more than by
-/// its instructions (`slub-pairs`: dropping this check's dozen loads saved
-/// a quarter of a pair's time), hence the packing: seven loads in all.
+/// the source), this cache's tag and, for each slab order it uses, the
+/// slab mask, object count and the stride's shift packed in one word. The
+/// fast free is bound by how many loads it issues more than by its
+/// instructions (`slub-pairs`: dropping this check's dozen loads saved a
+/// quarter of a pair's time), hence the packing: seven loads in all, from
+/// one cache line.
 /// Filled at the cache's first tagged slab (`pages` last); until then
 /// `pages` is 0 and every address misses. Only for a map of 4 KiB pages
 /// ([`MAP_SHIFT`]: the shift is then an immediate); another page size
