@@ -545,7 +545,6 @@ fn page_counts(cfg: &crate::measure::Config) -> Vec<usize> {
     cfg.sweep(&[1, 64, 4096], &[1, 8, 64, 512, 4096, 16384], &full)
 }
 
-/// Rows whose minimum is "pcp best" in the summary.
 /// One summary line of the `pages` table from one N's rows: the line,
 /// the buddy's and buddy_system_allocator's medians, the fastest pcp row
 /// and the fastest peer.
@@ -590,6 +589,7 @@ fn flatness(totals: &[(usize, f64)]) -> Option<((usize, f64), (usize, f64))> {
     Some((*lo, *hi))
 }
 
+/// Rows whose minimum is "pcp best" in the summary.
 const PCP_ROWS: [&str; 4] = [
     "pcp irq-safe",
     "pcp task-only",
