@@ -15,6 +15,12 @@
 //!   glibc (`System`: `posix_memalign`), mimalloc, jemalloc, rpmalloc. The
 //!   seed's figures (Linux 4.10 vanilla = IRQs disabled around the pcp lists,
 //!   irqsafe-v1r5 = preemption only) stand beside the matching pcp rows.
+//!   The same rounds are also timed whole (the runner's clock around each
+//!   batch, no `rdtsc` inside: [`alloc_free_rounds_case`]), and those rows
+//!   carry the targets (issue #22: the per-phase reads cost an allocator
+//!   bound by its instructions more than one stalled on memory); every
+//!   N's cases are measured in one interleaved run, so a burst of the
+//!   host's load spreads over every case's rounds.
 //! * **`pages-2t`**: the same churn on two threads at once, each pinned to
 //!   its own CPU, beside the one-thread figure of the same allocator:
 //!   aggregate pages/s and the 2-thread/1-thread scaling, with the runner's
