@@ -103,6 +103,10 @@ fn private_sheaves_are_not_a_page_each() {
 /// nodes (a page, across two) stayed resident in every process: 33 pages
 /// of mm-malloc's caches in the fork loop's shell for 11 classes, 22 now.
 #[test]
+// The bytes read include padding, which a typed write leaves uninitialised
+// in Rust's abstract machine (miri reports the read): the property is the
+// compiled image's, checked natively.
+#[cfg_attr(miri, ignore = "reads padding bytes of the native image")]
 fn unused_nodes_are_zero() {
     use std::boxed::Box;
 
