@@ -471,11 +471,12 @@ fn young_cache_refills_one_slab_at_a_time() {
     }
 }
 
-/// A cache's first slab is of the minimum order: 1 KiB objects (order-3
+/// A young cache's slabs are of the minimum order: 1 KiB objects (order-3
 /// slabs of 32 preferred, with `nr_cpus` of this machine or more) start
-/// with one page of 4; the next slabs are of the preferred order.
+/// with pages of 4, one per refill, until they hold a preferred slab's
+/// objects; the next slabs are of the preferred order.
 #[test]
-fn first_slab_is_of_the_minimum_order() {
+fn young_slabs_are_of_the_minimum_order() {
     fn check<P: Platform + Copy + Send + Sync>(p: P) {
         let c = KmemCache::<GlobalPages, P>::create(
             "first-slab",
@@ -486,22 +487,36 @@ fn first_slab_is_of_the_minimum_order() {
             p,
         )
         .unwrap()
-        .with_sheaves(32);
+        .with_sheaves(64);
         let info = c.slabinfo();
         assert!(
             info.pagesperslab > 1,
             "{} pages per slab",
             info.pagesperslab
         );
-        let first = c.alloc().unwrap();
+        let mut v = vec![c.alloc().unwrap()];
         assert_eq!(c.nr_slabs(), 1);
         assert_eq!(c.slabinfo().num_objs, 4, "one page of 1 KiB objects");
-        let mut v = vec![first];
-        for _ in 0..8 {
+        // Every slab made while the slabs hold fewer than a preferred
+        // slab's objects is a page of 4.
+        while c.slabinfo().num_objs < info.objperslab {
+            v.push(c.alloc().unwrap());
+            let now = c.slabinfo();
+            assert_eq!(
+                now.num_objs,
+                4 * now.num_slabs,
+                "young slabs are single pages ({} live)",
+                v.len()
+            );
+        }
+        let young = c.nr_slabs();
+        assert_eq!(young * 4, info.objperslab);
+        while c.nr_slabs() == young {
             v.push(c.alloc().unwrap());
         }
-        assert!(
-            c.slabinfo().num_objs >= 4 + info.objperslab,
+        assert_eq!(
+            c.slabinfo().num_objs,
+            4 * young + info.objperslab,
             "then slabs of the preferred order"
         );
         for o in v {

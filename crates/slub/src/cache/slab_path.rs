@@ -285,13 +285,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The block comes from `node` ([`alloc_slab_block`](Self::alloc_slab_block));
     /// the slab records the node it got.
     ///
-    /// A cache's first slab is of the minimum order (a divergence: the
-    /// kernel starts at the preferred one): a process that uses a few
-    /// objects of a class of large objects pays a page, not eight (1 KiB
-    /// objects: 4 in an order-0 slab instead of 32 in an order-3 one).
+    /// A young cache's slabs are of the minimum order (a divergence: the
+    /// kernel starts at the preferred one; see [`young`](Self::young)): a
+    /// process that uses a few objects of a class of large objects pays a
+    /// page or two, not eight (1 KiB objects: 4 in an order-0 slab instead
+    /// of 32 in an order-3 one).
     pub(super) fn new_slab(&self, gfp: AllocFlags, node: usize) -> Option<(Slab<'static>, usize)> {
-        let young = self.lay.min.order != self.lay.oo.order && self.nr_slabs() == 0;
-        let oo = if young { self.lay.min } else { self.lay.oo };
+        let oo = if self.young(self.sum_nodes().1) {
+            self.lay.min
+        } else {
+            self.lay.oo
+        };
         let gfp = gfp.difference(AllocFlags::ZEROED) | AllocFlags::COMP;
         let mut objects = oo.objects as usize;
         let mut page = if self.lay.min.order == oo.order {
