@@ -450,6 +450,10 @@ pub struct DebugConfig {
 /// ignored; an empty value means `FZPU`. Without cache names a block
 /// applies to every cache; a name may end with `*` (a prefix), e.g.
 /// `Z,kmalloc-*`. A later block overrides an earlier one.
+// (Out of line and cold: only a process with `MM_SLUB_DEBUG` runs it, and
+// its code stays out of the text every process has resident.)
+#[cold]
+#[inline(never)]
 pub fn parse_slub_debug(v: &[u8]) -> DebugConfig {
     let mut c = DebugConfig {
         flags: [SlabFlags::NONE; NR_CACHES],
@@ -638,10 +642,8 @@ mod tests {
         unsafe { copy_nonzero_words(dst.cast(), src.as_ptr(), src.len()) };
         let mut vec = [0u8; PAGES];
         // SAFETY: the mapping and a byte per page.
-        assert_eq!(
-            unsafe { libc::mincore(dst, PAGES * PAGE, vec.as_mut_ptr()) },
-            0
-        );
+        let rc = unsafe { libc::mincore(dst, PAGES * PAGE, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0);
         let resident: Vec<usize> = (0..PAGES).filter(|&p| vec[p] & 1 != 0).collect();
         assert_eq!(resident, [0, 2, 5], "only the pages with non-zero words");
         // SAFETY: the mapping, `src.len()` initialised words.
