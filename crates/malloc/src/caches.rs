@@ -356,20 +356,42 @@ pub fn lender(i: usize) -> usize {
     }
 }
 
-/// The cache to allocate a class-`i` object from when cache `i` is not
-/// built: its [`lender`] for its first [`COLD_OBJECTS`] objects, then
-/// itself. (Counted without a read-modify-write: threads racing on a cold
-/// class may lend a few objects more.)
-pub fn cold_class(i: usize) -> usize {
+/// Where a cold class's object comes from ([`cold_class`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cold {
+    /// This cache (built for it if it is not yet).
+    Cache(usize),
+    /// A block of whole pages (kmalloc's large path, `large::alloc`).
+    Pages,
+}
+
+/// Objects of at least this size, of a cold class whose [`lender`] is not
+/// built (itself, or the power of two above it), are blocks of whole pages ([`Cold::Pages`]): a page or two
+/// for each of the few objects a small program asks for, at most twice
+/// the object, instead of a cache built for them (its slot's pages, a
+/// first slab, a sheaf). Measured, a shell running a fork loop built
+/// kmalloc-2k, -4k and -8k for 5 to 18 objects each (issue #18).
+pub const COLD_PAGES_FROM: usize = 2048;
+
+/// Where an object of class `i` comes from when cache `i` is not built:
+/// for its first [`COLD_OBJECTS`] objects, its [`lender`], or whole pages
+/// if that is not built and the objects are of [`COLD_PAGES_FROM`] bytes
+/// or more;
+/// then cache `i` itself. (Counted without a read-modify-write: threads
+/// racing on a cold class may lend a few objects more.)
+pub fn cold_class(i: usize) -> Cold {
     if NO_LENDING.load(Ordering::Relaxed) {
-        return i;
+        return Cold::Cache(i);
     }
     let n = COLD[i].load(Ordering::Relaxed);
     if n >= COLD_OBJECTS {
-        return i;
+        return Cold::Cache(i);
     }
     COLD[i].store(n + 1, Ordering::Relaxed);
-    lender(i)
+    match lender(i) {
+        l if !built(l) && object_size(i) >= COLD_PAGES_FROM => Cold::Pages,
+        l => Cold::Cache(l),
+    }
 }
 
 /// Every cache built so far.

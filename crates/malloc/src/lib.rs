@@ -275,7 +275,16 @@ fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
     let i = if caches::built(i) {
         i
     } else {
-        caches::cold_class(i)
+        match caches::cold_class(i) {
+            caches::Cold::Cache(i) => i,
+            caches::Cold::Pages => {
+                let p = large::alloc(size, MALLOC_ALIGNMENT, false);
+                if !p.is_null() {
+                    return p;
+                }
+                i
+            }
+        }
     };
     match caches::ensure_built(i).alloc() {
         Some(p) => p.as_ptr(),

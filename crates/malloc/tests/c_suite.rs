@@ -246,6 +246,48 @@ fn programs_under_ld_preload_run_on_it() {
     assert!(err.contains("kmalloc-64"), "no MM_STATS report: {err}");
 }
 
+/// A program using a few objects of 4096 and 8192 bytes gets them as page
+/// blocks, no cache built for those classes (`MM_STATS=1`'s slabinfo has
+/// no line for them); using more than the classes' cold count builds the
+/// caches.
+#[test]
+fn a_few_large_objects_are_page_blocks() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = tmp("cold_pages");
+    let st = Command::new("cc")
+        .args(["-O0", "-fno-builtin", "-w", "-o"])
+        .arg(&exe)
+        .arg(crate_dir().join("tests/c/cold_pages.c"))
+        .status()
+        .expect("cc");
+    assert!(st.success());
+    let stats = |n: &str| {
+        let o = Command::new(&exe)
+            .arg(n)
+            .env("LD_PRELOAD", &so)
+            .env("MM_STATS", "1")
+            .output()
+            .expect("run");
+        assert!(o.status.success(), "cold_pages {n}: {}", o.status);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(err.contains("# name"), "no MM_STATS report: {err}");
+        err
+    };
+    let listed = |err: &str, c: &str| err.lines().any(|l| l.split_whitespace().next() == Some(c));
+    let few = stats("4");
+    for c in ["kmalloc-4k", "kmalloc-8k"] {
+        assert!(!listed(&few, c), "{c} built for 4 objects:\n{few}");
+    }
+    let many = stats("60");
+    for c in ["kmalloc-4k", "kmalloc-8k"] {
+        assert!(listed(&many, c), "{c} not built for 60 objects:\n{many}");
+    }
+}
+
 /// The section headers of `so` (`readelf -SW`): `(name, address, size)`.
 fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
     let o = Command::new("readelf").arg("-SW").arg(so).output().ok()?;
