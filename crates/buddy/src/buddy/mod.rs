@@ -128,8 +128,14 @@ impl<P: Platform> Drop for ZoneGuard<'_, P> {
         // The lockless free count (`zone_watermark_fast`): one relaxed
         // store of the count this hold leaves.
         self.nr_free.store(self.inner.free, Ordering::Relaxed);
-        // SAFETY: dropped exactly once, here.
-        unsafe { ManuallyDrop::drop(&mut self.inner) };
+        if P::RAW_SPINLOCKS {
+            // SAFETY: taken out exactly once, here; the zone locks of a
+            // platform with `RAW_SPINLOCKS` are raw (`Zone::new`).
+            unsafe { SpinLockGuard::unlock_raw(ManuallyDrop::take(&mut self.inner)) };
+        } else {
+            // SAFETY: dropped exactly once, here.
+            unsafe { ManuallyDrop::drop(&mut self.inner) };
+        }
         // SAFETY: `flags` came from the `irq_save` in `lock_zone` on this
         // CPU, and this restore comes after every later save was restored
         // (guards nest).
