@@ -195,7 +195,12 @@ impl<P: Platform> Buddy<P> {
     /// (`page_zone`): its node's zones, the type its address gives.
     #[inline(always)]
     pub(crate) fn zone_in(&self, f: &Found, addr: usize) -> usize {
-        f.info.zone_base + self.cfg.zone_of_addr(addr).index()
+        let z = f.info.zone_base + self.cfg.zone_of_addr(addr).index();
+        debug_assert!(z < MAX_ZONE_IDS);
+        // (`zone_base` is `nid * nr_zones`, `nid < MAX_NUMNODES`: the
+        // remainder, an `and`, is `z` itself and spares the zone array's
+        // bounds check, issue #22.)
+        z % MAX_ZONE_IDS
     }
 
     fn lock_resize(&self) -> SpinLockGuard<'_, Tunables> {
