@@ -487,14 +487,29 @@ impl ZoneInner {
     fn taken(&mut self, desc: *mut PageDesc, s: u32, p: *mut u8, order: Order, zero: u32) -> Taken {
         // SAFETY: `desc` heads the block (caller's contract).
         let d = unsafe { &*desc };
-        let purged = s & PURGED;
         let zero = if order == Order::ZERO && zero != ZERO_FULL {
             0
         } else {
             zero
         };
         self.free -= order.pages();
-        if purged != 0 {
+        // One test for both rare flags (issue #22).
+        if s & (PURGED | AGED) != 0 {
+            self.taken_flagged(d, s, order);
+        }
+        debug_assert!(d.owner_clean() && d.owner().prev().load(Ordering::Relaxed) == 0);
+        d.state
+            .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
+        self.count_event(Stat::ALLOC, 1);
+        Taken { desc, ptr: p, zero }
+    }
+
+    /// [`taken`](Self::taken) of a block with `PURGED` or `AGED` (state
+    /// `s` when taken, head `d`).
+    #[cold]
+    #[inline(never)]
+    fn taken_flagged(&mut self, d: &PageDesc, s: u32, order: Order) {
+        if s & PURGED != 0 {
             // Handed out: its pages are resident again once touched.
             self.purged -= order.pages();
         }
@@ -504,11 +519,6 @@ impl ZoneInner {
         if s & AGED != 0 {
             d.data.store(0, Ordering::Relaxed);
         }
-        debug_assert!(d.owner_clean() && d.owner().prev().load(Ordering::Relaxed) == 0);
-        d.state
-            .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
-        self.count_event(Stat::ALLOC, 1);
-        Taken { desc, ptr: p, zero }
     }
 
     /// `expand`: splits the block of `high` headed by `desc` (first byte
