@@ -690,21 +690,47 @@ impl ZoneInner {
             want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
-        let zl = zero == ZERO_FULL;
-        // Onto an empty list, head and tail are the same place: no
-        // `buddy_merge_likely` lookup (one descriptor read and a branch
-        // that follows no pattern, issue #22). The usual case of a free
-        // that merged: its order's list held only the buddy.
-        let tail = !self.list_mut(order, zl).head.is_null()
-            && (to_tail || merge_likely(max, span, pfn, order));
         // SAFETY: `desc` heads the merged block, whose `aux` is its first
         // byte already (the caller's contract for the block freed; a free
         // buddy's own for a lower buddy that became the head).
         unsafe {
             // `make_state(KIND_FREE, order, zero | purged)`.
             (*desc).state.store(want | zero | purged, Ordering::Release);
-            self.add(desc, order, zl, tail);
+            // The list a constant in each branch (issue #22: its address
+            // worked out from the PG_zero bits cost four instructions).
+            if zero == ZERO_FULL {
+                self.place::<true>(span, desc, pfn, order, max, to_tail);
+            } else {
+                self.place::<false>(span, desc, pfn, order, max, to_tail);
+            }
         }
+    }
+
+    /// Links the merged block `desc` (at `pfn`, of `order`) onto its list
+    /// (the known-zero one if `ZERO`): at the tail if `to_tail` or
+    /// `buddy_merge_likely`, else at the head.
+    ///
+    /// # Safety
+    ///
+    /// As [`ZoneInner::add`], with `desc` a free head of `order` in `span`.
+    #[inline(always)]
+    unsafe fn place<const ZERO: bool>(
+        &mut self,
+        span: &Found,
+        desc: *mut PageDesc,
+        pfn: usize,
+        order: Order,
+        max: Order,
+        to_tail: bool,
+    ) {
+        // Onto an empty list, head and tail are the same place: no
+        // `buddy_merge_likely` lookup (one descriptor read and a branch
+        // that follows no pattern, issue #22). The usual case of a free
+        // that merged: its order's list held only the buddy.
+        let tail = !self.list_mut(order, ZERO).head.is_null()
+            && (to_tail || merge_likely(max, span, pfn, order));
+        // SAFETY: caller's contract.
+        unsafe { self.add(desc, order, ZERO, tail) };
     }
 }
 
