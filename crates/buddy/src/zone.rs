@@ -455,9 +455,17 @@ impl ZoneInner {
             (o, li)
         };
         let high = Order::of_bit(o);
+        let cold = flags.contains(AllocFlags::COLD);
         // SAFETY: the bit for `high` says the list is non-empty (caller's
-        // contract: listed descriptors are valid).
-        let desc = unsafe { self.take(high, li == ZERO_LIST, flags.contains(AllocFlags::COLD)) };
+        // contract: listed descriptors are valid). The list a constant in
+        // each branch (its address from `li` cost instructions, issue #22).
+        let desc = unsafe {
+            if li == ZERO_LIST {
+                self.take(high, true, cold)
+            } else {
+                self.take(high, false, cold)
+            }
+        };
         // SAFETY: as above.
         let d = unsafe { &*desc };
         let s = d.load_state();
