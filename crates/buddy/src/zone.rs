@@ -702,8 +702,12 @@ impl ZoneInner {
         // byte already (the caller's contract for the block freed; a free
         // buddy's own for a lower buddy that became the head).
         unsafe {
-            // `make_state(KIND_FREE, order, zero | purged)`.
-            (*desc).state.store(want | zero | purged, Ordering::Release);
+            // (From `order`, not `want`: the loop's exit value of `want`
+            // cost a closed form before every loop, issue #22.)
+            (*desc).state.store(
+                make_state(KIND_FREE, order, zero | purged),
+                Ordering::Release,
+            );
             // The list a constant in each branch (issue #22: its address
             // worked out from the PG_zero bits cost four instructions).
             if zero == ZERO_FULL {
