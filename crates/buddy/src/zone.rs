@@ -161,8 +161,16 @@ pub(crate) fn wmark_ok(
     };
     // (`min`: `highest` is a zone type, below `MAX_ZONES`; no bounds check
     // that could panic under the zone lock: its unwinding path would keep
-    // the zone guard in memory, issue #22.)
-    free > min + reserve[highest.min(MAX_ZONES - 1)] as isize
+    // the zone guard in memory, issue #22.) `lowmem_reserve[0]` is 0 in
+    // every zone (a zone owes reserves only to requests whose highest zone
+    // is above its own type): no load for a request bound to the lowest
+    // zone type, the only one with one zone.
+    let res = if highest == 0 {
+        0
+    } else {
+        reserve[highest.min(MAX_ZONES - 1)]
+    };
+    free > min + res as isize
 }
 
 impl ZoneInner {
