@@ -561,8 +561,9 @@ impl ZoneInner {
         mut zero: u32,
         purged: u32,
     ) -> u32 {
-        // The half's pages and bytes, halved each step (no shifts by `m`).
-        let mut half = high.pages();
+        // The half's descriptors (in bytes: no scaling per step) and its
+        // bytes, halved each step (no shifts by `m`).
+        let mut half = high.pages() * core::mem::size_of::<PageDesc>();
         let mut bytes = cfg.block_size(high);
         let mut m = high;
         while m > order {
@@ -571,7 +572,7 @@ impl ZoneInner {
             bytes >>= 1;
             // SAFETY: the block lies in one span, so its descriptors are
             // contiguous in one memmap.
-            let hd = unsafe { desc.add(half) };
+            let hd = unsafe { desc.byte_add(half) };
             let hz = if DIRTY || zero & ZERO_HI == 0 {
                 0
             } else {
