@@ -195,6 +195,10 @@ impl<P: Platform> Buddy<P> {
     /// (`page_zone`): its node's zones, the type its address gives.
     #[inline(always)]
     pub(crate) fn zone_in(&self, f: &Found, addr: usize) -> usize {
+        if self.cfg.nr_zones() <= 1 {
+            // One zone per node: no type to work out (issue #22).
+            return f.info.zone_base % MAX_ZONE_IDS;
+        }
         let z = f.info.zone_base + self.cfg.zone_of_addr(addr).index();
         debug_assert!(z < MAX_ZONE_IDS);
         // (`zone_base` is `nid * nr_zones`, `nid < MAX_NUMNODES`: the
