@@ -24,6 +24,8 @@ impl<P: Platform> Buddy<P> {
     /// * every `FREE` descriptor of the zone is on a list, and every
     ///   `ALLOC` head is aligned and inside its span;
     /// * `free <= managed`, and `managed` matches its lock-free copy;
+    /// * `lowmem_reserve[0]` is 0 (the watermark check loads none for a
+    ///   request whose highest zone is of type 0);
     /// * a `PURGED` block is known zero, and `purged` is the pages of the
     ///   listed `PURGED` blocks.
     ///
@@ -40,6 +42,7 @@ impl<P: Platform> Buddy<P> {
         let shift = cfg.page_shift();
         let max = cfg.max_order();
         let z = zone.index();
+        assert_eq!(g.lowmem_reserve[0], 0, "zone {z}: lowmem_reserve[0]");
         let mut total = 0usize;
         let mut listed = 0usize;
         let mut purged = 0usize;

@@ -161,8 +161,16 @@ pub(crate) fn wmark_ok(
     };
     // (`min`: `highest` is a zone type, below `MAX_ZONES`; no bounds check
     // that could panic under the zone lock: its unwinding path would keep
-    // the zone guard in memory, issue #22.)
-    free > min + reserve[highest.min(MAX_ZONES - 1)] as isize
+    // the zone guard in memory, issue #22.) `lowmem_reserve[0]` is 0 in
+    // every zone (a zone owes reserves only to requests whose highest zone
+    // is above its own type): no load for a request bound to the lowest
+    // zone type, the only one with one zone.
+    let res = if highest == 0 {
+        0
+    } else {
+        reserve[highest.min(MAX_ZONES - 1)]
+    };
+    free > min + res as isize
 }
 
 impl ZoneInner {
@@ -430,8 +438,17 @@ impl ZoneInner {
             // head decides, without the bitmap's load and search before the
             // list's load (one dependent load less after the lock is taken,
             // issue #22). The choice is the search's: the smallest order,
-            // not known zero first.
-            (u32::from(order.get()), DIRTY_LIST)
+            // not known zero first. No split: the list's address and the
+            // block's order are the request's (issue #22: about 10
+            // instructions of the generic take and split check).
+            // SAFETY: the list is not empty (caller's contract: listed
+            // descriptors are valid).
+            let desc = unsafe { self.take(order, false, flags.contains(AllocFlags::COLD)) };
+            // SAFETY: as above.
+            let d = unsafe { &*desc };
+            let s = d.load_state();
+            let p = d.aux.load(Ordering::Relaxed);
+            return Some(self.taken(desc, s, p, order, s & ZERO_FULL));
         } else {
             let any = (self.zero_bits | self.dirty_bits) & above;
             if any == 0 {
@@ -446,9 +463,17 @@ impl ZoneInner {
             (o, li)
         };
         let high = Order::of_bit(o);
+        let cold = flags.contains(AllocFlags::COLD);
         // SAFETY: the bit for `high` says the list is non-empty (caller's
-        // contract: listed descriptors are valid).
-        let desc = unsafe { self.take(high, li == ZERO_LIST, flags.contains(AllocFlags::COLD)) };
+        // contract: listed descriptors are valid). The list a constant in
+        // each branch (its address from `li` cost instructions, issue #22).
+        let desc = unsafe {
+            if li == ZERO_LIST {
+                self.take(high, true, cold)
+            } else {
+                self.take(high, false, cold)
+            }
+        };
         // SAFETY: as above.
         let d = unsafe { &*desc };
         let s = d.load_state();
@@ -468,13 +493,39 @@ impl ZoneInner {
             }
         };
         self.count_event(Stat::SPLIT, u64::from(high.get() - order.get()));
+        Some(self.taken(desc, s, p, order, zero))
+    }
+
+    /// The end of [`rmqueue`](Self::rmqueue): the block headed by `desc`
+    /// (state `s` when taken, first byte `p`), split down to `order` with
+    /// PG_zero bits `zero` for the part kept, becomes allocated.
+    #[inline(always)]
+    fn taken(&mut self, desc: *mut PageDesc, s: u32, p: *mut u8, order: Order, zero: u32) -> Taken {
+        // SAFETY: `desc` heads the block (caller's contract).
+        let d = unsafe { &*desc };
         let zero = if order == Order::ZERO && zero != ZERO_FULL {
             0
         } else {
             zero
         };
         self.free -= order.pages();
-        if purged != 0 {
+        // One test for both rare flags (issue #22).
+        if s & (PURGED | AGED) != 0 {
+            self.taken_flagged(d, s, order);
+        }
+        debug_assert!(d.owner_clean() && d.owner().prev().load(Ordering::Relaxed) == 0);
+        d.state
+            .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
+        self.count_event(Stat::ALLOC, 1);
+        Taken { desc, ptr: p, zero }
+    }
+
+    /// [`taken`](Self::taken) of a block with `PURGED` or `AGED` (state
+    /// `s` when taken, head `d`).
+    #[cold]
+    #[inline(never)]
+    fn taken_flagged(&mut self, d: &PageDesc, s: u32, order: Order) {
+        if s & PURGED != 0 {
             // Handed out: its pages are resident again once touched.
             self.purged -= order.pages();
         }
@@ -484,11 +535,6 @@ impl ZoneInner {
         if s & AGED != 0 {
             d.data.store(0, Ordering::Relaxed);
         }
-        debug_assert!(d.owner_clean() && d.owner().prev().load(Ordering::Relaxed) == 0);
-        d.state
-            .store(make_state(KIND_ALLOC, order, 0), Ordering::Release);
-        self.count_event(Stat::ALLOC, 1);
-        Some(Taken { desc, ptr: p, zero })
     }
 
     /// `expand`: splits the block of `high` headed by `desc` (first byte
@@ -515,8 +561,9 @@ impl ZoneInner {
         mut zero: u32,
         purged: u32,
     ) -> u32 {
-        // The half's pages and bytes, halved each step (no shifts by `m`).
-        let mut half = high.pages();
+        // The half's descriptors (in bytes: no scaling per step) and its
+        // bytes, halved each step (no shifts by `m`).
+        let mut half = high.pages() * core::mem::size_of::<PageDesc>();
         let mut bytes = cfg.block_size(high);
         let mut m = high;
         while m > order {
@@ -525,7 +572,7 @@ impl ZoneInner {
             bytes >>= 1;
             // SAFETY: the block lies in one span, so its descriptors are
             // contiguous in one memmap.
-            let hd = unsafe { desc.add(half) };
+            let hd = unsafe { desc.byte_add(half) };
             let hz = if DIRTY || zero & ZERO_HI == 0 {
                 0
             } else {
@@ -660,21 +707,51 @@ impl ZoneInner {
             want += 1 << ORDER_SHIFT;
         }
         self.count_event(Stat::MERGE, u64::from(order.get() - from.get()));
-        let zl = zero == ZERO_FULL;
-        // Onto an empty list, head and tail are the same place: no
-        // `buddy_merge_likely` lookup (one descriptor read and a branch
-        // that follows no pattern, issue #22). The usual case of a free
-        // that merged: its order's list held only the buddy.
-        let tail = !self.list_mut(order, zl).head.is_null()
-            && (to_tail || merge_likely(max, span, pfn, order));
         // SAFETY: `desc` heads the merged block, whose `aux` is its first
         // byte already (the caller's contract for the block freed; a free
         // buddy's own for a lower buddy that became the head).
         unsafe {
-            // `make_state(KIND_FREE, order, zero | purged)`.
-            (*desc).state.store(want | zero | purged, Ordering::Release);
-            self.add(desc, order, zl, tail);
+            // (From `order`, not `want`: the loop's exit value of `want`
+            // cost a closed form before every loop, issue #22.)
+            (*desc).state.store(
+                make_state(KIND_FREE, order, zero | purged),
+                Ordering::Release,
+            );
+            // The list a constant in each branch (issue #22: its address
+            // worked out from the PG_zero bits cost four instructions).
+            if zero == ZERO_FULL {
+                self.place::<true>(span, desc, pfn, order, max, to_tail);
+            } else {
+                self.place::<false>(span, desc, pfn, order, max, to_tail);
+            }
         }
+    }
+
+    /// Links the merged block `desc` (at `pfn`, of `order`) onto its list
+    /// (the known-zero one if `ZERO`): at the tail if `to_tail` or
+    /// `buddy_merge_likely`, else at the head.
+    ///
+    /// # Safety
+    ///
+    /// As [`ZoneInner::add`], with `desc` a free head of `order` in `span`.
+    #[inline(always)]
+    unsafe fn place<const ZERO: bool>(
+        &mut self,
+        span: &Found,
+        desc: *mut PageDesc,
+        pfn: usize,
+        order: Order,
+        max: Order,
+        to_tail: bool,
+    ) {
+        // Onto an empty list, head and tail are the same place: no
+        // `buddy_merge_likely` lookup (one descriptor read and a branch
+        // that follows no pattern, issue #22). The usual case of a free
+        // that merged: its order's list held only the buddy.
+        let tail = !self.list_mut(order, ZERO).head.is_null()
+            && (to_tail || merge_likely(max, span, pfn, order));
+        // SAFETY: caller's contract.
+        unsafe { self.add(desc, order, ZERO, tail) };
     }
 }
 

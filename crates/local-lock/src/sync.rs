@@ -631,6 +631,32 @@ impl<T: ?Sized> SpinLock<T> {
     }
 }
 
+impl<T: ?Sized> SpinLockGuard<'_, T> {
+    /// Releases the lock of a guard whose lock the caller knows to be raw
+    /// ([`SpinLock::new_raw`]), e.g. from a constant such as
+    /// [`Platform::RAW_SPINLOCKS`](crate::Platform::RAW_SPINLOCKS): the
+    /// plain release store of a raw lock's drop, without reading which
+    /// kind the lock is (one load and a branch of every hold).
+    ///
+    /// # Safety
+    ///
+    /// The lock was made by [`SpinLock::new_raw`] (a lock that may have
+    /// sleepers needs the unlock that wakes them).
+    #[inline(always)]
+    pub unsafe fn unlock_raw(this: Self) {
+        #[cfg(not(loom))]
+        {
+            debug_assert!(this.lock.raw || !SLEEPS);
+            let this = core::mem::ManuallyDrop::new(this);
+            this.lock
+                .state
+                .store(UNLOCKED, core::sync::atomic::Ordering::Release);
+        }
+        #[cfg(loom)]
+        drop(this);
+    }
+}
+
 #[cfg(not(loom))]
 impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
     #[inline]
@@ -1104,6 +1130,15 @@ mod tests {
         l.lock_for_fork();
         // SAFETY: as above.
         unsafe { l.force_unlock() };
+        assert_eq!(*l.try_lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn spinlock_unlock_raw_releases() {
+        let l = SpinLock::new_raw(1u32);
+        // SAFETY: `l` is raw.
+        unsafe { SpinLockGuard::unlock_raw(l.lock()) };
+        assert!(!l.is_locked());
         assert_eq!(*l.try_lock().unwrap(), 1);
     }
 

@@ -70,6 +70,25 @@ impl<P: Platform> Buddy<P> {
         if flags.contains(AllocFlags::THISNODE) || top == NUMA {
             return self.alloc_block_numa(order, flags);
         }
+        if top == 0 {
+            // One zone (node 0's only): no zonelist to walk, and no
+            // low-watermark pass (with no zone to fall back to, a block it
+            // would give, the min pass gives too: min <= low). Zone 0 and
+            // highest zone 0 as constants (issue #22: the zonelist loop's
+            // indexing was 13 instructions of every allocation).
+            if let Some(p) = self.alloc_from(0, order, flags, 0, Mark::Min) {
+                return Some(p);
+            }
+            return self.alloc_memalloc(order, flags, 0);
+        }
+        self.alloc_block_zones(order, flags, top)
+    }
+
+    /// [`alloc_block`](Self::alloc_block) on node 0 with several zones,
+    /// the highest `top`: the low-watermark pass, then the min pass, down
+    /// the zonelist.
+    #[inline(never)]
+    fn alloc_block_zones(&self, order: Order, flags: AllocFlags, top: usize) -> Option<Block<'_>> {
         let highest = match flags.max_zone() {
             Some(z) => z.index().min(top),
             None => top,
@@ -89,9 +108,18 @@ impl<P: Platform> Buddy<P> {
                 return Some(p);
             }
         }
+        self.alloc_memalloc(order, flags, highest)
+    }
+
+    /// The last resort of [`alloc_block`](Self::alloc_block): for
+    /// [`MEMALLOC`](AllocFlags::MEMALLOC) without
+    /// [`NOMEMALLOC`](AllocFlags::NOMEMALLOC), node 0's zones from
+    /// `highest` down with no watermark.
+    #[inline(always)]
+    fn alloc_memalloc(&self, order: Order, flags: AllocFlags, highest: usize) -> Option<Block<'_>> {
         if flags.contains(AllocFlags::MEMALLOC) && !flags.contains(AllocFlags::NOMEMALLOC) {
             let zl = [3u8, 2, 1, 0];
-            return self.alloc_no_watermarks(order, flags, highest, &zl[3 - highest..]);
+            return self.alloc_no_watermarks(order, flags, highest, &zl[3 - highest.min(3)..]);
         }
         None
     }

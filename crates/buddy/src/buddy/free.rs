@@ -2,6 +2,7 @@
 //! does (with the diagnosis of a bad free), then the zone's
 //! `__free_one_page` (`crate::zone`) under the zone lock.
 
+use core::num::NonZeroUsize;
 use core::ptr::NonNull;
 
 use local_lock::sync::atomic::Ordering;
@@ -229,10 +230,14 @@ impl<P: Platform> Buddy<P> {
     /// [`locate`](Self::locate) without the diagnosis.
     #[inline(always)]
     fn locate_ok(&self, addr: usize, order: Order) -> Option<(Found, usize)> {
-        if order > self.cfg.max_order() || addr & (self.cfg.block_size(order) - 1) != 0 {
+        let shift = self.cfg.page_shift();
+        // Aligned to the block: at least `shift + order` trailing zero bits
+        // (one bit scan and a compare, not the mask's four instructions;
+        // address 0, which no span covers, passes here and fails the lookup).
+        let tz = NonZeroUsize::new(addr).map_or(usize::BITS, NonZeroUsize::trailing_zeros);
+        if order > self.cfg.max_order() || tz < shift + u32::from(order.get()) {
             return None;
         }
-        let shift = self.cfg.page_shift();
         let found = self.spans.find(addr, shift)?;
         Some((found, addr >> shift))
     }

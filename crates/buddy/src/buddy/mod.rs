@@ -128,8 +128,14 @@ impl<P: Platform> Drop for ZoneGuard<'_, P> {
         // The lockless free count (`zone_watermark_fast`): one relaxed
         // store of the count this hold leaves.
         self.nr_free.store(self.inner.free, Ordering::Relaxed);
-        // SAFETY: dropped exactly once, here.
-        unsafe { ManuallyDrop::drop(&mut self.inner) };
+        if P::RAW_SPINLOCKS {
+            // SAFETY: taken out exactly once, here; the zone locks of a
+            // platform with `RAW_SPINLOCKS` are raw (`Zone::new`).
+            unsafe { SpinLockGuard::unlock_raw(ManuallyDrop::take(&mut self.inner)) };
+        } else {
+            // SAFETY: dropped exactly once, here.
+            unsafe { ManuallyDrop::drop(&mut self.inner) };
+        }
         // SAFETY: `flags` came from the `irq_save` in `lock_zone` on this
         // CPU, and this restore comes after every later save was restored
         // (guards nest).
@@ -189,7 +195,16 @@ impl<P: Platform> Buddy<P> {
     /// (`page_zone`): its node's zones, the type its address gives.
     #[inline(always)]
     pub(crate) fn zone_in(&self, f: &Found, addr: usize) -> usize {
-        f.info.zone_base + self.cfg.zone_of_addr(addr).index()
+        if self.cfg.nr_zones() <= 1 {
+            // One zone per node: no type to work out (issue #22).
+            return f.info.zone_base % MAX_ZONE_IDS;
+        }
+        let z = f.info.zone_base + self.cfg.zone_of_addr(addr).index();
+        debug_assert!(z < MAX_ZONE_IDS);
+        // (`zone_base` is `nid * nr_zones`, `nid < MAX_NUMNODES`: the
+        // remainder, an `and`, is `z` itself and spares the zone array's
+        // bounds check, issue #22.)
+        z % MAX_ZONE_IDS
     }
 
     fn lock_resize(&self) -> SpinLockGuard<'_, Tunables> {
