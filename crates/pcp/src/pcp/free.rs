@@ -354,16 +354,27 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 && pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0
                 && (pages.flags & PCPF_FREE_HIGH_BATCH == 0 || c >= batch);
             pages.flags |= PCPF_PREV_FREE_HIGH_ORDER;
-        } else if pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0 {
+        } else {
+            // The kernel tests the flag first to spare the store; here
+            // the line is written anyway (the count, `alloc_factor`).
             pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
         // Without a branch (a compare and an add with carry at order 0).
         pages.free_count +=
             order.pages() * usize::from(pages.free_count < batch << PCP_BATCH_SCALE_MAX);
-        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
-        // nr_pcp_high's first step, inline: the CPU's high clamped to the
-        // current range. Below it, and without `free_high`, nr_pcp_high
-        // changes nothing more and returns it: the common free ends here.
+        let high_min = self.high_min.load(Relaxed);
+        // nr_pcp_high's first step clamps the CPU's high to the current
+        // range, so it is at least `high_min`: below that, and without
+        // `free_high`, nr_pcp_high changes nothing more and `count < high`.
+        // The common free ends here, leaving the clamp's store to the
+        // next use (every reader clamps; `set_batch_high`'s "at its next
+        // use").
+        if c < high_min && !free_high {
+            return None;
+        }
+        let high_max = self.high_max.load(Relaxed);
+        // The rest of nr_pcp_high's first step: below the clamped high,
+        // and without `free_high`, it returns it.
         let h = pages.high.max(high_min).min(high_max);
         pages.high = h;
         if c < h && !free_high {

@@ -173,7 +173,9 @@ pub struct CpuPages {
     /// Pages (not blocks) on all lists of this CPU.
     pub count: usize,
     /// This CPU's tuned limit (`pcp->high`, Linux 6.7+): kept within the
-    /// zone's `[high_min, high_max]` (clamped at each use), raised by
+    /// zone's `[high_min, high_max]` (clamped at each use: by a refill, a
+    /// decay, a free that finds `count` at `high_min` or above; snapshots
+    /// show it clamped), raised by
     /// `nr_pcp_high` when frees fill the lists and by refills, lowered by
     /// `decay_pcp_high` and high-order `free_high` runs. 0 until first used.
     pub high: usize,

@@ -57,7 +57,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// The local CPU's lists, for tests and reports: a copy taken under the
     /// lock, each list's [`len`](crate::list::PageList::len) counted.
     pub fn local_lists(&self) -> CpuPages {
-        snapshot(&self.lock_irqsave())
+        self.snapshot(&self.lock_irqsave())
     }
 
     /// A copy of `cpu`'s lists (per-order lengths of the normal and zero
@@ -67,10 +67,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         {
             let g = self.lock_irqsave();
             if g.cpu() == cpu {
-                return Some(snapshot(&g));
+                return Some(self.snapshot(&g));
             }
         }
-        self.lock_remote(cpu).map(|g| snapshot(&g))
+        self.lock_remote(cpu).map(|g| self.snapshot(&g))
     }
 
     /// Checks this CPU's lists: `count == Σ len << order`, links and tags
@@ -98,6 +98,21 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         }
     }
 
+    /// A copy of one CPU's lists (held by the caller) with each list's
+    /// length counted and its `high` as its next use sees it (clamped to
+    /// the current range; the free path stores the clamp lazily).
+    fn snapshot(&self, pages: &CpuPages) -> CpuPages {
+        let mut c = *pages;
+        for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
+            *l = l.counted();
+        }
+        if c.high != 0 {
+            let (lo, hi) = self.high_range();
+            c.high = c.high.max(lo).min(hi);
+        }
+        c
+    }
+
     #[cfg(any(test, feature = "invariants"))]
     fn check_lists(&self, pages: &CpuPages, cpu: usize) {
         check_cpu(self.buddy(), pages, cpu, self.zone);
@@ -107,16 +122,6 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             "pcp: CPU {cpu} count mirror"
         );
     }
-}
-
-/// A copy of one CPU's lists (held by the caller) with each list's length
-/// counted.
-fn snapshot(pages: &CpuPages) -> CpuPages {
-    let mut c = *pages;
-    for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
-        *l = l.counted();
-    }
-    c
 }
 
 fn cpu_stats(c: &CpuCounters) -> PcpStats {
