@@ -152,7 +152,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// free batch an allocation halves.
     #[inline(always)]
     fn taken(&self, g: &mut Guard<'_, L, N>, order: Order) {
-        let c = g.count - order.pages();
+        let c = Self::count(g) - order.pages();
         self.set_count(g, c);
         // Allocations reduce the batch of the next frees.
         g.free_count >>= 1;
@@ -360,12 +360,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         // nr_pcp_alloc (Linux 6.7+): a CPU that refills could have avoided
         // the zone with a larger `high` (raised by the refill, up to
         // high_max); consecutive order-0 refills double while they fit.
+        let count = Self::count(g);
         let want = {
             let pages = &mut **g;
             nr_pcp_alloc(
                 &mut pages.high,
                 &mut pages.alloc_factor,
-                pages.count,
+                count,
                 self.batch.load(Relaxed),
                 self.high_min.load(Relaxed),
                 self.high_max.load(Relaxed),
@@ -388,7 +389,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             })
         };
         if n > 0 {
-            let c = g.count + (n << order.get());
+            let c = Self::count(g) + (n << order.get());
             self.set_count(g, c);
             self.stat(cpu, PcpStat::REFILL, 1);
             self.stat(cpu, PcpStat::REFILL_PAGES, (n << order.get()) as u64);

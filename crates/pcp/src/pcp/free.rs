@@ -337,7 +337,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             g.normal[o].push(own, list_tag(order.get(), false), cold);
         }
         self.stat_event(cpu, PcpStat::FREE_HIT);
-        let c = g.count + order.pages();
+        let c = Self::count(g) + order.pages();
         self.set_count(g, c);
         // free_unref_page_commit (Linux 6.7+).
         let batch = self.batch.load(Relaxed);
@@ -449,7 +449,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // known zero (fresh, freed zeroed, or cleared by `prezero`).
             unsafe { b.free_bulk_keep_zero(self.zone, iter) };
         }
-        let c = g.count - freed;
+        let c = Self::count(g) - freed;
         self.set_count(g, c);
         self.stat(cpu, PcpStat::FREE_BATCH_PAGES, freed as u64);
         freed

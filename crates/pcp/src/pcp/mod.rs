@@ -170,7 +170,11 @@ pub enum Policy {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct CpuPages {
-    /// Pages (not blocks) on all lists of this CPU.
+    /// Pages (not blocks) on all lists of this CPU, in a snapshot
+    /// ([`Pcp::local_lists`], [`Pcp::cpu_lists`]). The live count is the
+    /// lists' slot's published word (which lockless readers see:
+    /// [`Pcp::cpu_count`]); this field reads 0 in the live lists (issue
+    /// #22: one store per change).
     pub count: usize,
     /// This CPU's tuned limit (`pcp->high`, Linux 6.7+): kept within the
     /// zone's `[high_min, high_max]` (clamped at each use: by a refill, a
@@ -230,10 +234,9 @@ const fn check_batch_high(batch: usize, high: usize) -> Result<(usize, usize), B
 
 /// Per-CPU counters: written by the CPU holding its lists (a relaxed load
 /// and store, no atomic read-modify-write), summed by readers.
-/// (The mirror of each CPU's `CpuPages::count` that lockless readers see,
-/// drain_all's skip of empty CPUs and the reports, is the lists' slot's
-/// published word, [`LocalGuard::publish`](local_lock::LocalGuard::publish):
-/// in the cache line of `count` itself, issue #22.)
+/// (Each CPU's count, which lockless readers see for drain_all's skip of
+/// empty CPUs and the reports, is the lists' slot's published word,
+/// [`LocalGuard::publish`](local_lock::LocalGuard::publish), issue #22.)
 struct CpuCounters {
     stats: [AtomicU64; PcpStat::COUNT],
 }
@@ -510,9 +513,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.counters[cpu].stats[item as usize].fetch_add(1, Relaxed);
     }
 
+    /// Pages on the held lists (`pcp->count`): the slot's published word
+    /// itself, which lockless readers poll (one store per change, issue
+    /// #22); `CpuPages::count` is filled only in snapshots.
+    #[inline(always)]
+    fn count(g: &Guard<'_, L, N>) -> usize {
+        g.published()
+    }
+
     #[inline(always)]
     fn set_count(&self, g: &mut Guard<'_, L, N>, count: usize) {
-        g.count = count;
         g.publish(count);
     }
 

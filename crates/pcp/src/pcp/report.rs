@@ -15,7 +15,7 @@ use local_lock::Platform;
 
 #[cfg(any(test, feature = "invariants"))]
 use super::free::verify_zero;
-use super::{CpuCounters, CpuPages, PageSource, Pcp};
+use super::{CpuCounters, CpuPages, Guard, PageSource, Pcp};
 #[cfg(any(test, feature = "invariants"))]
 use crate::list::list_tag;
 use crate::sizing::NR_PCP_ORDERS;
@@ -91,18 +91,18 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             cpus, source, zone, ..
         } = self;
         for cpu in 0..N {
-            let published = cpus.published(cpu);
+            let count = cpus.published(cpu);
             let pages = cpus.get_mut(cpu);
-            check_cpu(source.buddy(), pages, cpu, *zone);
-            assert_eq!(published, pages.count, "pcp: CPU {cpu} count mirror");
+            check_cpu(source.buddy(), pages, count, cpu, *zone);
         }
     }
 
     /// A copy of one CPU's lists (held by the caller) with each list's
     /// length counted and its `high` as its next use sees it (clamped to
     /// the current range; the free path stores the clamp lazily).
-    fn snapshot(&self, pages: &CpuPages) -> CpuPages {
-        let mut c = *pages;
+    fn snapshot(&self, g: &Guard<'_, L, N>) -> CpuPages {
+        let mut c = **g;
+        c.count = Self::count(g);
         for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
             *l = l.counted();
         }
@@ -114,13 +114,8 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     }
 
     #[cfg(any(test, feature = "invariants"))]
-    fn check_lists(&self, pages: &CpuPages, cpu: usize) {
-        check_cpu(self.buddy(), pages, cpu, self.zone);
-        assert_eq!(
-            self.cpus.published(cpu),
-            pages.count,
-            "pcp: CPU {cpu} count mirror"
-        );
+    fn check_lists(&self, g: &Guard<'_, L, N>, cpu: usize) {
+        check_cpu(self.buddy(), g, Self::count(g), cpu, self.zone);
     }
 }
 
@@ -133,7 +128,7 @@ fn cpu_stats(c: &CpuCounters) -> PcpStats {
 }
 
 #[cfg(any(test, feature = "invariants"))]
-fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: ZoneId) {
+fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, count: usize, cpu: usize, zone: ZoneId) {
     let mut total = 0usize;
     for o in 0..NR_PCP_ORDERS {
         for zero in [false, true] {
@@ -169,9 +164,8 @@ fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: Zone
         }
     }
     assert_eq!(
-        pages.count, total,
-        "pcp: CPU {cpu} count {} != Σ blocks linked << order = {total}",
-        pages.count
+        count, total,
+        "pcp: CPU {cpu} count {count} != Σ blocks linked << order = {total}"
     );
 }
 
