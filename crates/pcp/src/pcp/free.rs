@@ -67,9 +67,31 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         ptr: NonNull<u8>,
         order: Order,
     ) -> Result<(&Owner, ZoneId), BadFree> {
-        // The common case: `ptr` heads an allocated block of `order` (one
-        // descriptor read), not on a pcp list; its zone comes with the span
-        // lookup.
+        match self.own_zone_block(ptr, order) {
+            Some(o) => Ok((o, self.zone)),
+            None => self.validate_free_other(ptr, order),
+        }
+    }
+
+    /// The common case of [`validate_free`](Self::validate_free): `ptr`
+    /// heads an allocated block of `order` of this zone (in the buddy's
+    /// first span: one span compare, one zone compare, one descriptor
+    /// read), not on a pcp list.
+    #[inline(always)]
+    fn own_zone_block(&self, ptr: NonNull<u8>, order: Order) -> Option<&Owner> {
+        let o = self.buddy().head_owner_in(ptr.as_ptr(), order, self.zone)?;
+        (!is_pcp_tag(o.tag().load(Relaxed))).then_some(o)
+    }
+
+    /// The rest of [`validate_free`](Self::validate_free): a block of
+    /// another zone or span, or why `ptr` is refused.
+    #[cold]
+    #[inline(never)]
+    fn validate_free_other(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+    ) -> Result<(&Owner, ZoneId), BadFree> {
         if let Some((o, z)) = self.buddy().head_owner_zone(ptr.as_ptr(), order) {
             if !is_pcp_tag(o.tag().load(Relaxed)) {
                 return Ok((o, z));
@@ -124,7 +146,31 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), BadFree> {
-        let (o, z) = self.validate_free(ptr, order)?;
+        // The common case on its own path, its zone a constant there.
+        if let Some(o) = self.own_zone_block(ptr, order) {
+            // SAFETY: forwarded; validated above.
+            unsafe { self.free_unchecked(ptr, order, flags, o, self.zone) };
+            return Ok(());
+        }
+        // SAFETY: forwarded.
+        unsafe { self.try_free_other(ptr, order, flags) }
+    }
+
+    /// [`try_free`](Self::try_free) of a block of another zone or span, or
+    /// of a bad address (refused).
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn try_free_other(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), BadFree> {
+        let (o, z) = self.validate_free_other(ptr, order)?;
         // SAFETY: forwarded; validated above.
         unsafe { self.free_unchecked(ptr, order, flags, o, z) };
         Ok(())
@@ -150,7 +196,29 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline]
     #[track_caller]
     pub unsafe fn free(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
-        let (o, z) = self.check_free(ptr, order);
+        // The common case on its own path, its zone a constant there.
+        if let Some(o) = self.own_zone_block(ptr, order) {
+            // SAFETY: forwarded contract; validated above.
+            return unsafe { self.free_unchecked(ptr, order, flags, o, self.zone) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.free_other(ptr, order, flags) }
+    }
+
+    /// [`free`](Self::free) of a block of another zone or span, or of a
+    /// bad address (a panic).
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    unsafe fn free_other(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        let (o, z) = match self.validate_free_other(ptr, order) {
+            Ok(o) => o,
+            Err(e) => bad_free(e),
+        };
         // SAFETY: forwarded contract; validated above.
         unsafe { self.free_unchecked(ptr, order, flags, o, z) }
     }
