@@ -76,11 +76,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// The common case of [`validate_free`](Self::validate_free): `ptr`
     /// heads an allocated block of `order` of this zone (in the buddy's
     /// first span: one span compare, one zone compare, one descriptor
-    /// read), not on a pcp list.
+    /// read), not on a pcp list: its tag 0, as the lists and the buddy
+    /// hand blocks out (a holder's other tags, and the pcp's, are told
+    /// apart on the cold path).
     #[inline(always)]
     fn own_zone_block(&self, ptr: NonNull<u8>, order: Order) -> Option<&Owner> {
         let o = self.buddy().head_owner_in(ptr.as_ptr(), order, self.zone)?;
-        (!is_pcp_tag(o.tag().load(Relaxed))).then_some(o)
+        (o.tag().load(Relaxed) == 0).then_some(o)
     }
 
     /// The rest of [`validate_free`](Self::validate_free): a block of
