@@ -16,7 +16,7 @@ use crate::error::{BadFree, BadFreeKind};
 use crate::list::{is_pcp_tag, list_tag};
 use crate::sizing::{
     nr_pcp_free, nr_pcp_high, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER, PCPF_FREE_HIGH_BATCH,
-    PCPF_PREV_FREE_HIGH_ORDER, PCP_BATCH_SCALE_MAX,
+    PCPF_PREV_FREE_HIGH_ORDER,
 };
 use crate::stats::PcpStat;
 use buddy::Owner;
@@ -430,8 +430,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
         // Without a branch (a compare and an add with carry at order 0).
-        pages.free_count +=
-            order.pages() * usize::from(pages.free_count < batch << PCP_BATCH_SCALE_MAX);
+        // (`batch << PCP_BATCH_SCALE_MAX`, stored with `batch`.)
+        let free_max = self.free_max.load(Relaxed);
+        pages.free_count += order.pages() * usize::from(pages.free_count < free_max);
         let high_min = self.high_min.load(Relaxed);
         // nr_pcp_high's first step clamps the CPU's high to the current
         // range, so it is at least `high_min`: below that, and without

@@ -26,7 +26,7 @@ use crate::error::BatchHighError;
 use crate::list::PageList;
 use crate::sizing::{
     zone_batchsize, zone_highsize, zone_highsize_max, MAX_HIGH, NR_PCP_ORDERS,
-    PAGE_ALLOC_COSTLY_ORDER,
+    PAGE_ALLOC_COSTLY_ORDER, PCP_BATCH_SCALE_MAX,
 };
 use crate::stats::PcpStat;
 
@@ -298,6 +298,9 @@ pub struct Pcp<S: PageSource, L: Platform, const N: usize = DEFAULT_SLOTS> {
     policy: Policy,
     /// `batch` in use (pages; `zone->pageset_batch`).
     batch: AtomicUsize,
+    /// `batch << PCP_BATCH_SCALE_MAX`, the most `free_count` grows to,
+    /// stored with `batch` (the free path's compare, issue #22).
+    free_max: AtomicUsize,
     /// The least each CPU's `high` decays to (`zone->pageset_high_min`).
     high_min: AtomicUsize,
     /// The most each CPU's `high` grows to (`zone->pageset_high_max`); equal
@@ -345,6 +348,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 zone,
                 policy,
                 batch: AtomicUsize::new(batch),
+                free_max: AtomicUsize::new(batch << PCP_BATCH_SCALE_MAX),
                 high_min: AtomicUsize::new(high),
                 high_max: AtomicUsize::new(high),
                 tuned: AtomicUsize::new(t),
@@ -419,7 +423,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         match v {
             Some((b, h)) => {
                 let (b, h) = check_batch_high(b, h)?;
-                self.batch.store(b, Relaxed);
+                self.set_batch(b);
                 self.high_min.store(h, Relaxed);
                 self.high_max.store(h, Relaxed);
                 self.tuned.store(1, Relaxed);
@@ -460,7 +464,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 high_max,
             });
         }
-        self.batch.store(b, Relaxed);
+        self.set_batch(b);
         self.high_min.store(lo, Relaxed);
         self.high_max.store(high_max, Relaxed);
         self.tuned.store(1, Relaxed);
@@ -482,9 +486,15 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let cpus = self.platform().nr_online_cpus().max(1);
         let high_min = zone_highsize(b.watermarks(self.zone).low, cpus, batch).min(MAX_HIGH);
         let high_max = zone_highsize_max(managed, cpus, batch).max(high_min);
-        self.batch.store(batch, Relaxed);
+        self.set_batch(batch);
         self.high_min.store(high_min, Relaxed);
         self.high_max.store(high_max, Relaxed);
+    }
+
+    /// Stores `batch` and the `free_count` bound that follows from it.
+    fn set_batch(&self, batch: usize) {
+        self.batch.store(batch, Relaxed);
+        self.free_max.store(batch << PCP_BATCH_SCALE_MAX, Relaxed);
     }
 
     #[inline(always)]
