@@ -24,7 +24,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// from the cold end. `Page::zero` tells whether the page reads as zero.
     #[inline]
     pub fn alloc(&self, order: Order, flags: AllocFlags) -> Option<Page> {
-        self.alloc_block(order, flags).map(|b| b.page)
+        // Its own copy of the paths, so the cold ones return a `Page` in
+        // registers to the list hit's merge, not a `Block` through memory
+        // (issue #22).
+        self.alloc_as(order, flags, |b| b.page)
     }
 
     /// [`alloc`](Self::alloc) that also hands back the block's owner words
@@ -40,13 +43,25 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// (lower zones, `MEMALLOC`'s reserves) and the slow path.
     #[inline]
     pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.alloc_as(order, flags, |b| b)
+    }
+
+    /// [`alloc_block`](Self::alloc_block) with the block handed out as
+    /// `out` makes it.
+    #[inline(always)]
+    fn alloc_as<'a, R>(
+        &'a self,
+        order: Order,
+        flags: AllocFlags,
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         if !self.uses_lists(order, flags) {
-            return self.alloc_buddy(order, flags);
+            return self.alloc_buddy(order, flags).map(out);
         }
         if !self.buddy().watermark_low_fast(self.zone, order, flags) {
-            return self.alloc_below_low(order, flags);
+            return self.alloc_below_low(order, flags).map(out);
         }
-        self.alloc_lists(order, flags)
+        self.alloc_lists(order, flags, out)
     }
 
     /// The list path once the watermark allowed it: the lists (refilled
@@ -54,18 +69,23 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// straight from here; every other outcome is out of line, so the hit
     /// never goes through an `Option` in memory (issue #22).
     #[inline(always)]
-    fn alloc_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+    fn alloc_lists<'a, R>(
+        &'a self,
+        order: Order,
+        flags: AllocFlags,
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         let Some(mut g) = self.lock() else {
-            return self.alloc_locked_out(order, flags);
+            return self.alloc_locked_out(order, flags).map(out);
         };
         let cpu = g.cpu();
         match self.take(&mut g, cpu, order, flags) {
             Some(t) => {
                 self.taken(&mut g, order);
                 drop(g);
-                Some(self.block(t, order, flags))
+                Some(out(self.block(t, order, flags)))
             }
-            None => self.alloc_lists_miss(g, order, flags),
+            None => self.alloc_lists_miss(g, order, flags, out),
         }
     }
 
@@ -83,19 +103,20 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// (never for `ONLY_ZERO`, which fails instead).
     #[cold]
     #[inline(never)]
-    fn alloc_lists_miss(
-        &self,
-        g: Guard<'_, L, N>,
+    fn alloc_lists_miss<'a, R>(
+        &'a self,
+        g: Guard<'a, L, N>,
         order: Order,
         flags: AllocFlags,
-    ) -> Option<Block<'_>> {
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         match self
             .rmqueue_refill(g, order, flags)
             .map(|t| self.block(t, order, flags))
         {
-            Some(b) => Some(b),
+            Some(b) => Some(out(b)),
             None if flags.contains(AllocFlags::ONLY_ZERO) => None,
-            None => self.alloc_lists_slow(order, flags),
+            None => self.alloc_lists_slow(order, flags).map(out),
         }
     }
 
@@ -176,7 +197,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
         }
         if b.watermark_fast(self.zone, order, self.zflags(flags), false) {
-            return self.alloc_lists(order, flags);
+            return self.alloc_lists(order, flags, |b| b);
         }
         self.stat_unlocked(PcpStat::WATERMARK_BYPASS);
         // Pages on this CPU's lists are not free to the watermark: if the
