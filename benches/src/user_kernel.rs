@@ -23,10 +23,22 @@ use core::sync::atomic::{compiler_fence, Ordering};
 use local_lock::kernel::{Kernel, KernelHooks};
 use local_lock::{IrqFlags, DEFAULT_SLOTS};
 
+/// The per-thread state in one thread-local, so a function that touches
+/// several of its words computes their thread-local address once.
+struct State {
+    cpu: Cell<usize>,
+    irqs_off: Cell<bool>,
+    preempt: Cell<usize>,
+}
+
 std::thread_local! {
-    static CPU: Cell<usize> = const { Cell::new(0) };
-    static IRQS_OFF: Cell<bool> = const { Cell::new(false) };
-    static PREEMPT: Cell<usize> = const { Cell::new(0) };
+    static STATE: State = const {
+        State {
+            cpu: Cell::new(0),
+            irqs_off: Cell::new(false),
+            preempt: Cell::new(0),
+        }
+    };
 }
 
 /// The hooks of a user-space "kernel" without interrupts (see the module
@@ -47,13 +59,17 @@ impl UserHooks {
     /// no such lock (pinned slots rely on one thread per CPU id).
     pub unsafe fn set_cpu(cpu: usize) {
         assert!(cpu < Self::NR_CPUS, "UserHooks: CPU {cpu} out of range");
-        assert_eq!(PREEMPT.get(), 0, "UserHooks: cannot migrate while pinned");
-        CPU.set(cpu);
+        assert_eq!(
+            STATE.with(|s| s.preempt.get()),
+            0,
+            "UserHooks: cannot migrate while pinned"
+        );
+        STATE.with(|s| s.cpu.set(cpu));
     }
 
     /// The calling thread's preemption count (0 = preemptible).
     pub fn preempt_count() -> usize {
-        PREEMPT.get()
+        STATE.with(|s| s.preempt.get())
     }
 }
 
@@ -73,7 +89,7 @@ unsafe impl KernelHooks for UserHooks {
 
     #[inline(always)]
     fn smp_processor_id() -> usize {
-        CPU.get()
+        STATE.with(|s| s.cpu.get())
     }
     #[inline(always)]
     fn in_interrupt() -> bool {
@@ -81,38 +97,38 @@ unsafe impl KernelHooks for UserHooks {
     }
     #[inline(always)]
     fn irqs_disabled() -> bool {
-        IRQS_OFF.get()
+        STATE.with(|s| s.irqs_off.get())
     }
     #[inline(always)]
     fn local_irq_save() -> IrqFlags {
-        let was = IRQS_OFF.replace(true);
+        let was = STATE.with(|s| s.irqs_off.replace(true));
         compiler_fence(Ordering::SeqCst);
         IrqFlags(was as usize)
     }
     #[inline(always)]
     unsafe fn local_irq_restore(flags: IrqFlags) {
         compiler_fence(Ordering::SeqCst);
-        IRQS_OFF.set(flags.0 != 0);
+        STATE.with(|s| s.irqs_off.set(flags.0 != 0));
     }
     #[inline(always)]
     fn local_irq_disable() {
-        IRQS_OFF.set(true);
+        STATE.with(|s| s.irqs_off.set(true));
         compiler_fence(Ordering::SeqCst);
     }
     #[inline(always)]
     unsafe fn local_irq_enable() {
         compiler_fence(Ordering::SeqCst);
-        IRQS_OFF.set(false);
+        STATE.with(|s| s.irqs_off.set(false));
     }
     #[inline(always)]
     fn preempt_disable() {
-        PREEMPT.set(PREEMPT.get() + 1);
+        STATE.with(|s| s.preempt.set(s.preempt.get() + 1));
         compiler_fence(Ordering::SeqCst);
     }
     #[inline(always)]
     unsafe fn preempt_enable() {
         compiler_fence(Ordering::SeqCst);
-        PREEMPT.set(PREEMPT.get() - 1);
+        STATE.with(|s| s.preempt.set(s.preempt.get() - 1));
     }
 }
 

@@ -15,6 +15,7 @@ use local_lock::sync::atomic::{AtomicUsize, Ordering};
 use local_lock::sync::UnsafeCell;
 
 use crate::desc::PageDesc;
+use crate::types::Config;
 
 /// Most spans one allocator can have.
 pub const MAX_SPANS: usize = 16;
@@ -32,9 +33,44 @@ pub(crate) struct SpanInfo {
     pub(crate) memmap: *mut PageDesc,
     /// Descriptors in the memmap (the most pages the span can grow to).
     pub(crate) cap_pages: usize,
+    /// The zone of every page the span can hold when its reserved range
+    /// lies in one zone type (the common shape), else [`NO_ZONE`]: a
+    /// caller that serves one zone compares it instead of working the
+    /// zone out (issue #22).
+    pub(crate) zone: usize,
 }
 
+/// [`SpanInfo::zone`] of a span across zone types.
+pub(crate) const NO_ZONE: usize = usize::MAX;
+
 impl SpanInfo {
+    /// The span of `cap_pages` pages from `first_pfn` on node `nid` of a
+    /// buddy configured by `cfg`, its memmap at `memmap`.
+    pub(crate) fn new(
+        cfg: &Config,
+        nid: usize,
+        first_pfn: usize,
+        memmap: *mut PageDesc,
+        cap_pages: usize,
+    ) -> SpanInfo {
+        let shift = cfg.page_shift();
+        let zone_base = nid * cfg.nr_zones();
+        let start = first_pfn << shift;
+        let last = start.wrapping_add((cap_pages.max(1) << shift) - 1);
+        let (t0, t1) = (cfg.zone_of_addr(start), cfg.zone_of_addr(last));
+        SpanInfo {
+            first_pfn,
+            zone_base,
+            memmap,
+            cap_pages,
+            zone: if t0 == t1 {
+                zone_base + t0.index()
+            } else {
+                NO_ZONE
+            },
+        }
+    }
+
     /// Address of the first page.
     #[inline(always)]
     pub(crate) fn start(&self, page_shift: u32) -> usize {
@@ -46,6 +82,7 @@ impl SpanInfo {
         zone_base: 0,
         memmap: core::ptr::null_mut(),
         cap_pages: 0,
+        zone: NO_ZONE,
     };
 }
 
@@ -116,8 +153,12 @@ impl Found {
 pub(crate) struct SpanTable {
     /// Slot contents, written once (resize lock) before `len` covers them.
     info: [UnsafeCell<SpanInfo>; MAX_SPANS],
-    /// Populated pages of each span (Release on growth).
+    /// Populated pages of each span (Release on publication and growth):
+    /// 0 until the span is published.
     pages: [AtomicUsize; MAX_SPANS],
+    /// Each span's `first_pfn`, readable before publication (0 until
+    /// then): the first span's lookup reads it and `pages` without `len`.
+    first: [AtomicUsize; MAX_SPANS],
     /// Per span, its NUMA node (`page_to_nid`). Written before publication.
     nid: [AtomicUsize; MAX_SPANS],
     /// Published slots.
@@ -146,6 +187,7 @@ impl SpanTable {
             return SpanTable {
                 info: [const { UnsafeCell::new(SpanInfo::EMPTY) }; MAX_SPANS],
                 pages: [const { AtomicUsize::new(0) }; MAX_SPANS],
+                first: [const { AtomicUsize::new(0) }; MAX_SPANS],
                 nid: [const { AtomicUsize::new(0) }; MAX_SPANS],
                 len: AtomicUsize::new(0),
                 added_lo: [const { AtomicUsize::new(usize::MAX) }; MAX_SPANS],
@@ -155,6 +197,7 @@ impl SpanTable {
             return SpanTable {
                 info: core::array::from_fn(|_| UnsafeCell::new(SpanInfo::EMPTY)),
                 pages: core::array::from_fn(|_| AtomicUsize::new(0)),
+                first: core::array::from_fn(|_| AtomicUsize::new(0)),
                 nid: core::array::from_fn(|_| AtomicUsize::new(0)),
                 len: AtomicUsize::new(0),
                 added_lo: core::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
@@ -221,6 +264,13 @@ impl SpanTable {
     /// path, issue #22).
     #[inline(always)]
     fn get_fields(&self, idx: usize) -> Found {
+        self.get_with(idx, self.pages[idx].load(Ordering::Acquire))
+    }
+
+    /// [`get_fields`](Self::get_fields) with `pages[idx]` already read
+    /// (Acquire, nonzero or after `len` covered `idx`).
+    #[inline(always)]
+    fn get_with(&self, idx: usize, pages: usize) -> Found {
         // SAFETY: slot `idx` is published (caller's contract), never
         // written again.
         let info = self.info[idx].with(|p| unsafe {
@@ -229,26 +279,30 @@ impl SpanTable {
                 zone_base: (*p).zone_base,
                 memmap: (*p).memmap,
                 cap_pages: (*p).cap_pages,
+                zone: (*p).zone,
             }
         });
-        Found {
-            idx,
-            info,
-            pages: self.pages[idx].load(Ordering::Acquire),
-        }
+        Found { idx, info, pages }
     }
 
     /// The first span if it covers `addr` (the common case of [`find`](Self::find),
     /// without the loop).
     #[inline(always)]
     pub(crate) fn find_first(&self, addr: usize, page_shift: u32) -> Option<Found> {
-        if self.len() == 0 {
+        // No `len` check (issue #22): `pages[0]` stays 0 until span 0 is
+        // published (its info and `first` written before that Release), and
+        // no pfn is in a span of 0 pages; a nonzero value read with Acquire
+        // makes the info readable. `start` is `first_pfn << page_shift`, so
+        // the index check on `addr >> page_shift` is the whole range check.
+        let pages = self.pages[0].load(Ordering::Acquire);
+        let first = self.first[0].load(Ordering::Relaxed);
+        if (addr >> page_shift).wrapping_sub(first) >= pages {
             return None;
         }
-        let f = self.get_fields(0);
-        // `start` is `first_pfn << page_shift`: the index check of
-        // `Found::desc` on `addr >> page_shift` is the whole range check.
-        f.index(addr >> page_shift).map(|_| f)
+        let mut f = self.get_with(0, pages);
+        // The same value, so the callers' index checks fold into this one.
+        f.info.first_pfn = first;
+        Some(f)
     }
 
     /// The span whose reserved capacity (not only its populated pages)
@@ -319,10 +373,12 @@ impl SpanTable {
             return None;
         }
         self.nid[n].store(nid, Ordering::Relaxed);
+        self.first[n].store(info.first_pfn, Ordering::Relaxed);
         // SAFETY: slot `n` is not published, and only the resize-lock holder
         // writes slots.
         self.info[n].with_mut(|p| unsafe { *p = info });
-        self.pages[n].store(pages, Ordering::Relaxed);
+        // Release: `find_first` reads slot 0 on a nonzero `pages` alone.
+        self.pages[n].store(pages, Ordering::Release);
         self.len.store(n + 1, Ordering::Release);
         Some(n)
     }

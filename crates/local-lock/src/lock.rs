@@ -611,6 +611,25 @@ impl<'a, T, P: Platform, const N: usize> LocalGuard<'a, T, P, N> {
     pub fn publish(&self, v: usize) {
         self.slot.published.store(v, Ordering::Relaxed);
     }
+
+    /// The word last published on this slot ([`publish`](Self::publish);
+    /// 0 at first): the holder's own reading of it (a plain load: only
+    /// holders write it), so a per-CPU count that must be published can
+    /// live there alone instead of in `T` and the word.
+    ///
+    /// ```
+    /// use local_lock::std_platform::PerThread;
+    /// use local_lock::LocalLock;
+    ///
+    /// let l: LocalLock<(), PerThread> = LocalLock::new_with(PerThread, |_| ());
+    /// let g = l.lock();
+    /// g.publish(g.published() + 3);
+    /// assert_eq!(g.published(), 3);
+    /// ```
+    #[inline(always)]
+    pub fn published(&self) -> usize {
+        self.slot.published.load(Ordering::Relaxed)
+    }
 }
 
 impl<T, P: Platform, const N: usize> Deref for LocalGuard<'_, T, P, N> {

@@ -96,3 +96,25 @@ fn pages_on_the_lists_are_drained_for_a_request_the_zone_refuses() {
     pcp.drain_local();
     assert_eq!(m.buddy.total_free_pages(), m.buddy.total_managed_pages());
 }
+
+/// A block its holder left a (non-pcp) tag on still goes back to the lists
+/// (the free fast path takes tag 0 only; the cold path tells a holder's
+/// tag from the lists').
+#[test]
+fn a_block_with_a_holders_tag_frees_to_the_lists() {
+    use local_lock::sync::atomic::Ordering::Relaxed;
+    let m = Mem::new(1, false);
+    let pcp = m.pcp(TestPlatform::pinned(CPUS), Policy::IrqSafe);
+    pcp.set_batch_high(Some((4, 16))).unwrap();
+    let b = pcp.alloc_block(O0, AllocFlags::NONE).unwrap();
+    b.owner.tag().store(0x51ab_0001, Relaxed);
+    let before = pcp.local_lists().count;
+    // SAFETY: ours, freed once.
+    unsafe { pcp.free(b.page.ptr, b.page.order, FreeFlags::NONE) };
+    assert_eq!(pcp.local_lists().count, before + 1);
+    // SAFETY: on the lists now: refused, nothing changes.
+    let e = unsafe { pcp.try_free(b.page.ptr, O0, FreeFlags::NONE) }.unwrap_err();
+    assert_eq!(e.kind, crate::BadFreeKind::OnPcpList);
+    pcp.check_local();
+    pcp.drain_local();
+}

@@ -293,3 +293,78 @@ proptest::proptest! {
         n.b.check_invariants();
     }
 }
+
+/// One region across two zone types (one span, whose pages are not all of
+/// one zone: the free fast path's zone compare cannot answer): frees reach
+/// the lists of the zone their page is in, a page of the other zone goes
+/// back to the buddy, and a double free is still refused.
+#[test]
+fn a_span_across_zone_types_frees_to_its_zones_lists() {
+    let layout = Layout::from_size_align(BLOCKS * BLOCK, BLOCK).unwrap();
+    // SAFETY: non-zero size.
+    let mem = unsafe { alloc_zeroed(layout) };
+    assert!(!mem.is_null());
+    let mid = mem as usize + 2 * BLOCK;
+    let zones = [
+        buddy::ZoneSpec {
+            name: "Low",
+            end: mid,
+        },
+        buddy::ZoneSpec {
+            name: "High",
+            end: usize::MAX,
+        },
+    ];
+    {
+        let b = Buddy::new(
+            platform(),
+            Config::new(PAGE, MAX_ORDER)
+                .with_zones(&zones)
+                .with_tunables(Tunables::NO_MIN),
+        );
+        // SAFETY: zeroed, outlives `b` (freed below), used by nothing else.
+        unsafe { b.add_region(mem, layout.size(), true) }.unwrap();
+        let (lo, hi) = (ZoneId::new(0), ZoneId::new(1));
+        let pcp: Pcp<_, _, 4> = Pcp::new_tuned(&b, hi, platform(), Policy::IrqSafe, Some((4, 16)));
+        let pages: Vec<Page> = (0..6)
+            .map(|_| pcp.alloc(O0, AllocFlags::NONE).unwrap())
+            .collect();
+        assert!(pages.iter().all(|p| p.ptr.as_ptr() as usize >= mid));
+        let before = pcp.local_lists().count;
+        for p in &pages {
+            // SAFETY: ours, freed once.
+            unsafe { pcp.free(p.ptr, p.order, FreeFlags::NONE) };
+        }
+        assert_eq!(pcp.local_lists().count, before + 6, "back on the lists");
+        // SAFETY: on the lists now: refused, nothing changes.
+        let e = unsafe { pcp.try_free(pages[0].ptr, O0, FreeFlags::NONE) }.unwrap_err();
+        assert_eq!(e.kind, crate::BadFreeKind::OnPcpList);
+        // A page of the lower zone, freed through these lists: the buddy's.
+        let low = b
+            .alloc_pages(O0, AllocFlags::NONE.zone_max(lo))
+            .expect("a low page");
+        assert!((low.ptr.as_ptr() as usize) < mid);
+        let free_lo = b.nr_free_pages(lo);
+        // SAFETY: ours, freed once.
+        unsafe { pcp.free(low.ptr, low.order, FreeFlags::NONE) };
+        assert_eq!(b.nr_free_pages(lo), free_lo + 1);
+        assert_eq!(pcp.local_lists().count, before + 6);
+        // The lower zone's lists refuse a page of the upper zone (the span
+        // starts in the lower zone: its first page's zone is not every
+        // page's).
+        let lo_pcp: Pcp<_, _, 4> =
+            Pcp::new_tuned(&b, lo, platform(), Policy::IrqSafe, Some((4, 16)));
+        let high = b.alloc_pages(O0, AllocFlags::NONE).expect("a high page");
+        assert!((high.ptr.as_ptr() as usize) >= mid);
+        let free_hi = b.nr_free_pages(hi);
+        // SAFETY: ours, freed once.
+        unsafe { lo_pcp.free(high.ptr, high.order, FreeFlags::NONE) };
+        assert_eq!(b.nr_free_pages(hi), free_hi + 1, "to the buddy");
+        assert_eq!(lo_pcp.local_lists().count, 0);
+        pcp.check_local();
+        pcp.drain_local();
+        assert_eq!(b.total_free_pages(), b.total_managed_pages());
+    }
+    // SAFETY: allocated above with this layout; the buddy is gone.
+    unsafe { dealloc(mem, layout) };
+}

@@ -198,6 +198,47 @@ impl<P: Platform> Buddy<P> {
             .map(|(f, d)| (d.owner(), ZoneId::raw(self.zone_in(&f, a))))
     }
 
+    /// [`head_owner`](Self::head_owner) for a layer that serves one zone
+    /// (a per-CPU list's): the owner words if `ptr` heads an allocated
+    /// block of `order` in `zone` and in the first span (one span compare,
+    /// one zone compare, one descriptor read; issue #22); `None` otherwise,
+    /// where [`head_owner_zone`](Self::head_owner_zone) tells a block of
+    /// another zone or span from a bad address.
+    ///
+    /// ```
+    /// use buddy::{AllocFlags, Buddy, Config, Order, ZoneId};
+    /// use local_lock::test_platform::TestPlatform;
+    ///
+    /// let mut mem = vec![0u8; 8 << 20];
+    /// let b = Buddy::new(TestPlatform::pinned(1), Config::DEFAULT);
+    /// // SAFETY: the memory outlives the allocator and is used by nothing else.
+    /// unsafe { b.add_region(mem.as_mut_ptr(), mem.len(), true) }.unwrap();
+    /// let p = b.alloc_pages(Order::ZERO, AllocFlags::NONE).unwrap();
+    /// let z = b.zone_of(p.ptr.as_ptr()).unwrap();
+    /// assert!(b.head_owner_in(p.ptr.as_ptr(), Order::ZERO, z).is_some());
+    /// assert!(b.head_owner_in(p.ptr.as_ptr(), Order::ZERO, ZoneId::new(z.index() + 1)).is_none());
+    /// assert!(b.head_owner_in(p.ptr.as_ptr().wrapping_add(8), Order::ZERO, z).is_none());
+    /// // SAFETY: ours, freed once.
+    /// unsafe { b.free_pages(p.ptr, Order::ZERO) };
+    /// assert!(b.head_owner_in(p.ptr.as_ptr(), Order::ZERO, z).is_none(), "free");
+    /// ```
+    #[inline(always)]
+    pub fn head_owner_in(&self, ptr: *const u8, order: Order, zone: ZoneId) -> Option<&Owner> {
+        let a = ptr as usize;
+        if order > self.cfg.max_order() {
+            return None;
+        }
+        let shift = self.cfg.page_shift();
+        let found = self.spans.find_first(a, shift)?;
+        if found.info.zone != zone.index() {
+            return None;
+        }
+        let d = found.desc(a >> shift)?;
+        (is_head(d.state.load(Ordering::Acquire), KIND_ALLOC, order)
+            && d.aux.load(Ordering::Relaxed) as usize == a)
+            .then(|| d.owner())
+    }
+
     /// The span and head descriptor of the allocated block of `order` at
     /// `a`, if `a` is exactly its head.
     #[inline(always)]

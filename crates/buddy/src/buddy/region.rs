@@ -164,12 +164,7 @@ impl<P: Platform> Buddy<P> {
             // SAFETY: caller's contract.
             unsafe { PageDesc::init_range(mm, pages) };
         }
-        let info = SpanInfo {
-            first_pfn: s >> self.cfg.page_shift(),
-            zone_base: nid * self.cfg.nr_zones(),
-            memmap: mm,
-            cap_pages: pages,
-        };
+        let info = SpanInfo::new(&self.cfg, nid, s >> self.cfg.page_shift(), mm, pages);
         // SAFETY: resize lock held; memmap initialised; no overlap.
         unsafe { self.spans.push(info, pages, nid) }
             .map(|_| ())
@@ -194,12 +189,13 @@ impl<P: Platform> Buddy<P> {
     ) -> Option<usize> {
         let _g = self.lock_resize();
         let s = start as usize;
-        let info = SpanInfo {
-            first_pfn: s >> self.cfg.page_shift(),
-            zone_base: 0,
-            memmap: memmap as *mut PageDesc,
+        let info = SpanInfo::new(
+            &self.cfg,
+            0,
+            s >> self.cfg.page_shift(),
+            memmap as *mut PageDesc,
             cap_pages,
-        };
+        );
         // SAFETY: caller's contract; resize lock held.
         unsafe { self.spans.push(info, 0, 0) }
     }
@@ -345,12 +341,7 @@ impl<P: Platform> Buddy<P> {
                         // (checked in the plan), which nobody else uses.
                         unsafe { PageDesc::init_range(mm, pages) };
                     }
-                    let info = SpanInfo {
-                        first_pfn: piece.start >> shift,
-                        zone_base: nid * self.cfg.nr_zones(),
-                        memmap: mm,
-                        cap_pages: pages,
-                    };
+                    let info = SpanInfo::new(&self.cfg, nid, piece.start >> shift, mm, pages);
                     // SAFETY: resize lock held; memmap initialised; the piece
                     // overlaps no span (planned in a gap); room checked.
                     let idx = unsafe { self.spans.push(info, pages, nid) }

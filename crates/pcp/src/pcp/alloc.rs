@@ -24,7 +24,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// from the cold end. `Page::zero` tells whether the page reads as zero.
     #[inline]
     pub fn alloc(&self, order: Order, flags: AllocFlags) -> Option<Page> {
-        self.alloc_block(order, flags).map(|b| b.page)
+        // Its own copy of the paths, so the cold ones return a `Page` in
+        // registers to the list hit's merge, not a `Block` through memory
+        // (issue #22).
+        self.alloc_as(order, flags, |b| b.page)
     }
 
     /// [`alloc`](Self::alloc) that also hands back the block's owner words
@@ -40,13 +43,25 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// (lower zones, `MEMALLOC`'s reserves) and the slow path.
     #[inline]
     pub fn alloc_block(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+        self.alloc_as(order, flags, |b| b)
+    }
+
+    /// [`alloc_block`](Self::alloc_block) with the block handed out as
+    /// `out` makes it.
+    #[inline(always)]
+    fn alloc_as<'a, R>(
+        &'a self,
+        order: Order,
+        flags: AllocFlags,
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         if !self.uses_lists(order, flags) {
-            return self.alloc_buddy(order, flags);
+            return self.alloc_buddy(order, flags).map(out);
         }
         if !self.buddy().watermark_low_fast(self.zone, order, flags) {
-            return self.alloc_below_low(order, flags);
+            return self.alloc_below_low(order, flags).map(out);
         }
-        self.alloc_lists(order, flags)
+        self.alloc_lists(order, flags, out)
     }
 
     /// The list path once the watermark allowed it: the lists (refilled
@@ -54,18 +69,23 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// straight from here; every other outcome is out of line, so the hit
     /// never goes through an `Option` in memory (issue #22).
     #[inline(always)]
-    fn alloc_lists(&self, order: Order, flags: AllocFlags) -> Option<Block<'_>> {
+    fn alloc_lists<'a, R>(
+        &'a self,
+        order: Order,
+        flags: AllocFlags,
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         let Some(mut g) = self.lock() else {
-            return self.alloc_locked_out(order, flags);
+            return self.alloc_locked_out(order, flags).map(out);
         };
         let cpu = g.cpu();
         match self.take(&mut g, cpu, order, flags) {
             Some(t) => {
                 self.taken(&mut g, order);
                 drop(g);
-                Some(self.block(t, order, flags))
+                Some(out(self.block(t, order, flags)))
             }
-            None => self.alloc_lists_miss(g, order, flags),
+            None => self.alloc_lists_miss(g, order, flags, out),
         }
     }
 
@@ -83,19 +103,20 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// (never for `ONLY_ZERO`, which fails instead).
     #[cold]
     #[inline(never)]
-    fn alloc_lists_miss(
-        &self,
-        g: Guard<'_, L, N>,
+    fn alloc_lists_miss<'a, R>(
+        &'a self,
+        g: Guard<'a, L, N>,
         order: Order,
         flags: AllocFlags,
-    ) -> Option<Block<'_>> {
+        out: impl Fn(Block<'a>) -> R + Copy,
+    ) -> Option<R> {
         match self
             .rmqueue_refill(g, order, flags)
             .map(|t| self.block(t, order, flags))
         {
-            Some(b) => Some(b),
+            Some(b) => Some(out(b)),
             None if flags.contains(AllocFlags::ONLY_ZERO) => None,
-            None => self.alloc_lists_slow(order, flags),
+            None => self.alloc_lists_slow(order, flags).map(out),
         }
     }
 
@@ -152,7 +173,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// free batch an allocation halves.
     #[inline(always)]
     fn taken(&self, g: &mut Guard<'_, L, N>, order: Order) {
-        let c = g.count - order.pages();
+        let c = Self::count(g) - order.pages();
         self.set_count(g, c);
         // Allocations reduce the batch of the next frees.
         g.free_count >>= 1;
@@ -176,7 +197,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             }
         }
         if b.watermark_fast(self.zone, order, self.zflags(flags), false) {
-            return self.alloc_lists(order, flags);
+            return self.alloc_lists(order, flags, |b| b);
         }
         self.stat_unlocked(PcpStat::WATERMARK_BYPASS);
         // Pages on this CPU's lists are not free to the watermark: if the
@@ -360,12 +381,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         // nr_pcp_alloc (Linux 6.7+): a CPU that refills could have avoided
         // the zone with a larger `high` (raised by the refill, up to
         // high_max); consecutive order-0 refills double while they fit.
+        let count = Self::count(g);
         let want = {
             let pages = &mut **g;
             nr_pcp_alloc(
                 &mut pages.high,
                 &mut pages.alloc_factor,
-                pages.count,
+                count,
                 self.batch.load(Relaxed),
                 self.high_min.load(Relaxed),
                 self.high_max.load(Relaxed),
@@ -388,7 +410,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             })
         };
         if n > 0 {
-            let c = g.count + (n << order.get());
+            let c = Self::count(g) + (n << order.get());
             self.set_count(g, c);
             self.stat(cpu, PcpStat::REFILL, 1);
             self.stat(cpu, PcpStat::REFILL_PAGES, (n << order.get()) as u64);

@@ -15,12 +15,12 @@ use crate::stats::PcpStat;
 impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// Returns every page of the locked CPU's lists to the buddy.
     fn drain_locked(&self, g: &mut Guard<'_, L, N>) -> usize {
-        if g.count == 0 {
+        if Self::count(g) == 0 {
             return 0;
         }
         let cpu = g.cpu();
         let n = self.free_pcppages_bulk(g, usize::MAX, 0);
-        debug_assert_eq!(g.count, 0);
+        debug_assert_eq!(Self::count(g), 0);
         self.stat(cpu, PcpStat::DRAIN, 1);
         self.stat(cpu, PcpStat::DRAIN_PAGES, n as u64);
         n
@@ -38,13 +38,13 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         // A new sysctl range applies first (the kernel sets each CPU's high
         // directly; here it is clamped at its next use).
         let high = g.high.max(high_min).min(high_max);
-        g.high = decay_pcp_high(high, g.count, batch, high_min);
+        g.high = decay_pcp_high(high, Self::count(g), batch, high_min);
         if g.high > high_min {
             todo += 1;
         }
         let mut freed = 0;
-        if g.count > g.high {
-            let to_drain = g.count - g.high;
+        if Self::count(g) > g.high {
+            let to_drain = Self::count(g) - g.high;
             let cpu = g.cpu();
             freed = self.free_pcppages_bulk(g, to_drain, 0);
             self.stat(cpu, PcpStat::FREE_BATCH, 1);
@@ -186,7 +186,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             else {
                 break;
             };
-            let c = g.count - (1 << o);
+            let c = Self::count(&g) - (1 << o);
             self.set_count(&mut g, c);
             drop(g);
             let bytes = b
@@ -204,7 +204,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 list_tag(o as u8, true),
                 false,
             );
-            let c = g.count + (1 << o);
+            let c = Self::count(&g) + (1 << o);
             self.set_count(&mut g, c);
             let cpu = g.cpu();
             self.stat(cpu, PcpStat::PREZERO_PAGES, 1 << o);

@@ -16,7 +16,7 @@ use crate::error::{BadFree, BadFreeKind};
 use crate::list::{is_pcp_tag, list_tag};
 use crate::sizing::{
     nr_pcp_free, nr_pcp_high, NR_PCP_ORDERS, PAGE_ALLOC_COSTLY_ORDER, PCPF_FREE_HIGH_BATCH,
-    PCPF_PREV_FREE_HIGH_ORDER, PCP_BATCH_SCALE_MAX,
+    PCPF_PREV_FREE_HIGH_ORDER,
 };
 use crate::stats::PcpStat;
 use buddy::Owner;
@@ -67,9 +67,33 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         ptr: NonNull<u8>,
         order: Order,
     ) -> Result<(&Owner, ZoneId), BadFree> {
-        // The common case: `ptr` heads an allocated block of `order` (one
-        // descriptor read), not on a pcp list; its zone comes with the span
-        // lookup.
+        match self.own_zone_block(ptr, order) {
+            Some(o) => Ok((o, self.zone)),
+            None => self.validate_free_other(ptr, order),
+        }
+    }
+
+    /// The common case of [`validate_free`](Self::validate_free): `ptr`
+    /// heads an allocated block of `order` of this zone (in the buddy's
+    /// first span: one span compare, one zone compare, one descriptor
+    /// read), not on a pcp list: its tag 0, as the lists and the buddy
+    /// hand blocks out (a holder's other tags, and the pcp's, are told
+    /// apart on the cold path).
+    #[inline(always)]
+    fn own_zone_block(&self, ptr: NonNull<u8>, order: Order) -> Option<&Owner> {
+        let o = self.buddy().head_owner_in(ptr.as_ptr(), order, self.zone)?;
+        (o.tag().load(Relaxed) == 0).then_some(o)
+    }
+
+    /// The rest of [`validate_free`](Self::validate_free): a block of
+    /// another zone or span, or why `ptr` is refused.
+    #[cold]
+    #[inline(never)]
+    fn validate_free_other(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+    ) -> Result<(&Owner, ZoneId), BadFree> {
         if let Some((o, z)) = self.buddy().head_owner_zone(ptr.as_ptr(), order) {
             if !is_pcp_tag(o.tag().load(Relaxed)) {
                 return Ok((o, z));
@@ -124,7 +148,31 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         order: Order,
         flags: FreeFlags,
     ) -> Result<(), BadFree> {
-        let (o, z) = self.validate_free(ptr, order)?;
+        // The common case on its own path, its zone a constant there.
+        if let Some(o) = self.own_zone_block(ptr, order) {
+            // SAFETY: forwarded; validated above.
+            unsafe { self.free_unchecked(ptr, order, flags, o, self.zone) };
+            return Ok(());
+        }
+        // SAFETY: forwarded.
+        unsafe { self.try_free_other(ptr, order, flags) }
+    }
+
+    /// [`try_free`](Self::try_free) of a block of another zone or span, or
+    /// of a bad address (refused).
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[cold]
+    #[inline(never)]
+    unsafe fn try_free_other(
+        &self,
+        ptr: NonNull<u8>,
+        order: Order,
+        flags: FreeFlags,
+    ) -> Result<(), BadFree> {
+        let (o, z) = self.validate_free_other(ptr, order)?;
         // SAFETY: forwarded; validated above.
         unsafe { self.free_unchecked(ptr, order, flags, o, z) };
         Ok(())
@@ -150,7 +198,29 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     #[inline]
     #[track_caller]
     pub unsafe fn free(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
-        let (o, z) = self.check_free(ptr, order);
+        // The common case on its own path, its zone a constant there.
+        if let Some(o) = self.own_zone_block(ptr, order) {
+            // SAFETY: forwarded contract; validated above.
+            return unsafe { self.free_unchecked(ptr, order, flags, o, self.zone) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.free_other(ptr, order, flags) }
+    }
+
+    /// [`free`](Self::free) of a block of another zone or span, or of a
+    /// bad address (a panic).
+    ///
+    /// # Safety
+    ///
+    /// As [`free`](Self::free).
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    unsafe fn free_other(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        let (o, z) = match self.validate_free_other(ptr, order) {
+            Ok(o) => o,
+            Err(e) => bad_free(e),
+        };
         // SAFETY: forwarded contract; validated above.
         unsafe { self.free_unchecked(ptr, order, flags, o, z) }
     }
@@ -337,7 +407,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             g.normal[o].push(own, list_tag(order.get(), false), cold);
         }
         self.stat_event(cpu, PcpStat::FREE_HIT);
-        let c = g.count + order.pages();
+        let c = Self::count(g) + order.pages();
         self.set_count(g, c);
         // free_unref_page_commit (Linux 6.7+).
         let batch = self.batch.load(Relaxed);
@@ -354,16 +424,28 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 && pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0
                 && (pages.flags & PCPF_FREE_HIGH_BATCH == 0 || c >= batch);
             pages.flags |= PCPF_PREV_FREE_HIGH_ORDER;
-        } else if pages.flags & PCPF_PREV_FREE_HIGH_ORDER != 0 {
+        } else {
+            // The kernel tests the flag first to spare the store; here
+            // the line is written anyway (the count, `alloc_factor`).
             pages.flags &= !PCPF_PREV_FREE_HIGH_ORDER;
         }
         // Without a branch (a compare and an add with carry at order 0).
-        pages.free_count +=
-            order.pages() * usize::from(pages.free_count < batch << PCP_BATCH_SCALE_MAX);
-        let (high_min, high_max) = (self.high_min.load(Relaxed), self.high_max.load(Relaxed));
-        // nr_pcp_high's first step, inline: the CPU's high clamped to the
-        // current range. Below it, and without `free_high`, nr_pcp_high
-        // changes nothing more and returns it: the common free ends here.
+        // (`batch << PCP_BATCH_SCALE_MAX`, stored with `batch`.)
+        let free_max = self.free_max.load(Relaxed);
+        pages.free_count += order.pages() * usize::from(pages.free_count < free_max);
+        let high_min = self.high_min.load(Relaxed);
+        // nr_pcp_high's first step clamps the CPU's high to the current
+        // range, so it is at least `high_min`: below that, and without
+        // `free_high`, nr_pcp_high changes nothing more and `count < high`.
+        // The common free ends here, leaving the clamp's store to the
+        // next use (every reader clamps; `set_batch_high`'s "at its next
+        // use").
+        if c < high_min && !free_high {
+            return None;
+        }
+        let high_max = self.high_max.load(Relaxed);
+        // The rest of nr_pcp_high's first step: below the clamped high,
+        // and without `free_high`, it returns it.
         let h = pages.high.max(high_min).min(high_max);
         pages.high = h;
         if c < h && !free_high {
@@ -438,7 +520,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             // known zero (fresh, freed zeroed, or cleared by `prezero`).
             unsafe { b.free_bulk_keep_zero(self.zone, iter) };
         }
-        let c = g.count - freed;
+        let c = Self::count(g) - freed;
         self.set_count(g, c);
         self.stat(cpu, PcpStat::FREE_BATCH_PAGES, freed as u64);
         freed

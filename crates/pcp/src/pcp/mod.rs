@@ -26,7 +26,7 @@ use crate::error::BatchHighError;
 use crate::list::PageList;
 use crate::sizing::{
     zone_batchsize, zone_highsize, zone_highsize_max, MAX_HIGH, NR_PCP_ORDERS,
-    PAGE_ALLOC_COSTLY_ORDER,
+    PAGE_ALLOC_COSTLY_ORDER, PCP_BATCH_SCALE_MAX,
 };
 use crate::stats::PcpStat;
 
@@ -170,10 +170,16 @@ pub enum Policy {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct CpuPages {
-    /// Pages (not blocks) on all lists of this CPU.
+    /// Pages (not blocks) on all lists of this CPU, in a snapshot
+    /// ([`Pcp::local_lists`], [`Pcp::cpu_lists`]). The live count is the
+    /// lists' slot's published word (which lockless readers see:
+    /// [`Pcp::cpu_count`]); this field reads 0 in the live lists (issue
+    /// #22: one store per change).
     pub count: usize,
     /// This CPU's tuned limit (`pcp->high`, Linux 6.7+): kept within the
-    /// zone's `[high_min, high_max]` (clamped at each use), raised by
+    /// zone's `[high_min, high_max]` (clamped at each use: by a refill, a
+    /// decay, a free that finds `count` at `high_min` or above; snapshots
+    /// show it clamped), raised by
     /// `nr_pcp_high` when frees fill the lists and by refills, lowered by
     /// `decay_pcp_high` and high-order `free_high` runs. 0 until first used.
     pub high: usize,
@@ -228,10 +234,9 @@ const fn check_batch_high(batch: usize, high: usize) -> Result<(usize, usize), B
 
 /// Per-CPU counters: written by the CPU holding its lists (a relaxed load
 /// and store, no atomic read-modify-write), summed by readers.
-/// (The mirror of each CPU's `CpuPages::count` that lockless readers see,
-/// drain_all's skip of empty CPUs and the reports, is the lists' slot's
-/// published word, [`LocalGuard::publish`](local_lock::LocalGuard::publish):
-/// in the cache line of `count` itself, issue #22.)
+/// (Each CPU's count, which lockless readers see for drain_all's skip of
+/// empty CPUs and the reports, is the lists' slot's published word,
+/// [`LocalGuard::publish`](local_lock::LocalGuard::publish), issue #22.)
 struct CpuCounters {
     stats: [AtomicU64; PcpStat::COUNT],
 }
@@ -293,6 +298,9 @@ pub struct Pcp<S: PageSource, L: Platform, const N: usize = DEFAULT_SLOTS> {
     policy: Policy,
     /// `batch` in use (pages; `zone->pageset_batch`).
     batch: AtomicUsize,
+    /// `batch << PCP_BATCH_SCALE_MAX`, the most `free_count` grows to,
+    /// stored with `batch` (the free path's compare, issue #22).
+    free_max: AtomicUsize,
     /// The least each CPU's `high` decays to (`zone->pageset_high_min`).
     high_min: AtomicUsize,
     /// The most each CPU's `high` grows to (`zone->pageset_high_max`); equal
@@ -340,6 +348,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 zone,
                 policy,
                 batch: AtomicUsize::new(batch),
+                free_max: AtomicUsize::new(batch << PCP_BATCH_SCALE_MAX),
                 high_min: AtomicUsize::new(high),
                 high_max: AtomicUsize::new(high),
                 tuned: AtomicUsize::new(t),
@@ -414,7 +423,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         match v {
             Some((b, h)) => {
                 let (b, h) = check_batch_high(b, h)?;
-                self.batch.store(b, Relaxed);
+                self.set_batch(b);
                 self.high_min.store(h, Relaxed);
                 self.high_max.store(h, Relaxed);
                 self.tuned.store(1, Relaxed);
@@ -455,7 +464,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
                 high_max,
             });
         }
-        self.batch.store(b, Relaxed);
+        self.set_batch(b);
         self.high_min.store(lo, Relaxed);
         self.high_max.store(high_max, Relaxed);
         self.tuned.store(1, Relaxed);
@@ -477,9 +486,15 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         let cpus = self.platform().nr_online_cpus().max(1);
         let high_min = zone_highsize(b.watermarks(self.zone).low, cpus, batch).min(MAX_HIGH);
         let high_max = zone_highsize_max(managed, cpus, batch).max(high_min);
-        self.batch.store(batch, Relaxed);
+        self.set_batch(batch);
         self.high_min.store(high_min, Relaxed);
         self.high_max.store(high_max, Relaxed);
+    }
+
+    /// Stores `batch` and the `free_count` bound that follows from it.
+    fn set_batch(&self, batch: usize) {
+        self.batch.store(batch, Relaxed);
+        self.free_max.store(batch << PCP_BATCH_SCALE_MAX, Relaxed);
     }
 
     #[inline(always)]
@@ -508,9 +523,16 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         self.counters[cpu].stats[item as usize].fetch_add(1, Relaxed);
     }
 
+    /// Pages on the held lists (`pcp->count`): the slot's published word
+    /// itself, which lockless readers poll (one store per change, issue
+    /// #22); `CpuPages::count` is filled only in snapshots.
+    #[inline(always)]
+    fn count(g: &Guard<'_, L, N>) -> usize {
+        g.published()
+    }
+
     #[inline(always)]
     fn set_count(&self, g: &mut Guard<'_, L, N>, count: usize) {
-        g.count = count;
         g.publish(count);
     }
 

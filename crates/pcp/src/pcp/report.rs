@@ -15,7 +15,7 @@ use local_lock::Platform;
 
 #[cfg(any(test, feature = "invariants"))]
 use super::free::verify_zero;
-use super::{CpuCounters, CpuPages, PageSource, Pcp};
+use super::{CpuCounters, CpuPages, Guard, PageSource, Pcp};
 #[cfg(any(test, feature = "invariants"))]
 use crate::list::list_tag;
 use crate::sizing::NR_PCP_ORDERS;
@@ -57,7 +57,7 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
     /// The local CPU's lists, for tests and reports: a copy taken under the
     /// lock, each list's [`len`](crate::list::PageList::len) counted.
     pub fn local_lists(&self) -> CpuPages {
-        snapshot(&self.lock_irqsave())
+        self.snapshot(&self.lock_irqsave())
     }
 
     /// A copy of `cpu`'s lists (per-order lengths of the normal and zero
@@ -67,10 +67,10 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         {
             let g = self.lock_irqsave();
             if g.cpu() == cpu {
-                return Some(snapshot(&g));
+                return Some(self.snapshot(&g));
             }
         }
-        self.lock_remote(cpu).map(|g| snapshot(&g))
+        self.lock_remote(cpu).map(|g| self.snapshot(&g))
     }
 
     /// Checks this CPU's lists: `count == Σ len << order`, links and tags
@@ -91,32 +91,32 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             cpus, source, zone, ..
         } = self;
         for cpu in 0..N {
-            let published = cpus.published(cpu);
+            let count = cpus.published(cpu);
             let pages = cpus.get_mut(cpu);
-            check_cpu(source.buddy(), pages, cpu, *zone);
-            assert_eq!(published, pages.count, "pcp: CPU {cpu} count mirror");
+            check_cpu(source.buddy(), pages, count, cpu, *zone);
         }
     }
 
-    #[cfg(any(test, feature = "invariants"))]
-    fn check_lists(&self, pages: &CpuPages, cpu: usize) {
-        check_cpu(self.buddy(), pages, cpu, self.zone);
-        assert_eq!(
-            self.cpus.published(cpu),
-            pages.count,
-            "pcp: CPU {cpu} count mirror"
-        );
+    /// A copy of one CPU's lists (held by the caller) with each list's
+    /// length counted and its `high` as its next use sees it (clamped to
+    /// the current range; the free path stores the clamp lazily).
+    fn snapshot(&self, g: &Guard<'_, L, N>) -> CpuPages {
+        let mut c = **g;
+        c.count = Self::count(g);
+        for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
+            *l = l.counted();
+        }
+        if c.high != 0 {
+            let (lo, hi) = self.high_range();
+            c.high = c.high.max(lo).min(hi);
+        }
+        c
     }
-}
 
-/// A copy of one CPU's lists (held by the caller) with each list's length
-/// counted.
-fn snapshot(pages: &CpuPages) -> CpuPages {
-    let mut c = *pages;
-    for l in c.normal.iter_mut().chain(c.zero.iter_mut()) {
-        *l = l.counted();
+    #[cfg(any(test, feature = "invariants"))]
+    fn check_lists(&self, g: &Guard<'_, L, N>, cpu: usize) {
+        check_cpu(self.buddy(), g, Self::count(g), cpu, self.zone);
     }
-    c
 }
 
 fn cpu_stats(c: &CpuCounters) -> PcpStats {
@@ -128,7 +128,7 @@ fn cpu_stats(c: &CpuCounters) -> PcpStats {
 }
 
 #[cfg(any(test, feature = "invariants"))]
-fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: ZoneId) {
+fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, count: usize, cpu: usize, zone: ZoneId) {
     let mut total = 0usize;
     for o in 0..NR_PCP_ORDERS {
         for zero in [false, true] {
@@ -164,9 +164,8 @@ fn check_cpu<P: Platform>(b: &Buddy<P>, pages: &CpuPages, cpu: usize, zone: Zone
         }
     }
     assert_eq!(
-        pages.count, total,
-        "pcp: CPU {cpu} count {} != Σ blocks linked << order = {total}",
-        pages.count
+        count, total,
+        "pcp: CPU {cpu} count {count} != Σ blocks linked << order = {total}"
     );
 }
 
