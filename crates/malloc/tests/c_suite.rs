@@ -358,7 +358,12 @@ fn hot_code_leads_the_text_segment() {
     // every process) inside: the section's first two fault-around windows
     // hold all of it; 128 KiB at most, or every process maps a third.
     assert!(
-        hot.1.is_multiple_of(64 << 10) && hot.2 <= 128 << 10,
+        hot.1.is_multiple_of(64 << 10),
+        "hot code at a 64 KiB boundary: {hot:?}"
+    );
+    // (a debug build's code is three times the size)
+    assert!(
+        cfg!(debug_assertions) || hot.2 <= 128 << 10,
         "hot code in two 64 KiB windows: {hot:?}"
     );
     assert!(
