@@ -11,7 +11,7 @@
 #   ICOUNT_PRINT=1 bash ci/icount.sh   # print the counts only
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-ci_header "callgrind instruction counts per GlobalSlub operation"
+ci_header "callgrind instruction counts per GlobalSlub and mm-malloc operation"
 
 if ! command -v valgrind >/dev/null 2>&1; then
     as_root=()
@@ -31,12 +31,27 @@ N2=150000
 
 # count CONFIG SIZE SHAPE: instructions per operation (pair = alloc+free;
 # batch64 = per object of 64 allocs then 64 frees).
+# mm-malloc's malloc + free (config "malloc" in the budgets): a C
+# program under LD_PRELOAD, the library told to count its restartable
+# paths as CPU 0 (crates/malloc/scripts/pair_count.c).
+step cargo build --release -p mm-malloc
+SO="$(realpath "${CARGO_TARGET_DIR:-target}/release/libmm_malloc.so")"
+CBIN="$(mktemp -d)/pair_count"
+step cc -O2 -o "$CBIN" crates/malloc/scripts/pair_count.c -ldl
+
+# total CONFIG SIZE SHAPE N: callgrind's instruction total of one run.
+total() {
+    if [[ $1 == malloc ]]; then
+        LD_PRELOAD="$SO" valgrind --tool=callgrind --callgrind-out-file=/dev/null "$CBIN" "$3" "$2" "$4" 2>&1
+    else
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN" "$1" "$2" "$3" "$4" 2>&1
+    fi | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+
 count() {
     local t1 t2
-    t1=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN" "$1" "$2" "$3" $N1 2>&1 |
-        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
-    t2=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN" "$1" "$2" "$3" $N2 2>&1 |
-        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    t1=$(total "$1" "$2" "$3" $N1)
+    t2=$(total "$1" "$2" "$3" $N2)
     echo $(((t2 - t1 + (N2 - N1) / 2) / (N2 - N1)))
 }
 

@@ -62,6 +62,10 @@ const HOT: &[(&str, &[&str])] = &[
             "12realloc_impl",
             "17alloc_object_slow",
             "19dealloc_object_slow",
+            "19dealloc_tagged_slow",
+            "16dealloc_unpushed",
+            "16dealloc_untagged",
+            "11malloc_slow",
             "4ctor",
             "4dtor",
             "4init",
@@ -101,6 +105,7 @@ const HOT: &[(&str, &[&str])] = &[
             "9new_sheaf",
             "9put_empty",
             "14fill_map_check",
+            "13free_unpushed",
         ],
     ),
     (

@@ -44,6 +44,11 @@ void free_aligned_sized(void *p, size_t align, size_t size);
 /* An old name for free (SunOS, kept by glibc until 2.26). */
 void cfree(void *p);
 
+/* Testing only: run the per-CPU restartable paths as if on CPU 0 under
+ * valgrind (no rseq there), for instruction counts (ci/icount.sh). One
+ * thread only, called before the first allocation; 1 if it could. */
+int mm_malloc_count_as_cpu0(void);
+
 /* glibc's struct mallinfo2, with this allocator's figures:
  * arena: heap bytes mapped from the OS; ordblks: free buddy blocks;
  * smblks: slabs; hblks: live direct mappings (above 4 MiB);

@@ -194,6 +194,14 @@ pub fn built(i: usize) -> bool {
     BUILT.load(Ordering::Acquire) & (1 << i) != 0
 }
 
+/// Cache `i` if it is built (`None` for an index out of range too, so
+/// the fast paths need no bounds check, whose panic call would give them
+/// a stack frame).
+#[inline(always)]
+pub fn built_cache(i: usize) -> Option<&'static Cache> {
+    (i < NR_CACHES && built(i)).then(|| cache(i))
+}
+
 /// Cache `i` (`i < NR_CACHES`), once [`built`].
 #[inline(always)]
 pub fn cache(i: usize) -> &'static Cache {
@@ -610,7 +618,14 @@ fn claim_map_tag(i: usize) {
 pub fn cache_of_tag(b: u8) -> Option<&'static Cache> {
     match TAG_CACHE[usize::from(b >> 3)].load(Ordering::Acquire) {
         0 => None,
-        i => Some(cache(usize::from(i) - 1)),
+        i => {
+            let i = usize::from(i) - 1;
+            // SAFETY: `claim_map_tag` stores `i + 1` for a cache index
+            // `i < NR_CACHES` only (no bounds check, whose panic call
+            // would give `free`'s fast path a stack frame).
+            unsafe { core::hint::assert_unchecked(i < NR_CACHES) };
+            Some(cache(i))
+        }
     }
 }
 

@@ -82,7 +82,7 @@ use libc::size_t;
 use local_lock::std_platform::{die, PerThread};
 use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
-use slub::{GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
+use slub::{FastFree, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
 
 use crate::pages::PAGES;
 
@@ -250,15 +250,30 @@ fn claim_thread_slot() {
 /// mapping.
 #[inline(always)]
 fn alloc(size: usize) -> *mut u8 {
+    match alloc_fast(size) {
+        Some(p) => p.as_ptr(),
+        None => alloc_after_fast(size),
+    }
+}
+
+/// The sheaf pop of [`alloc`], calling nothing (`None`: the rest of the
+/// allocation, [`alloc_after_fast`]).
+#[inline(always)]
+fn alloc_fast(size: usize) -> Option<NonNull<u8>> {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
-        let i = caches::class(size);
-        if caches::built(i) {
-            if let Some(p) = cache(i).alloc_fast::<true>() {
-                return p.as_ptr();
-            }
-        }
-        return alloc_object_slow(i, size);
+        return caches::built_cache(caches::class(size))?.alloc_fast::<true>();
+    }
+    None
+}
+
+/// [`alloc`] after its sheaf pop: the cache's full allocation, or a
+/// large block or mapping.
+#[inline(always)]
+fn alloc_after_fast(size: usize) -> *mut u8 {
+    let size = size.max(1);
+    if size <= KMALLOC_MAX_CACHE_SIZE {
+        return alloc_object_slow(caches::class(size), size);
     }
     alloc_slow(size, MALLOC_ALIGNMENT)
 }
@@ -361,19 +376,64 @@ fn bad(what: &str, p: *mut u8, e: &dyn core::fmt::Display) -> ! {
 /// through the full checked free; large blocks and mappings to the pages.
 #[inline(always)]
 unsafe fn dealloc(p: *mut u8, what: &str) {
-    let Some(nn) = NonNull::new(p) else { return };
-    // The page map names the cache in one byte (a hint: the cache's free
-    // checks the object as always).
-    if let Some(c) = caches::cache_of_tag(PAGES.page_tag(p)) {
-        // SAFETY: as below.
-        match unsafe { c.try_free_fast::<true>(nn) } {
-            Ok(true) => return,
-            Ok(false) => {}
-            Err(e) => bad(what, p, &e),
-        }
-        // SAFETY: as below.
-        return unsafe { dealloc_object_slow(c, nn, what) };
+    // The page map names the cache in one byte (null and anything outside
+    // the heap read 0: no cache), and the cache's inline free validates
+    // the object from the same byte. Every other outcome is a tail call,
+    // so this path needs no stack frame.
+    let byte = PAGES.page_tag(p);
+    if let Some(c) = caches::cache_of_tag(byte) {
+        // SAFETY: a tagged byte is a heap page's: `p` is not null.
+        let nn = unsafe { NonNull::new_unchecked(p) };
+        // SAFETY: C's contract: `p` is a live allocation of ours (bad
+        // input is refused before any change); `byte` is `p`'s page's
+        // byte in the map of `c`'s source (`PAGES`), read after `p`'s
+        // allocation.
+        return match unsafe { c.free_fast_byte(nn, byte) } {
+            FastFree::Freed => {}
+            // SAFETY: as above.
+            FastFree::Slow => unsafe { dealloc_tagged_slow(c, nn, what) },
+            // SAFETY: the object `free_fast_byte` left marked.
+            FastFree::Unpushed => unsafe { dealloc_unpushed(c, nn, what) },
+        };
     }
+    // SAFETY: as above.
+    unsafe { dealloc_untagged(p, what) }
+}
+
+/// A free of a tagged page that the inline free left unchanged: the
+/// cache's other inline paths, then its full free.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only
+unsafe extern "C" fn dealloc_tagged_slow(c: &Cache, p: NonNull<u8>, what: &str) {
+    // SAFETY: C's contract; bad input is refused before any change.
+    match unsafe { c.try_free_fast::<true>(p) } {
+        Ok(true) => {}
+        // SAFETY: as above.
+        Ok(false) => unsafe { dealloc_object_slow(c, p, what) },
+        Err(e) => bad(what, p.as_ptr(), &e),
+    }
+}
+
+/// A free the inline free validated and marked, whose CPU's main sheaf
+/// was full or missing.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only
+unsafe extern "C" fn dealloc_unpushed(c: &Cache, p: NonNull<u8>, what: &str) {
+    // SAFETY: the object `free_fast_byte` left marked, not freed since.
+    if let Err(e) = unsafe { c.free_unpushed(p) } {
+        bad(what, p.as_ptr(), &e)
+    }
+}
+
+/// A free that the page map does not name: null, a slab of a cache
+/// without a tag, a large block or a direct mapping, or bad input.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only
+unsafe extern "C" fn dealloc_untagged(p: *mut u8, what: &str) {
+    let Some(nn) = NonNull::new(p) else { return };
     if let Some(b) = PAGES.block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
@@ -449,7 +509,18 @@ fn usable(p: *mut u8) -> usize {
 /// aligned above 8 bytes; null and `ENOMEM` on exhaustion.
 #[unsafe(no_mangle)]
 pub extern "C" fn malloc(size: size_t) -> *mut c_void {
-    let p = alloc(size);
+    // The pop calls nothing and the rest is a tail call: no stack frame.
+    match alloc_fast(size) {
+        Some(p) => p.as_ptr().cast(),
+        None => malloc_slow(size),
+    }
+}
+
+/// `malloc` after the sheaf pop (`ENOMEM` on exhaustion).
+#[cold]
+#[inline(never)]
+extern "C" fn malloc_slow(size: size_t) -> *mut c_void {
+    let p = alloc_after_fast(size);
     if p.is_null() {
         set_errno(libc::ENOMEM);
     }
@@ -646,6 +717,26 @@ pub extern "C" fn malloc_trim(_pad: size_t) -> c_int {
         c.shrink();
     }
     c_int::from(pages().trim() > 0)
+}
+
+/// For instruction counting under valgrind (which does not implement the
+/// `rseq` system call, so glibc cannot register it): makes the
+/// restartable per-CPU paths run as if the thread were on CPU 0, as
+/// `ci/icount.sh` counts `GlobalSlub`'s
+/// ([`local_lock::rseq::assume_cpu0_for_counting`]). Returns 1 if it
+/// could (glibc 2.35+ keeps an rseq area), 0 otherwise (and on targets
+/// without rseq). Call it before the first allocation of the sizes to
+/// count (a cache picks its path at first use), from a **single-threaded**
+/// process: without the kernel no section is ever restarted, and every
+/// thread would use CPU 0's records. Not for production use.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mm_malloc_count_as_cpu0() -> c_int {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    // SAFETY: the caller's contract (one thread, before the caches' use).
+    if !local_lock::rseq::available() && unsafe { local_lock::rseq::assume_cpu0_for_counting() } {
+        return 1;
+    }
+    0
 }
 
 /// glibc's `struct mallinfo2`.

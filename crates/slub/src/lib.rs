@@ -203,7 +203,7 @@ mod fork;
 mod global;
 
 pub use crate::cache::report::SlabInfo;
-pub use crate::cache::{KmemCache, MAX_NUMNODES, NUMA_NO_NODE};
+pub use crate::cache::{FastFree, KmemCache, MAX_NUMNODES, NUMA_NO_NODE};
 pub use crate::error::{CacheBusy, FreeError, FreeErrorKind};
 #[cfg(all(feature = "std", not(loom)))]
 pub use crate::global::{GlobalPages, GlobalSlub};

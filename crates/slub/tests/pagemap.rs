@@ -178,6 +178,64 @@ fn fast_frees_are_validated_by_the_map() {
     assert_ne!(x, y);
 }
 
+/// The inline free from the caller's own map byte (`free_fast_byte`:
+/// mm-malloc's `free`, which reads the byte to find the cache) takes
+/// what `try_free_fast` takes and changes nothing otherwise, and the full
+/// free it hands the rest to still decides: strided frees over many
+/// slabs all freed inline (pushed, or marked and finished by
+/// `free_unpushed` when the sheaf is full), an interior pointer declined
+/// and then refused as one, a double free with frees between declined
+/// (its marker read) and then refused by `try_free`, and every object
+/// handed out once afterwards.
+#[test]
+fn inline_frees_from_the_callers_map_byte() {
+    use slub::FastFree;
+    let Some(c) = tagged_rseq_cache("pagemap_byte", 192) else {
+        eprintln!("no rseq or no tag left here: nothing to test");
+        return;
+    };
+    let inline = |p: NonNull<u8>| {
+        // SAFETY: objects of `c` (or an interior pointer, declined before
+        // any change), the byte read from `c`'s source's map after the
+        // allocation.
+        unsafe { c.free_fast_byte(p, GlobalPages.page_tag(p.as_ptr())) }
+    };
+    // mm-malloc's composition of the outcomes.
+    let free = |p: NonNull<u8>| -> Result<(), slub::FreeError> {
+        // SAFETY: as above; `Unpushed` is finished once; the slow path
+        // refuses bad input before any change.
+        unsafe {
+            match inline(p) {
+                FastFree::Freed => Ok(()),
+                FastFree::Unpushed => c.free_unpushed(p),
+                FastFree::Slow => c.try_free(p),
+            }
+        }
+    };
+    let objs: Vec<_> = (0..2000).map(|_| c.alloc().unwrap()).collect();
+    let inner = NonNull::new(objs[7].as_ptr().wrapping_add(8)).unwrap();
+    assert_eq!(inline(inner), FastFree::Slow, "an interior pointer");
+    strided_frees(&objs, |p| {
+        if p == inner {
+            return free(p);
+        }
+        match inline(p) {
+            FastFree::Freed => Ok(()),
+            // SAFETY: the object just marked.
+            FastFree::Unpushed => unsafe { c.free_unpushed(p) },
+            FastFree::Slow => panic!("{p:p} sent to the slow path"),
+        }
+    });
+    let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+    free(a).unwrap();
+    free(b).unwrap();
+    assert_eq!(inline(a), FastFree::Slow, "a double free is declined");
+    let e = free(a).unwrap_err();
+    assert!(matches!(e.kind, FreeErrorKind::DoubleFree), "{e}");
+    let (x, y) = (c.alloc().unwrap(), c.alloc().unwrap());
+    assert_ne!(x, y);
+}
+
 /// The inline free's map check (`mapped_object`: the page's byte, then the
 /// offset in the slab by the stride's odd inverse and a rotate, folded
 /// with the object count into one compare) takes every object of both

@@ -57,6 +57,7 @@ mod rev;
 mod sheaf;
 mod slab_path;
 mod this_cpu;
+pub use this_cpu::FastFree;
 
 /// The lock-free part of a CPU's state: `(freelist, tid)` for the lockless
 /// fast path, the CPU slab, statistics. (The rest of `kmem_cache_cpu` is

@@ -123,8 +123,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // the rest of the process (`PageAlloc::page_map`); bytes are
         // only accessed atomically.
         let b = unsafe { AtomicU8::from_ptr(m.map.load(Ordering::Relaxed).add(i)) };
+        self.mapped_object_byte(a, b.load(Ordering::Relaxed))
+    }
+
+    /// [`mapped_object`](Self::mapped_object) with `a`'s page-map byte
+    /// `b` already read by the caller (from this cache's source's map,
+    /// [`PageAlloc::page_map`](buddy::PageAlloc::page_map)). A cache
+    /// whose map check is not filled has no geometry: `false`.
+    #[inline(always)]
+    pub(super) fn mapped_object_byte(&self, a: usize, b: u8) -> bool {
+        let m = &self.mcheck;
         // Another cache's byte (or no slab's) leaves a high bit set.
-        let o = usize::from(b.load(Ordering::Relaxed) ^ m.tag.load(Ordering::Relaxed));
+        let o = usize::from(b ^ m.tag.load(Ordering::Relaxed));
         let Some(g) = m.geom.get(o) else {
             return false;
         };

@@ -48,6 +48,19 @@ macro_rules! rcs_op {
     }};
 }
 
+/// What [`KmemCache::free_fast_byte`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum FastFree {
+    /// Freed: pushed onto the running CPU's main sheaf.
+    Freed,
+    /// Nothing changed: the full free decides (and reports).
+    Slow,
+    /// Validated and marked free, not pushed (the CPU's main sheaf full or
+    /// missing): [`KmemCache::free_unpushed`] finishes it.
+    Unpushed,
+}
+
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The CPUs' sheaf records, for the platform's `this_cpu` operations.
     #[inline(always)]
@@ -257,6 +270,70 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         // SAFETY: forwarded.
         unsafe { self.try_free_fast_slot::<H>(obj) }
+    }
+
+    /// The inline free of a hardened cache the page map names, for a
+    /// front end that has read `ptr`'s page-map byte itself (to find the
+    /// cache, as a size-less `free` does: [`PageAlloc::page_tag`]): the
+    /// map is not read twice, and nothing is called, so a caller whose
+    /// other outcomes are tail calls keeps a fast path without a stack
+    /// frame. The checks are [`try_free_fast`](Self::try_free_fast)'s
+    /// (the byte and the object boundary, the free marker), then the mark
+    /// and one push:
+    /// - [`FastFree::Freed`] when freed;
+    /// - [`FastFree::Slow`] when nothing changed (another kind of cache, first
+    ///   use, a byte or offset the map does not vouch for, an object that
+    ///   reads as free): finish with [`try_free_fast`](Self::try_free_fast)
+    ///   and [`try_free`](Self::try_free), which decide and report;
+    /// - [`FastFree::Unpushed`] when validated and marked free, the running
+    ///   CPU's main sheaf full or missing: finish with
+    ///   [`free_unpushed`](Self::free_unpushed), and with nothing else.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free`](Self::try_free); and `byte` is the byte of `ptr`'s
+    /// page in this cache's source's page map
+    /// ([`PageAlloc::page_map`]), read after `ptr` was allocated (a byte
+    /// of another map, or a stale one, would vouch for what the map does
+    /// not).
+    ///
+    /// [`PageAlloc::page_tag`]: buddy::PageAlloc::page_tag
+    /// [`PageAlloc::page_map`]: buddy::PageAlloc::page_map
+    #[inline(always)]
+    pub unsafe fn free_fast_byte(&self, ptr: NonNull<u8>, byte: u8) -> FastFree {
+        let obj = ptr.as_ptr().expose_provenance();
+        // (Slot 2: hardened caches whose every free reads the marker.)
+        let area = self.fast_area[2].load(CoreOrdering::Acquire);
+        if area == 0 || !self.mapped_object_byte(obj, byte) {
+            return FastFree::Slow;
+        }
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let w = self.fp_word_fast::<true>(obj);
+        if Self::marked_free(w, r) {
+            return FastFree::Slow;
+        }
+        w.store(r, CoreOrdering::Relaxed);
+        let p = self.cpu.platform();
+        if rcs_op!(p.this_cpu_sheaf_push(self.slots_at(area), self.entry_of(obj))) {
+            #[cfg(feature = "stats")]
+            self.stat_here(SlubStat::FREE_PCS);
+            return FastFree::Freed;
+        }
+        FastFree::Unpushed
+    }
+
+    /// Finishes a free that [`free_fast_byte`](Self::free_fast_byte) left
+    /// validated and marked ([`FastFree::Unpushed`]): the sheaf slow path
+    /// (the main sheaf flushed or replaced, the entry pushed).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is the object of that `Unpushed` outcome, not freed since.
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn free_unpushed(&self, ptr: NonNull<u8>) -> Result<(), FreeError> {
+        let obj = ptr.as_ptr().expose_provenance();
+        self.free_rcs_slow(obj, self.entry_of(obj))
     }
 
     /// [`try_free_fast_addr`](Self::try_free_fast_addr) on slot `H` of

@@ -1,0 +1,57 @@
+/* Instruction counts of mm-malloc's malloc + free under callgrind
+ * (ci/icount.sh), as benches/examples/pair_count.rs counts GlobalSlub's:
+ *
+ *   cc -O2 -o pair_count crates/malloc/scripts/pair_count.c -ldl
+ *   LD_PRELOAD=target/release/libmm_malloc.so valgrind --tool=callgrind \
+ *       --callgrind-out-file=/dev/null ./pair_count SHAPE SIZE N
+ *
+ * Run it with two N: the difference of the totals over the difference of
+ * N is one step. SHAPE "pair": malloc(SIZE), touch, free; "churn": a ring
+ * of 64 live objects, each step frees a random one and allocates 16..1023
+ * bytes in its place (SIZE unused). valgrind does not implement rseq, so
+ * the library is told to run its restartable per-CPU paths as CPU 0
+ * (mm_malloc_count_as_cpu0, found with dlsym: under any other allocator
+ * the program runs and counts that allocator). */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((constructor(101))) static void count_as_cpu0(void) {
+    int (*f)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mm_malloc_count_as_cpu0");
+    if (f && !f())
+        fputs("pair_count: mm_malloc_count_as_cpu0 failed: counting the locked paths\n", stderr);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fputs("usage: pair_count pair|churn SIZE N\n", stderr);
+        return 2;
+    }
+    volatile size_t size = strtoul(argv[2], NULL, 10);
+    long n = strtol(argv[3], NULL, 10);
+    if (!strcmp(argv[1], "pair")) {
+        for (long i = 0; i < n; i++) {
+            char *p = malloc(size);
+            *(volatile char *)p = 1;
+            free(p);
+        }
+    } else if (!strcmp(argv[1], "churn")) {
+        void *ring[64];
+        for (int i = 0; i < 64; i++)
+            ring[i] = malloc(16 + i * 15);
+        unsigned x = 1;
+        for (long i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            int k = (x >> 8) & 63;
+            free(ring[k]);
+            ring[k] = malloc(16 + ((x >> 16) & 1007));
+        }
+        for (int i = 0; i < 64; i++)
+            free(ring[i]);
+    } else {
+        fputs("pair_count: shape is pair or churn\n", stderr);
+        return 2;
+    }
+    return 0;
+}
