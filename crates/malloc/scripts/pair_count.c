@@ -8,7 +8,8 @@
  * Run it with two N: the difference of the totals over the difference of
  * N is one step. SHAPE "pair": malloc(SIZE), touch, free; "churn": a ring
  * of 64 live objects, each step frees a random one and allocates 16..1023
- * bytes in its place (SIZE unused). valgrind does not implement rseq, so
+ * bytes in its place (SIZE unused); "batch": 1024 mallocs of SIZE, then
+ * their frees (N a multiple of 1024). valgrind does not implement rseq, so
  * the library is told to run its restartable per-CPU paths as CPU 0
  * (mm_malloc_count_as_cpu0, found with dlsym: under any other allocator
  * the program runs and counts that allocator). */
@@ -25,7 +26,7 @@ __attribute__((constructor(101))) static void count_as_cpu0(void) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fputs("usage: pair_count pair|churn SIZE N\n", stderr);
+        fputs("usage: pair_count pair|churn|batch SIZE N\n", stderr);
         return 2;
     }
     volatile size_t size = strtoul(argv[2], NULL, 10);
@@ -49,8 +50,18 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; i < 64; i++)
             free(ring[i]);
+    } else if (!strcmp(argv[1], "batch")) {
+        /* N objects in rounds of 1024: allocate 1024, then free them in
+         * allocation order (one step = one object's malloc + free) */
+        static void *objs[1024];
+        for (long i = 0; i < n; i += 1024) {
+            for (int k = 0; k < 1024; k++)
+                objs[k] = malloc(size);
+            for (int k = 0; k < 1024; k++)
+                free(objs[k]);
+        }
     } else {
-        fputs("pair_count: shape is pair or churn\n", stderr);
+        fputs("pair_count: shape is pair, churn or batch\n", stderr);
         return 2;
     }
     return 0;

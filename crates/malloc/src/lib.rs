@@ -262,7 +262,9 @@ fn alloc(size: usize) -> *mut u8 {
 fn alloc_fast(size: usize) -> Option<NonNull<u8>> {
     let size = size.max(1);
     if size <= KMALLOC_MAX_CACHE_SIZE {
-        return caches::built_cache(caches::class(size))?.alloc_fast::<true>();
+        // (The checked slot only: the other slot's pop reports a missing
+        // marker, a call; `alloc_object_slow` tries it.)
+        return caches::built_cache(caches::class(size))?.alloc_fast_checked();
     }
     None
 }
@@ -301,7 +303,13 @@ fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
             }
         }
     };
-    match caches::ensure_built(i).alloc() {
+    let c = caches::ensure_built(i);
+    // A hardened cache whose frees may mark blind (no map tag): the other
+    // slot's pop.
+    if let Some(p) = c.alloc_fast::<true>() {
+        return p.as_ptr();
+    }
+    match c.alloc() {
         Some(p) => p.as_ptr(),
         // The caches found no page: what kmalloc can still do.
         None => alloc_slow(size, MALLOC_ALIGNMENT),

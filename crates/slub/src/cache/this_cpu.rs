@@ -208,9 +208,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// whose every free reads the marker
     /// ([`checked_frees`](Self::checked_frees): the page map names it, as
     /// it names `GlobalSlub`'s caches): the pop only clears the marker.
-    /// `None` for any other cache.
+    /// `None` for any other cache. Unlike [`alloc_fast`](Self::alloc_fast)
+    /// it calls nothing (an object without its marker is the other
+    /// slot's), so a front end whose other outcomes are tail calls keeps
+    /// a fast path without a stack frame (mm-malloc's `malloc`).
     #[inline(always)]
-    pub(crate) fn alloc_fast_checked(&self) -> Option<NonNull<u8>> {
+    pub fn alloc_fast_checked(&self) -> Option<NonNull<u8>> {
         self.alloc_fast_at::<true, true>(self.fast_area[2].load(CoreOrdering::Acquire))
     }
 
