@@ -9,7 +9,7 @@
 
 use core::cell::UnsafeCell;
 use core::mem::{align_of, size_of, MaybeUninit};
-use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 
 use local_lock::fork::ForkLocks;
 use local_lock::std_platform::RseqCpu;
@@ -600,34 +600,29 @@ impl ForkLocks for CachesFork {
 /// The caches' fork handlers.
 pub static CACHES_FORK: CachesFork = CachesFork;
 
-/// Cache index + 1 of each page-map tag (0: not one of ours).
-static TAG_CACHE: [AtomicU8; 32] = [const { AtomicU8::new(0) }; 32];
-
-/// Claims a page-map tag for built cache `i` ([`KmemCache::claim_map_tag`],
+/// Gives built cache `i` page-map tag `i + 1` ([`KmemCache::set_map_tag`],
 /// before its first slab): `free` then finds an object's cache from its
-/// page's map byte. Called by the build, under the build lock.
+/// page's map byte by arithmetic ([`cache_of_tag`]). Called by the build,
+/// under the build lock.
 ///
-/// [`KmemCache::claim_map_tag`]: slub::KmemCache::claim_map_tag
+/// [`KmemCache::set_map_tag`]: slub::KmemCache::set_map_tag
 fn claim_map_tag(i: usize) {
-    if let Some(t) = cache(i).claim_map_tag() {
-        TAG_CACHE[usize::from(t)].store(i as u8 + 1, Ordering::Release);
-    }
+    const _: () = assert!(NR_CACHES < 32, "tags are 1..=31");
+    // SAFETY: every cache on `PAGES` (this library's source) is one of
+    // these, each given its own tag `i + 1` here; a cache that cannot take
+    // it keeps none and its frees take the descriptor path.
+    let _ = unsafe { cache(i).set_map_tag(i as u8 + 1) };
 }
 
-/// The cache whose slabs carry page-map byte `b` (0: none).
+/// The cache whose slabs carry page-map byte `b` (0: none): tag `t` is
+/// cache `t - 1` ([`claim_map_tag`]). A tagged page is a slab's, so the
+/// cache was built before the byte was set.
 #[inline(always)]
 pub fn cache_of_tag(b: u8) -> Option<&'static Cache> {
-    match TAG_CACHE[usize::from(b >> 3)].load(Ordering::Acquire) {
-        0 => None,
-        i => {
-            let i = usize::from(i) - 1;
-            // SAFETY: `claim_map_tag` stores `i + 1` for a cache index
-            // `i < NR_CACHES` only (no bounds check, whose panic call
-            // would give `free`'s fast path a stack frame).
-            unsafe { core::hint::assert_unchecked(i < NR_CACHES) };
-            Some(cache(i))
-        }
-    }
+    let t = usize::from(b >> 3);
+    // (`wrapping_sub`: tag 0, no cache, becomes an index out of range.)
+    let i = t.wrapping_sub(1);
+    (i < NR_CACHES).then(|| cache(i))
 }
 
 #[cfg(test)]

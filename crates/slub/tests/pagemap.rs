@@ -178,6 +178,39 @@ fn fast_frees_are_validated_by_the_map() {
     assert_ne!(x, y);
 }
 
+/// A tag given by the caller (`set_map_tag`, mm-malloc's: cache `i`
+/// gets `i + 1`) is the one its slabs carry, before the first slab only,
+/// in `1..=31` only. (Tag 31: this binary's other caches take theirs from
+/// the shared counter, from 1, and are far fewer.)
+#[test]
+fn a_tag_set_by_the_caller_is_the_slabs_tag() {
+    let mk = |name| {
+        KmemCache::<GlobalPages, PerThread>::create(
+            name,
+            80,
+            8,
+            SlabFlags::NONE,
+            GlobalPages,
+            PerThread,
+        )
+        .unwrap()
+    };
+    let c = mk("pagemap_set_tag");
+    // SAFETY: no other cache on `GlobalPages` in this binary has tag 31
+    // (see above); the refused calls change nothing.
+    unsafe {
+        assert!(!c.set_map_tag(0), "tag 0 is no cache's");
+        assert!(!c.set_map_tag(32), "tags are 5 bits");
+        assert!(c.set_map_tag(31));
+        assert!(!c.set_map_tag(30), "a cache keeps its tag");
+    }
+    assert_eq!(c.claim_map_tag(), Some(31));
+    let p = c.alloc().unwrap();
+    assert_eq!(GlobalPages.page_tag(p.as_ptr()) >> 3, 31);
+    // SAFETY: ours, freed once.
+    unsafe { c.free(p) };
+}
+
 /// The inline free from the caller's own map byte (`free_fast_byte`:
 /// mm-malloc's `free`, which reads the byte to find the cache) takes
 /// what `try_free_fast` takes and changes nothing otherwise, and the full

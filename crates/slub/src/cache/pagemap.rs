@@ -232,6 +232,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.map_tag_now().map(|t| t >> 3)
     }
 
+    /// Gives this cache page-map tag `t` (`1..=31`) instead of the next
+    /// free one, before its first slab: for a front end whose caches
+    /// share one source and which finds a cache from its tag by
+    /// arithmetic (mm-malloc's `free`: cache `t - 1`), without a table
+    /// load on the way. `false` (nothing changed) when the cache has a
+    /// tag (or its "none") already, `t` is out of range, or the source
+    /// keeps no map.
+    ///
+    /// # Safety
+    ///
+    /// No other cache whose slabs come from the same source has or will
+    /// have tag `t`: the caller owns the tags of its source (it gives
+    /// every cache on that source its tag this way, each a different
+    /// one; caches on other sources, with other maps, may share `t`).
+    pub unsafe fn set_map_tag(&self, t: u8) -> bool {
+        if t == 0 || t > MAX_TAG || !self.source.has_page_tags() {
+            return false;
+        }
+        self.map_tag
+            .compare_exchange(0, t << 3, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Tags the pages of a new slab (headed at `base`, of `order`).
     pub(super) fn map_slab(&self, base: NonNull<u8>, order: Order) {
         if order.get() <= MAX_MAP_ORDER {
