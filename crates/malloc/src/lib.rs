@@ -84,12 +84,7 @@ use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
 use slub::{GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
 
-use crate::pages::PAGES;
-
-/// The shared pages (pcp over the buddy).
-fn pages() -> &'static pcp::GlobalPcp {
-    &PAGES
-}
+use crate::pages::pages;
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
 /// bytes (every kmalloc class from 16 on is aligned to 16 or more).
@@ -147,6 +142,8 @@ fn init() {
         }
         return;
     }
+    // SAFETY: the first thing of the one init, before any allocation.
+    unsafe { pages::init_pages() };
     let s = env::read();
     apply_env(&s);
     // The lists' bounds (before any page goes through them: init runs
@@ -364,7 +361,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
     // The page map names the cache in one byte (a hint: the cache's free
     // checks the object as always).
-    if let Some(c) = caches::cache_of_tag(PAGES.page_tag(p)) {
+    if let Some(c) = caches::cache_of_tag(pages().page_tag(p)) {
         // SAFETY: as below.
         match unsafe { c.try_free_fast::<true>(nn) } {
             Ok(true) => return,
@@ -374,7 +371,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
         // SAFETY: as below.
         return unsafe { dealloc_object_slow(c, nn, what) };
     }
-    if let Some(b) = PAGES.block_of(p) {
+    if let Some(b) = pages().block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -424,7 +421,7 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 /// object size of an intermediate class.
 #[inline]
 fn usable(p: *mut u8) -> usize {
-    if let Some(b) = PAGES.block_of(p) {
+    if let Some(b) = pages().block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -602,7 +599,7 @@ pub extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 }
 
 fn page_size() -> usize {
-    PAGES.page_size()
+    pages().page_size()
 }
 
 /// `valloc(3)`: page aligned.

@@ -307,6 +307,35 @@ fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
     Some(v)
 }
 
+/// The library's `.data` is small and the pages' heap (`PAGES_CELL`, 55
+/// KiB, zero but for its last page) is in `.bss`: `.data` is a private
+/// file mapping whose first read of a page maps the 16 pages around it
+/// (fault-around), and with the heap there every process had all of
+/// `.data` resident (64 KiB; 8 after, the heap's 5 pages touched in
+/// `.bss`, in the fork loop's shell).
+#[test]
+fn writable_data_is_small_and_the_heap_in_bss() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Some(secs) = sections(&so) else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let data = secs.iter().find(|s| s.0 == ".data").map_or(0, |s| s.2);
+    assert!(data <= 8 << 10, ".data is {data} bytes: {secs:?}");
+    let Ok(o) = Command::new("nm").arg(&so).output() else {
+        return;
+    };
+    let syms = String::from_utf8_lossy(&o.stdout);
+    let cell = syms
+        .lines()
+        .find(|l| l.contains("5pages10PAGES_CELL"))
+        .expect("a PAGES_CELL symbol");
+    assert!(
+        cell.split_whitespace().nth(1) == Some("b"),
+        "PAGES_CELL not in .bss: {cell}"
+    );
+}
+
 /// The relative relocations are packed (`-z pack-relative-relocs`,
 /// `DT_RELR`, glibc 2.36): 1137 of them took 27 KiB of `.rela.dyn` at the
 /// head of the read-only segment, which pushed `.rodata` past its first
