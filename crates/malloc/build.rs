@@ -259,8 +259,24 @@ fn script() -> String {
     s += "    *(__rseq_failure)\n    *(.plt)\n  }\n";
     s += COLD;
     s += "} INSERT BEFORE .text;\n";
+    s += UNWIND;
     s
 }
+
+/// The unwinding tables (`.eh_frame`, its index `.eh_frame_hdr`, the
+/// landing pads' `.gcc_except_table`), read only when a frame of the
+/// library is unwound (never, but for a thread cancelled inside it), in a
+/// read-only segment of their own after the code: at the end of the
+/// first one, after `.rodata`, they were inside its first 64 KiB, which
+/// fault-around maps whole into every process (the dynamic symbols and
+/// `.rodata` are read at start).
+const UNWIND: &str = "\
+SECTIONS {
+  .gcc_except_table : { *(.gcc_except_table .gcc_except_table.*) }
+  .eh_frame_hdr : { *(.eh_frame_hdr) }
+  .eh_frame : { KEEP(*(.eh_frame)) }
+} INSERT AFTER .text;
+";
 
 /// The cold part of the script.
 const COLD: &str = "\

@@ -336,6 +336,40 @@ fn writable_data_is_small_and_the_heap_in_bss() {
     );
 }
 
+/// The unwinding tables (`.eh_frame`, `.eh_frame_hdr`,
+/// `.gcc_except_table`, read only to unwind a frame of the library) come
+/// after the code, not at the end of the first read-only segment: there
+/// they filled its first 64 KiB, which fault-around maps whole into every
+/// process (the dynamic symbols and `.rodata` are read at start): 64 KiB
+/// of it resident, 36 after (in the fork loop's shell).
+#[test]
+fn unwind_tables_follow_the_code() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Some(secs) = sections(&so) else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let hot = find(".text.malloc_hot").expect("a .text.malloc_hot section");
+    for n in [".eh_frame", ".eh_frame_hdr", ".gcc_except_table"] {
+        if let Some(u) = find(n) {
+            assert!(u.1 > hot.1, "{n} after the code: {secs:?}");
+        }
+    }
+    // What is left before the code (with lld: the dynamic symbols,
+    // relocations and `.rodata`) is within one fault-around window.
+    let before = secs
+        .iter()
+        .filter(|s| s.1 != 0 && s.1 < hot.1)
+        .map(|s| s.1 + s.2)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        before <= 64 << 10,
+        "{before} bytes before the code: {secs:?}"
+    );
+}
+
 /// The relative relocations are packed (`-z pack-relative-relocs`,
 /// `DT_RELR`, glibc 2.36): 1137 of them took 27 KiB of `.rela.dyn` at the
 /// head of the read-only segment, which pushed `.rodata` past its first
