@@ -260,8 +260,27 @@ fn script() -> String {
     s += COLD;
     s += "} INSERT BEFORE .text;\n";
     s += UNWIND;
+    s += BIG_BSS;
     s
 }
+
+/// The library's large zero statics (the pages' heap, the caches' slots,
+/// the build scratch, the Rust arena: all page-aligned or page-sized,
+/// each touched a few pages at a time) in an output section after `.bss`:
+/// among them, the small statics (locks, flags, the fork table) that
+/// every process writes were spread over five pages between them
+/// (`.data`'s two, then `.bss`'s start, after the heap, after the
+/// scratch); together they are three.
+const BIG_BSS: &str = "\
+SECTIONS {
+  .bss.big (NOLOAD) : {
+    *(.bss.*5pages10PAGES_CELL*)
+    *(.bss.*6caches6CACHES*)
+    *(.bss.*6caches7SCRATCH*)
+    *(.bss.*5arena5BYTES*)
+  }
+} INSERT AFTER .bss;
+";
 
 /// The unwinding tables (`.eh_frame`, its index `.eh_frame_hdr`, the
 /// landing pads' `.gcc_except_table`), read only when a frame of the

@@ -308,7 +308,7 @@ fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
 }
 
 /// The library's `.data` is small and the pages' heap (`PAGES_CELL`, 55
-/// KiB, zero but for its last page) is in `.bss`: `.data` is a private
+/// KiB, zero but for its last page) is zero data (`.bss.big`): `.data` is a private
 /// file mapping whose first read of a page maps the 16 pages around it
 /// (fault-around), and with the heap there every process had all of
 /// `.data` resident (64 KiB; 8 after, the heap's 5 pages touched in
@@ -320,8 +320,17 @@ fn writable_data_is_small_and_the_heap_in_bss() {
         eprintln!("no readelf: skipped");
         return;
     };
-    let data = secs.iter().find(|s| s.0 == ".data").map_or(0, |s| s.2);
+    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let data = find(".data").map_or(0, |s| s.2);
     assert!(data <= 8 << 10, ".data is {data} bytes: {secs:?}");
+    // The small statics every process writes, `.data`'s and `.bss`'s,
+    // share three pages: the large zero ones (the heap, the caches'
+    // slots, the scratch, the arena) are after them (`.bss.big`, see
+    // build.rs), not among them (five pages).
+    if let (Some(d), Some(b)) = (find(".data"), find(".bss")) {
+        let pages = (b.1 + b.2).div_ceil(4096) - d.1 / 4096;
+        assert!(pages <= 3, ".data and .bss on {pages} pages: {secs:?}");
+    }
     let Ok(o) = Command::new("nm").arg(&so).output() else {
         return;
     };
