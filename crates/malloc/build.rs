@@ -270,8 +270,12 @@ fn script() -> String {
 /// among them, the small statics (locks, flags, the fork table) that
 /// every process writes were spread over five pages between them
 /// (`.data`'s two, then `.bss`'s start, after the heap, after the
-/// scratch); together they are three.
+/// scratch); together, `.data` starting a page (`.data.head`: it began
+/// 2 KiB into one), they are two.
 const BIG_BSS: &str = "\
+SECTIONS {
+  .data.head : ALIGN(0x1000) { __mm_malloc_data_head = .; }
+} INSERT BEFORE .data;
 SECTIONS {
   .bss.big (NOLOAD) : {
     *(.bss.*5pages10PAGES_CELL*)
