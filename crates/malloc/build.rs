@@ -264,8 +264,47 @@ fn script() -> String {
     s += "    *(__rseq_failure)\n    *(.plt)\n  }\n";
     s += COLD;
     s += "} INSERT BEFORE .text;\n";
+    s += UNWIND;
+    s += BIG_BSS;
     s
 }
+
+/// The library's large zero statics (the pages' heap, the caches' slots,
+/// the build scratch, the Rust arena: all page-aligned or page-sized,
+/// each touched a few pages at a time) in an output section after `.bss`:
+/// among them, the small statics (locks, flags, the fork table) that
+/// every process writes were spread over five pages between them
+/// (`.data`'s two, then `.bss`'s start, after the heap, after the
+/// scratch); together, `.data` starting a page (`.data.head`: it began
+/// 2 KiB into one), they are two.
+const BIG_BSS: &str = "\
+SECTIONS {
+  .data.head : ALIGN(0x1000) { __mm_malloc_data_head = .; }
+} INSERT BEFORE .data;
+SECTIONS {
+  .bss.big (NOLOAD) : {
+    *(.bss.*5pages10PAGES_CELL*)
+    *(.bss.*6caches6CACHES*)
+    *(.bss.*6caches7SCRATCH*)
+    *(.bss.*5arena5BYTES*)
+  }
+} INSERT AFTER .bss;
+";
+
+/// The unwinding tables (`.eh_frame`, its index `.eh_frame_hdr`, the
+/// landing pads' `.gcc_except_table`), read only when a frame of the
+/// library is unwound (never, but for a thread cancelled inside it), in a
+/// read-only segment of their own after the code: at the end of the
+/// first one, after `.rodata`, they were inside its first 64 KiB, which
+/// fault-around maps whole into every process (the dynamic symbols and
+/// `.rodata` are read at start).
+const UNWIND: &str = "\
+SECTIONS {
+  .gcc_except_table : { *(.gcc_except_table .gcc_except_table.*) }
+  .eh_frame_hdr : { *(.eh_frame_hdr) }
+  .eh_frame : { KEEP(*(.eh_frame)) }
+} INSERT AFTER .text;
+";
 
 /// The cold part of the script.
 const COLD: &str = "\

@@ -10,7 +10,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use slub::SlabSource;
 
-use crate::pages::{heap, PAGES};
+use crate::pages::{heap, pages};
 
 /// The arena's size: a panic's message, its payload and a backtrace's
 /// symbols (`.bss`: no memory until used).
@@ -87,7 +87,7 @@ unsafe impl GlobalAlloc for RustAlloc {
     }
     unsafe fn dealloc(&self, p: *mut u8, _l: Layout) {
         // Arena blocks and the mappings made when it ran out stay.
-        let ours = PAGES.block_of(p).is_some() || heap().direct_size(p).is_some();
+        let ours = pages().block_of(p).is_some() || heap().direct_size(p).is_some();
         if !Self::in_arena(p) && ours {
             // SAFETY: one of ours (GlobalAlloc's contract).
             unsafe { crate::dealloc(p, "free") }

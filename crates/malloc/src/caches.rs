@@ -113,7 +113,7 @@ fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves
         align,
         flags,
         Geometry::new(64),
-        &crate::pages::PAGES,
+        crate::pages::pages(),
         RseqCpu::new(),
     ));
     c.set_kmalloc_index(i);
@@ -637,7 +637,7 @@ mod tests {
         for i in 0..NR_CACHES {
             let c = ensure_built(i);
             let p = c.alloc().unwrap();
-            let t = crate::pages::PAGES.page_tag(p.as_ptr());
+            let t = crate::pages::pages().page_tag(p.as_ptr());
             let back = cache_of_tag(t).expect("tagged");
             assert!(core::ptr::eq(back, c), "{}", name(i));
             // SAFETY: ours, freed once.

@@ -1,5 +1,5 @@
 //! Blocks above the largest class: kmalloc's large path (`kmalloc_large`:
-//! a block of whole pages from [`PAGES`] tagged `TAG_LARGE`; beyond
+//! a block of whole pages from [`pages`](crate::pages::pages) tagged `TAG_LARGE`; beyond
 //! the largest order, a recorded direct mapping), done here over the page
 //! source directly, as slub's `Kmalloc` does it, so the library carries no
 //! `Kmalloc` whose 13 caches would sit unused in its image (what a process
@@ -8,7 +8,7 @@
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering;
 
-use crate::pages::{heap, PAGES};
+use crate::pages::{heap, pages};
 use buddy::{AllocFlags, Order, PageAlloc};
 use slub::slab::TAG_LARGE;
 
@@ -35,7 +35,7 @@ fn mmap_threshold() -> usize {
 /// `kmalloc_large(size, align)`: null when memory runs out. `zeroed`: a
 /// block the page allocator knows to be zero is not cleared again.
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
-    let src = &PAGES;
+    let src = pages();
     if size >= mmap_threshold() && align <= src.page_size() {
         if let Some(p) = PageAlloc::alloc_direct(heap(), size, align) {
             return p.as_ptr();
@@ -71,7 +71,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
 ///
 /// `p` is a live allocation of this library, not used afterwards.
 pub unsafe fn free(p: NonNull<u8>) -> Result<(), &'static str> {
-    let src = &PAGES;
+    let src = pages();
     let Some(b) = src.block_of(p.as_ptr()) else {
         // SAFETY: the caller's contract: if it is a direct mapping, it is
         // one of ours, given back.
@@ -94,7 +94,7 @@ pub unsafe fn free(p: NonNull<u8>) -> Result<(), &'static str> {
 
 /// The usable size of a large block or a direct mapping starting at `p`.
 pub fn size(p: *mut u8) -> Result<usize, &'static str> {
-    let src = &PAGES;
+    let src = pages();
     match src.block_of(p) {
         Some(b) if b.owner.tag().load(Ordering::Relaxed) == TAG_LARGE && b.head.as_ptr() == p => {
             Ok(src.page_size() << b.order.get())
@@ -118,7 +118,7 @@ pub fn size(p: *mut u8) -> Result<usize, &'static str> {
 /// `p` is a live allocation of this library; when `Some` is returned, only
 /// the returned address is used afterwards.
 pub unsafe fn remap(p: *mut u8, size: usize) -> Option<*mut u8> {
-    let src = &PAGES;
+    let src = pages();
     if size < mmap_threshold() || src.block_of(p).is_some() {
         return None;
     }

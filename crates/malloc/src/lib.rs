@@ -84,12 +84,7 @@ use local_lock::Platform;
 use slub::slab::{tag_kmalloc_index, TAG_KIND, TAG_SLAB};
 use slub::{FastFree, GlobalSlub, KMALLOC_MAX_CACHE_SIZE};
 
-use crate::pages::PAGES;
-
-/// The shared pages (pcp over the buddy).
-fn pages() -> &'static pcp::GlobalPcp {
-    &PAGES
-}
+use crate::pages::pages;
 
 /// `MALLOC_ALIGNMENT`: what `malloc` guarantees for requests above 8
 /// bytes (every kmalloc class from 16 on is aligned to 16 or more).
@@ -147,6 +142,8 @@ fn init() {
         }
         return;
     }
+    // SAFETY: the first thing of the one init, before any allocation.
+    unsafe { pages::init_pages() };
     let s = env::read();
     apply_env(&s);
     // The lists' bounds (before any page goes through them: init runs
@@ -388,7 +385,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     // the heap read 0: no cache), and the cache's inline free validates
     // the object from the same byte. Every other outcome is a tail call,
     // so this path needs no stack frame.
-    let byte = PAGES.page_tag(p);
+    let byte = pages().page_tag(p);
     if let Some(c) = caches::cache_of_tag(byte) {
         // SAFETY: a tagged byte is a heap page's: `p` is not null.
         let nn = unsafe { NonNull::new_unchecked(p) };
@@ -442,7 +439,7 @@ unsafe extern "C" fn dealloc_unpushed(c: &Cache, p: NonNull<u8>, what: &str) {
 #[allow(improper_ctypes_definitions)] // called from Rust only
 unsafe extern "C" fn dealloc_untagged(p: *mut u8, what: &str) {
     let Some(nn) = NonNull::new(p) else { return };
-    if let Some(b) = PAGES.block_of(p) {
+    if let Some(b) = pages().block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -492,7 +489,7 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 /// object size of an intermediate class.
 #[inline]
 fn usable(p: *mut u8) -> usize {
-    if let Some(b) = PAGES.block_of(p) {
+    if let Some(b) = pages().block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {
             let Some(c) = cache_of_index(tag_kmalloc_index(tag)) else {
@@ -681,7 +678,7 @@ pub extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
 }
 
 fn page_size() -> usize {
-    PAGES.page_size()
+    pages().page_size()
 }
 
 /// `valloc(3)`: page aligned.

@@ -1,10 +1,12 @@
 //! The pages under mm-malloc: a pcp over a buddy of the library's own
-//! ([`PAGES`]), not slub's shared `GlobalPages`, so that its purge policy
+//! ([`pages`]), not slub's shared `GlobalPages`, so that its purge policy
 //! can be a C allocator's ([`PURGE`]) while Rust programs' `GlobalSlub`
-//! keeps the std heap's. Its caches take `&PAGES` as their page source
+//! keeps the std heap's. Its caches take `pages()` as their page source
 //! (`PageAlloc for &T`); large blocks and direct mappings go to it (and
 //! to its buddy, [`heap`]) directly.
 
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use buddy::{Config, GlobalBuddy, PurgePolicy, GLOBAL_CONFIG};
@@ -47,13 +49,92 @@ pub const PCP_BATCH_HIGH: (usize, usize) = (31, 63);
 /// The buddy's shape: the std heap's ([`GLOBAL_CONFIG`]) with [`PURGE`].
 pub const CONFIG: Config = GLOBAL_CONFIG.with_purge(PURGE);
 
-/// mm-malloc's pages (pcp lists over its buddy).
-pub static PAGES: GlobalPcp = GlobalPcp::with_config(CONFIG);
+/// mm-malloc's pages (pcp lists over its buddy): [`PAGES_CELL`]'s
+/// [`GlobalPcp::with_config`]`(`[`CONFIG`]`)`, written by [`init_pages`].
+#[inline(always)]
+pub fn pages() -> &'static GlobalPcp {
+    // SAFETY: `init_pages` (the library's init, before its first
+    // allocation) wrote the heap's bytes over the zero cell; before that
+    // the cell is all zero, which the lookups a `free` makes before init
+    // (`page_tag`, `block_of`: only for a pointer that cannot be ours)
+    // read as an empty heap.
+    unsafe { (*PAGES_CELL.0.get()).assume_init_ref() }
+}
 
-/// The buddy under [`PAGES`]: direct mappings, purge, statistics.
+/// Where [`pages`] lives: zero, in `.bss`, until [`init_pages`] writes the
+/// heap's non-zero bytes, all of them in its last page ([`TAIL_FROM`]).
+///
+/// Why not a `static` of `GlobalPcp::with_config(CONFIG)`: its 55 KiB
+/// (the pcp's per-thread lists and counters, the buddy's spans, free
+/// lists and tags) are zero but for 3 KiB of settings and sentinels at
+/// its end, yet that put all of it in `.data`, a private file mapping
+/// whose first read of a page maps the 16 pages around it (fault-around):
+/// every process had the library's `.data` resident whole (64 KiB). In
+/// `.bss` a page costs only once written or read as non-zero: a shell
+/// has 3 of its 14 pages resident (measured, see the commit).
+#[repr(C, align(4096))]
+pub struct PagesCell(UnsafeCell<MaybeUninit<GlobalPcp>>);
+
+// SAFETY: written once by `init_pages` before any other thread can reach
+// it (the library's init), shared (`&`, a `Sync` heap) afterwards.
+unsafe impl Sync for PagesCell {}
+
+/// The storage of [`pages`].
+pub static PAGES_CELL: PagesCell = PagesCell(UnsafeCell::new(MaybeUninit::zeroed()));
+
+/// The heap's bytes, as `with_config` makes them (never a heap itself:
+/// copied in part by [`init_pages`]).
+// (a `const`, not in the library: only `TAIL` is, its last page)
+#[allow(clippy::large_const_arrays)]
+const IMAGE: [MaybeUninit<u64>; WORDS] =
+    // SAFETY: any bytes are valid `MaybeUninit`s; the heap holds no
+    // address of itself (a copy of its bytes is the heap).
+    unsafe { core::mem::transmute(GlobalPcp::with_config(CONFIG)) };
+
+/// The heap's size in words.
+const WORDS: usize = size_of::<GlobalPcp>() / 8;
+const _: () = assert!(size_of::<GlobalPcp>().is_multiple_of(8) && align_of::<GlobalPcp>() <= 4096);
+
+/// The first word of [`IMAGE`]'s last page: the words before it are all
+/// zero (checked by the test `image_is_zero_before_its_tail`), so that
+/// [`init_pages`] writes only that page.
+pub const TAIL_FROM: usize = size_of::<GlobalPcp>() / 4096 * 4096 / 8;
+const _: () = assert!(TAIL_FROM > 0 && TAIL_FROM < WORDS);
+
+/// [`IMAGE`]'s words from [`TAIL_FROM`] on (in `.rodata`).
+static TAIL: [MaybeUninit<u64>; WORDS - TAIL_FROM] = {
+    let mut t = [MaybeUninit::zeroed(); WORDS - TAIL_FROM];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = IMAGE[TAIL_FROM + i];
+        i += 1;
+    }
+    t
+};
+
+/// Writes the heap of [`pages`]: its last page's words ([`TAIL`]) over
+/// the zero cell, the rest being zero already.
+///
+/// # Safety
+///
+/// Once, before any other use of [`pages`] but the pre-init lookups, on
+/// one thread (the library's init).
+pub unsafe fn init_pages() {
+    // SAFETY: the cell's last words, this thread's alone (the caller's
+    // contract); `TAIL` does not overlap it.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            TAIL.as_ptr(),
+            PAGES_CELL.0.get().cast::<MaybeUninit<u64>>().add(TAIL_FROM),
+            TAIL.len(),
+        )
+    };
+}
+
+/// The buddy under [`pages`]: direct mappings, purge, statistics.
 #[inline(always)]
 pub fn heap() -> &'static GlobalBuddy {
-    PAGES.pcp().source()
+    pages().pcp().source()
 }
 
 /// The fork handlers of [`PAGES`] (its pcp's at `level::PAGES`, its
@@ -84,7 +165,7 @@ impl PagesFork {
         if self.buddy {
             heap()
         } else {
-            &PAGES
+            pages()
         }
     }
 
@@ -164,17 +245,44 @@ mod tests {
     /// `high` (the std heap's 378 before).
     #[test]
     fn freed_pages_on_the_lists_are_bounded() {
-        assert_eq!(PAGES.pcp().batch_high(), PCP_BATCH_HIGH);
+        assert_eq!(pages().pcp().batch_high(), PCP_BATCH_HIGH);
         // Slabs emptied by frees go back to the page lists.
         for size in [1000, 3000, 12 << 10] {
             burst(size, 2000);
         }
-        let l = PAGES.pcp().local_lists();
+        let l = pages().pcp().local_lists();
         assert!(l.high <= PCP_BATCH_HIGH.1, "the list's high: {}", l.high);
         assert!(
             l.count <= PCP_BATCH_HIGH.1,
             "{} pages left on the lists",
             l.count
         );
+    }
+
+    /// [`init_pages`] writes only the heap's last page ([`TAIL_FROM`] on):
+    /// every word before it is zero in `with_config`'s heap (a field of
+    /// the pcp or the buddy given a non-zero initial value before its last
+    /// page fails this; [`TAIL_FROM`] must then move).
+    #[test]
+    fn image_is_zero_before_its_tail() {
+        let img = Box::new(IMAGE);
+        let words = img.as_ptr().cast::<u64>();
+        for w in 0..TAIL_FROM {
+            // SAFETY: within the image; read as a plain word, padding
+            // included (as `copy_nonzero_words` does).
+            let v = unsafe { words.add(w).read_volatile() };
+            assert_eq!(v, 0, "word {w} of {WORDS} ({:#x}) is not zero", w * 8);
+        }
+    }
+
+    /// The storage is page-aligned (its tail one page) and after init holds
+    /// the heap's settings ([`CONFIG`], the lists' bounds).
+    #[test]
+    fn the_heap_was_written_at_init() {
+        // SAFETY: a block of ours, freed once.
+        unsafe { crate::free(crate::malloc(1)) };
+        assert!((&raw const PAGES_CELL).addr().is_multiple_of(4096));
+        assert_eq!(pages().pcp().batch_high(), PCP_BATCH_HIGH);
+        assert_eq!(*heap().buddy().config(), CONFIG);
     }
 }

@@ -307,6 +307,78 @@ fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
     Some(v)
 }
 
+/// The library's `.data` is small and the pages' heap (`PAGES_CELL`, 55
+/// KiB, zero but for its last page) is zero data (`.bss.big`): `.data` is a private
+/// file mapping whose first read of a page maps the 16 pages around it
+/// (fault-around), and with the heap there every process had all of
+/// `.data` resident (64 KiB; 8 after, the heap's 5 pages touched in
+/// `.bss`, in the fork loop's shell).
+#[test]
+fn writable_data_is_small_and_the_heap_in_bss() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Some(secs) = sections(&so) else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let data = find(".data").map_or(0, |s| s.2);
+    assert!(data <= 8 << 10, ".data is {data} bytes: {secs:?}");
+    // The small statics every process writes, `.data`'s and `.bss`'s,
+    // share two pages: the large zero ones (the heap, the caches'
+    // slots, the scratch, the arena) are after them (`.bss.big`, see
+    // build.rs), not among them (five pages).
+    if let (Some(d), Some(b)) = (find(".data"), find(".bss")) {
+        let pages = (b.1 + b.2).div_ceil(4096) - d.1 / 4096;
+        assert!(pages <= 2, ".data and .bss on {pages} pages: {secs:?}");
+    }
+    let Ok(o) = Command::new("nm").arg(&so).output() else {
+        return;
+    };
+    let syms = String::from_utf8_lossy(&o.stdout);
+    let cell = syms
+        .lines()
+        .find(|l| l.contains("5pages10PAGES_CELL"))
+        .expect("a PAGES_CELL symbol");
+    assert!(
+        cell.split_whitespace().nth(1) == Some("b"),
+        "PAGES_CELL not in .bss: {cell}"
+    );
+}
+
+/// The unwinding tables (`.eh_frame`, `.eh_frame_hdr`,
+/// `.gcc_except_table`, read only to unwind a frame of the library) come
+/// after the code, not at the end of the first read-only segment: there
+/// they filled its first 64 KiB, which fault-around maps whole into every
+/// process (the dynamic symbols and `.rodata` are read at start): 64 KiB
+/// of it resident, 36 after (in the fork loop's shell).
+#[test]
+fn unwind_tables_follow_the_code() {
+    let so = artifacts().join("libmm_malloc.so");
+    let Some(secs) = sections(&so) else {
+        eprintln!("no readelf: skipped");
+        return;
+    };
+    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let hot = find(".text.malloc_hot").expect("a .text.malloc_hot section");
+    for n in [".eh_frame", ".eh_frame_hdr", ".gcc_except_table"] {
+        if let Some(u) = find(n) {
+            assert!(u.1 > hot.1, "{n} after the code: {secs:?}");
+        }
+    }
+    // What is left before the code (with lld: the dynamic symbols,
+    // relocations and `.rodata`) is within one fault-around window.
+    let before = secs
+        .iter()
+        .filter(|s| s.1 != 0 && s.1 < hot.1)
+        .map(|s| s.1 + s.2)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        before <= 64 << 10,
+        "{before} bytes before the code: {secs:?}"
+    );
+}
+
 /// The relative relocations are packed (`-z pack-relative-relocs`,
 /// `DT_RELR`, glibc 2.36): 1137 of them took 27 KiB of `.rela.dyn` at the
 /// head of the read-only segment, which pushed `.rodata` past its first
