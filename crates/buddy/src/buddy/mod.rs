@@ -218,6 +218,33 @@ impl<P: Platform> Buddy<P> {
     }
 }
 
+/// `r` itself, through an empty `asm!` the optimiser cannot see through:
+/// the addresses of `r`'s fields are then worked out where they are used
+/// (folded into each load's addressing mode), not hoisted out of a
+/// caller's loop by LLVM's loop-invariant code motion, which kept them in
+/// registers it then spilled to the stack (no rematerialisation of an
+/// address off a register): a loop of page frees paid a store of each
+/// before the loop and a reload and a second load at each use (issue #22:
+/// seven field addresses of the free path). No instruction; elsewhere `r`.
+#[inline(always)]
+pub(crate) fn unhoisted<T>(r: &T) -> &T {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    {
+        let mut p = r as *const T;
+        // SAFETY: an empty template: no instruction, no memory access;
+        // `p` comes back unchanged. (A pointer into a `nomem` block on
+        // purpose: nothing reads through it there.)
+        #[allow(clippy::pointers_in_nomem_asm_block)]
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) p, options(nomem, nostack, preserves_flags))
+        };
+        // SAFETY: `p` is `r`, valid for as long as `r`.
+        unsafe { &*p }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    r
+}
+
 impl<P> fmt::Debug for Buddy<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Buddy")
