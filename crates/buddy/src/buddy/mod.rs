@@ -181,10 +181,12 @@ impl<P: Platform> Buddy<P> {
         let flags = self.platform.irq_save();
         // Contended: spins briefly, then (std on Linux) sleeps in the kernel,
         // as `spinlock_t` does on PREEMPT_RT (see `SpinLock`).
-        let inner = self.zones[zone].lock.lock();
+        // (The zone's field addresses at their uses: `unhoisted`.)
+        let z = unhoisted(&self.zones[zone]);
+        let inner = z.lock.lock();
         ZoneGuard {
             inner: ManuallyDrop::new(inner),
-            nr_free: &self.zones[zone].nr_free,
+            nr_free: &z.nr_free,
             platform: &self.platform,
             flags,
             _not_send: PhantomData,
