@@ -566,8 +566,12 @@ impl ZoneInner {
         let mut half = high.pages() * core::mem::size_of::<PageDesc>();
         let mut bytes = cfg.block_size(high);
         let mut m = high;
+        // The state of a free head of `m`, one order down each step (not
+        // worked out from `m` at each: a mask and an add, issue #22).
+        let mut st = make_state(KIND_FREE, high, 0);
         while m > order {
             m = m.minus(1);
+            st -= 1 << ORDER_SHIFT;
             half >>= 1;
             bytes >>= 1;
             // SAFETY: the block lies in one span, so its descriptors are
@@ -582,9 +586,9 @@ impl ZoneInner {
             // list.
             unsafe {
                 (*hd).aux.store(p.wrapping_add(bytes), Ordering::Relaxed);
-                (*hd)
-                    .state
-                    .store(make_state(KIND_FREE, m, hz | purged), Ordering::Relaxed);
+                // (`hz | purged` are PG_zero and `PURGED` bits only:
+                // `make_state`'s mask is not needed.)
+                (*hd).state.store(st | hz | purged, Ordering::Relaxed);
                 self.add(hd, m, hz == ZERO_FULL, false);
             }
             if !DIRTY {

@@ -150,13 +150,14 @@ impl<P: Platform> Buddy<P> {
         flags: FreeFlags,
         purged: bool,
     ) -> Result<(), FreeError> {
+        let this = super::unhoisted(self);
         let addr = ptr.as_ptr() as usize;
         // (`locate_ok`, not `locate`: no `Result` carrying the span to move
         // through the hot path.)
-        let Some((found, pfn)) = self.locate_ok(addr, order) else {
-            return Err(self.locate_err(addr, order));
+        let Some((found, pfn)) = this.locate_ok(addr, order) else {
+            return Err(this.locate_err(addr, order));
         };
-        let zone = self.zone_in(&found, addr);
+        let zone = this.zone_in(&found, addr);
         let zero = purged || flags.contains(FreeFlags::ZERO);
         let desc = found.desc_unchecked(pfn);
         // Whether the holder left owner words set, read before the lock
@@ -165,7 +166,7 @@ impl<P: Platform> Buddy<P> {
         // the free passed its check (a rejected free changes nothing).
         // SAFETY: `desc` is in the span's memmap (`locate_ok`).
         let clean = unsafe { (*desc).owner_clean() };
-        let mut g = self.lock_zone(zone);
+        let mut g = this.lock_zone(zone);
         // A zero tag is no per-CPU list's: with clean owner words only the
         // state needs checking (the tag is the lists', set and cleared
         // under the pcp's lock, not this one: reading it before the zone
@@ -178,7 +179,7 @@ impl<P: Platform> Buddy<P> {
             free_ok(desc, order)
         };
         if !ok {
-            return Err(self.reject_free(g, pfn, addr, order));
+            return Err(this.reject_free(g, pfn, addr, order));
         }
         if !clean {
             // SAFETY: as above; validated, and the caller gives it up.
@@ -186,7 +187,7 @@ impl<P: Platform> Buddy<P> {
         }
         #[cfg(any(test, feature = "invariants"))]
         if zero {
-            self.verify_zero_free(ptr, order)?;
+            this.verify_zero_free(ptr, order)?;
         }
         g.count_event(Stat::FREE, 1);
         if zero {
@@ -194,13 +195,13 @@ impl<P: Platform> Buddy<P> {
         }
         if purged {
             g.count(Stat::PURGE, 1);
-            g.count(Stat::PURGED_BYTES, self.cfg.block_size(order) as u64);
+            g.count(Stat::PURGED_BYTES, this.cfg.block_size(order) as u64);
         }
         // SAFETY: validated: `desc` heads an allocated block of `order` in
         // span `found` and this zone; the caller gives it up.
         unsafe {
             g.free_one(
-                &self.cfg,
+                &this.cfg,
                 &found,
                 desc,
                 pfn,

@@ -181,10 +181,12 @@ impl<P: Platform> Buddy<P> {
         let flags = self.platform.irq_save();
         // Contended: spins briefly, then (std on Linux) sleeps in the kernel,
         // as `spinlock_t` does on PREEMPT_RT (see `SpinLock`).
-        let inner = self.zones[zone].lock.lock();
+        // (The zone's field addresses at their uses: `unhoisted`.)
+        let z = unhoisted(&self.zones[zone]);
+        let inner = z.lock.lock();
         ZoneGuard {
             inner: ManuallyDrop::new(inner),
-            nr_free: &self.zones[zone].nr_free,
+            nr_free: &z.nr_free,
             platform: &self.platform,
             flags,
             _not_send: PhantomData,
@@ -216,6 +218,33 @@ impl<P: Platform> Buddy<P> {
     pub(crate) fn spans(&self) -> &SpanTable {
         &self.spans
     }
+}
+
+/// `r` itself, through an empty `asm!` the optimiser cannot see through:
+/// the addresses of `r`'s fields are then worked out where they are used
+/// (folded into each load's addressing mode), not hoisted out of a
+/// caller's loop by LLVM's loop-invariant code motion, which kept them in
+/// registers it then spilled to the stack (no rematerialisation of an
+/// address off a register): a loop of page frees paid a store of each
+/// before the loop and a reload and a second load at each use (issue #22:
+/// seven field addresses of the free path). No instruction; elsewhere `r`.
+#[inline(always)]
+pub(crate) fn unhoisted<T>(r: &T) -> &T {
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    {
+        let mut p = r as *const T;
+        // SAFETY: an empty template: no instruction, no memory access;
+        // `p` comes back unchanged. (A pointer into a `nomem` block on
+        // purpose: nothing reads through it there.)
+        #[allow(clippy::pointers_in_nomem_asm_block)]
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) p, options(nomem, nostack, preserves_flags))
+        };
+        // SAFETY: `p` is `r`, valid for as long as `r`.
+        unsafe { &*p }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+    r
 }
 
 impl<P> fmt::Debug for Buddy<P> {
