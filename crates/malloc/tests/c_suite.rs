@@ -289,6 +289,20 @@ fn a_few_large_objects_are_page_blocks() {
 }
 
 /// The section headers of `so` (`readelf -SW`): `(name, address, size)`.
+/// [`sections`], or `None` after saying the test is skipped (no readelf).
+fn sections_or_skip(so: &Path) -> Option<Vec<(String, u64, u64)>> {
+    let s = sections(so);
+    if s.is_none() {
+        eprintln!("no readelf: skipped");
+    }
+    s
+}
+
+/// Section `n` of `secs` (name, address, size).
+fn section(secs: &[(String, u64, u64)], n: &str) -> Option<(String, u64, u64)> {
+    secs.iter().find(|s| s.0 == n).cloned()
+}
+
 fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
     let o = Command::new("readelf").arg("-SW").arg(so).output().ok()?;
     let text = String::from_utf8_lossy(&o.stdout);
@@ -316,11 +330,10 @@ fn sections(so: &Path) -> Option<Vec<(String, u64, u64)>> {
 #[test]
 fn writable_data_is_small_and_the_heap_in_bss() {
     let so = artifacts().join("libmm_malloc.so");
-    let Some(secs) = sections(&so) else {
-        eprintln!("no readelf: skipped");
+    let Some(secs) = sections_or_skip(&so) else {
         return;
     };
-    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let find = |n: &str| section(&secs, n);
     let data = find(".data").map_or(0, |s| s.2);
     assert!(data <= 8 << 10, ".data is {data} bytes: {secs:?}");
     // The small statics every process writes, `.data`'s and `.bss`'s,
@@ -354,11 +367,10 @@ fn writable_data_is_small_and_the_heap_in_bss() {
 #[test]
 fn unwind_tables_follow_the_code() {
     let so = artifacts().join("libmm_malloc.so");
-    let Some(secs) = sections(&so) else {
-        eprintln!("no readelf: skipped");
+    let Some(secs) = sections_or_skip(&so) else {
         return;
     };
-    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let find = |n: &str| section(&secs, n);
     let hot = find(".text.malloc_hot").expect("a .text.malloc_hot section");
     for n in [".eh_frame", ".eh_frame_hdr", ".gcc_except_table"] {
         if let Some(u) = find(n) {
@@ -387,8 +399,7 @@ fn unwind_tables_follow_the_code() {
 #[test]
 fn relative_relocations_are_packed() {
     let so = artifacts().join("libmm_malloc.so");
-    let Some(secs) = sections(&so) else {
-        eprintln!("no readelf: skipped");
+    let Some(secs) = sections_or_skip(&so) else {
         return;
     };
     let size = |n: &str| secs.iter().find(|s| s.0 == n).map_or(0, |s| s.2);
@@ -417,11 +428,10 @@ fn relative_relocations_are_packed() {
 #[test]
 fn hot_code_leads_the_text_segment() {
     let so = artifacts().join("libmm_malloc.so");
-    let Some(secs) = sections(&so) else {
-        eprintln!("no readelf: skipped");
+    let Some(secs) = sections_or_skip(&so) else {
         return;
     };
-    let find = |n: &str| secs.iter().find(|s| s.0 == n).cloned();
+    let find = |n: &str| section(&secs, n);
     let hot = find(".text.malloc_hot").expect("a .text.malloc_hot section");
     let (_, text, _) = find(".text").expect(".text");
     let (_, cold, _) = find(".text.cold").expect(".text.cold");
