@@ -62,7 +62,7 @@ const HOT: &[(&str, &[&str])] = &[
             "12realloc_impl",
             "17alloc_object_slow",
             "19dealloc_object_slow",
-            "19dealloc_tagged_slow",
+            "18dealloc_cache_slow",
             "16dealloc_unpushed",
             "16dealloc_untagged",
             "11malloc_slow",

@@ -376,9 +376,10 @@ fn bad(what: &str, p: *mut u8, e: &dyn core::fmt::Display) -> ! {
     ))
 }
 
-/// `kfree`: the block from the address; a kmalloc object goes through its
-/// cache's restartable free (validated by the CPU's slab ranges), else
-/// through the full checked free; large blocks and mappings to the pages.
+/// `kfree`: the block from the address; an object of a cache the page
+/// map names goes through that cache's inline free (validated by the map
+/// byte), else through the full checked free; large blocks and mappings
+/// to the pages.
 #[inline(always)]
 unsafe fn dealloc(p: *mut u8, what: &str) {
     // The page map names the cache in one byte (null and anything outside
@@ -396,7 +397,7 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
         return match unsafe { c.free_fast_byte(nn, byte) } {
             FastFree::Freed => {}
             // SAFETY: as above.
-            FastFree::Slow => unsafe { dealloc_tagged_slow(c, nn, what) },
+            FastFree::Slow => unsafe { dealloc_cache_slow(c, nn, what) },
             // SAFETY: the object `free_fast_byte` left marked.
             FastFree::Unpushed => unsafe { dealloc_unpushed(c, nn, what) },
         };
@@ -405,12 +406,13 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     unsafe { dealloc_untagged(p, what) }
 }
 
-/// A free of a tagged page that the inline free left unchanged: the
-/// cache's other inline paths, then its full free.
+/// A free of cache `c`'s that its map-checked inline free left unchanged
+/// (or whose page has no tag): the cache's other inline paths, then its
+/// full free.
 #[cold]
 #[inline(never)]
 #[allow(improper_ctypes_definitions)] // called from Rust only
-unsafe extern "C" fn dealloc_tagged_slow(c: &Cache, p: NonNull<u8>, what: &str) {
+unsafe extern "C" fn dealloc_cache_slow(c: &Cache, p: NonNull<u8>, what: &str) {
     // SAFETY: C's contract; bad input is refused before any change.
     match unsafe { c.try_free_fast::<true>(p) } {
         Ok(true) => {}
@@ -447,13 +449,7 @@ unsafe extern "C" fn dealloc_untagged(p: *mut u8, what: &str) {
             };
             // SAFETY: C's contract: `p` is a live allocation of ours; bad
             // input is refused before any change.
-            match unsafe { c.try_free_fast::<true>(nn) } {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => bad(what, p, &e),
-            }
-            // SAFETY: as above.
-            return unsafe { dealloc_object_slow(c, nn, what) };
+            return unsafe { dealloc_cache_slow(c, nn, what) };
         }
     }
     // SAFETY: as above.

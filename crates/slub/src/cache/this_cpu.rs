@@ -311,18 +311,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return FastFree::Slow;
         }
         let r = self.random.load(CoreOrdering::Relaxed);
-        let w = self.fp_word_fast::<true>(obj);
-        if Self::marked_free(w, r) {
+        if Self::marked_free(self.fp_word_fast::<true>(obj), r) {
             return FastFree::Slow;
         }
-        w.store(r, CoreOrdering::Relaxed);
-        let p = self.cpu.platform();
-        if rcs_op!(p.this_cpu_sheaf_push(self.slots_at(area), self.entry_of(obj))) {
-            #[cfg(feature = "stats")]
-            self.stat_here(SlubStat::FREE_PCS);
-            return FastFree::Freed;
+        if self.mark_push_only::<true>(obj, r, self.slots_at(area)) {
+            FastFree::Freed
+        } else {
+            FastFree::Unpushed
         }
-        FastFree::Unpushed
     }
 
     /// Finishes a free that [`free_fast_byte`](Self::free_fast_byte) left
@@ -434,6 +430,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         r: usize,
         s: SheafSlots<'_>,
     ) -> Result<bool, FreeError> {
+        if self.mark_push_only::<H>(obj, r, s) {
+            return Ok(true);
+        }
+        let enc = if H { self.entry_of(obj) } else { obj };
+        self.free_rcs_slow(obj, enc).map(|()| true)
+    }
+
+    /// The mark and the push of [`mark_push`](Self::mark_push), calling
+    /// nothing: `false` when the main sheaf is full or missing (`obj` is
+    /// then marked, hardened, and not pushed).
+    #[inline(always)]
+    fn mark_push_only<const H: bool>(&self, obj: usize, r: usize, s: SheafSlots<'_>) -> bool {
         let enc = if H {
             self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
             self.entry_of(obj)
@@ -441,12 +449,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             obj
         };
         let p = self.cpu.platform();
-        if rcs_op!(p.this_cpu_sheaf_push(s, enc)) {
-            #[cfg(feature = "stats")]
+        let pushed = rcs_op!(p.this_cpu_sheaf_push(s, enc));
+        #[cfg(feature = "stats")]
+        if pushed {
             self.stat_here(SlubStat::FREE_PCS);
-            return Ok(true);
         }
-        self.free_rcs_slow(obj, enc).map(|()| true)
+        pushed
     }
 
     /// A fast free outside the CPU's validated ranges, straight to the
