@@ -270,12 +270,12 @@ fn script() -> String {
 }
 
 /// The library's large zero statics (the pages' heap, the caches' slots,
-/// the build scratch, the Rust arena: all page-aligned or page-sized,
+/// the Rust arena: all page-aligned or page-sized,
 /// each touched a few pages at a time) in an output section after `.bss`:
 /// among them, the small statics (locks, flags, the fork table) that
 /// every process writes were spread over five pages between them
-/// (`.data`'s two, then `.bss`'s start, after the heap, after the
-/// scratch); together, `.data` starting a page (`.data.head`: it began
+/// (`.data`'s two, then `.bss`'s start, after the heap, after a build
+/// scratch since removed); together, `.data` starting a page (`.data.head`: it began
 /// 2 KiB into one), they are two.
 const BIG_BSS: &str = "\
 SECTIONS {
@@ -285,7 +285,6 @@ SECTIONS {
   .bss.big (NOLOAD) : {
     *(.bss.*5pages10PAGES_CELL*)
     *(.bss.*6caches6CACHES*)
-    *(.bss.*6caches7SCRATCH*)
     *(.bss.*5arena5BYTES*)
   }
 } INSERT AFTER .bss;

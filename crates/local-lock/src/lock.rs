@@ -144,6 +144,32 @@ impl<T: ConstInit, P: Platform, const N: usize> LocalLock<T, P, N> {
     }
 }
 
+#[cfg(not(loom))]
+impl<T: ConstInit, P: Platform, const N: usize> LocalLock<T, P, N> {
+    /// [`new`](Self::new), written in place over zeroed memory: only the
+    /// platform is written, the slots are left as they are (a zero slot
+    /// is a free, unpublished slot holding zero bytes). A lock in a zero
+    /// `.bss` slot then has only the pages its CPUs use written.
+    ///
+    /// # Safety
+    ///
+    /// `lock` is valid for writes of `Self`, aligned, and all its bytes
+    /// are zero; `T::INIT` is all zero bytes; nothing else accesses the
+    /// lock during the call.
+    pub unsafe fn init_in_zeroed(lock: *mut Self, platform: P) {
+        const {
+            assert!(
+                N >= P::MIN_SLOTS,
+                "LocalLock: fewer slots than the platform's MIN_SLOTS"
+            );
+            assert!(FREE == 0, "a zero slot is a free one");
+        };
+        // SAFETY: the caller's pointer; the platform field held zero bytes
+        // (nothing to drop).
+        unsafe { core::ptr::addr_of_mut!((*lock).platform).write(platform) };
+    }
+}
+
 impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// A lock whose slot for CPU `i` starts as `init(i)`.
     pub fn new_with(platform: P, mut init: impl FnMut(usize) -> T) -> Self {

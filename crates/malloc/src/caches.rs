@@ -8,7 +8,7 @@
 //! image, rebuilt in place before their first use.
 
 use core::cell::UnsafeCell;
-use core::mem::{align_of, size_of, MaybeUninit};
+use core::mem::{size_of, MaybeUninit};
 use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 
 use local_lock::fork::ForkLocks;
@@ -85,13 +85,23 @@ pub const fn name(i: usize) -> &'static str {
 
 /// Writes cache `i` with `flags` and sheaves of up to `sheaves` objects
 /// (capped per class as kmalloc's: an intermediate class as the kmalloc
-/// class above it) into `img`, in place: out of line, `KmemCache::new`
-/// writes its result where `img` is, and the class and the sheaves are set
-/// there (the by-value builder steps, inlined into the build, kept two
-/// more 25 KB copies of the cache in its stack frame: 78 KB of stack
-/// touched by every process).
+/// class above it) into its zero slot, in place
+/// ([`KmemCache::new_in_zeroed`](slub::KmemCache::new_in_zeroed): the
+/// header and node 0 only; the per-CPU records and other nodes stay
+/// zero, their pages untouched until a CPU uses them).
+///
+/// How it was done before, measured: built in a 23 KiB scratch image and
+/// its non-zero words copied to the slot (6 pages of scratch resident in
+/// every process, `tr` 300k of its 800k instructions in the build's
+/// memset and copy, callgrind); built on the stack (28 KiB more stack
+/// resident); written whole in place (6 page faults and an `madvise` per
+/// class).
+///
+/// # Safety
+///
+/// Under the build lock, cache `i` not built (its slot all zero).
 #[inline(never)]
-fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves: usize) {
+unsafe fn write_image(i: usize, flags: SlabFlags, sheaves: usize) {
     let (size, class) = if i < MID_BASE {
         (KMALLOC_SIZES[i], i)
     } else {
@@ -107,15 +117,23 @@ fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves
     } else {
         8
     };
-    let c = img.write(Cache::new(
-        name(i),
-        size,
-        align,
-        flags,
-        Geometry::new(64),
-        crate::pages::pages(),
-        RseqCpu::new(),
-    ));
+    let slot = CACHES[i].cache.get().cast::<Cache>();
+    // SAFETY: the caller's contract: the slot is zero and ours (a `Slot`
+    // aligns the cache).
+    unsafe {
+        Cache::new_in_zeroed(
+            slot,
+            name(i),
+            size,
+            align,
+            flags,
+            Geometry::new(64),
+            crate::pages::pages(),
+            RseqCpu::new(),
+        )
+    };
+    // SAFETY: just written; nobody else reads it before its bit is set.
+    let c = unsafe { &mut *slot };
     c.set_kmalloc_index(i);
     c.set_sheaves(kmalloc_sheaf_capacity(class, sheaves));
 }
@@ -127,10 +145,10 @@ fn write_image(img: &mut MaybeUninit<Cache>, i: usize, flags: SlabFlags, sheaves
 /// all zero (32 per-CPU records each), and `.data` is a private file
 /// mapping, whose first read of a page maps the 16 pages around it
 /// (the kernel's fault-around): every process paid about 480 KB of RSS
-/// for them. In `.bss` a page costs only once written: a build copies only
-/// the cache's non-zero words to its slot ([`SCRATCH`]), and the pages
-/// that would hold only zeros (most of the per-CPU records, touched later
-/// as CPUs use them) are never touched. Measured, peak RSS of `git
+/// for them. In `.bss` a page costs only once written: a build writes only
+/// the cache's header and node 0 ([`write_image`]), and the pages that
+/// would hold only zeros (most of the per-CPU records, touched later as
+/// CPUs use them) are never touched. Measured, peak RSS of `git
 /// --version`: 5.26 -> 4.84 MiB (glibc 3.78).
 ///
 /// Page-aligned, the cache [`Cache::FIRST_CPUS_AT`] bytes before a page
@@ -237,48 +255,6 @@ pub fn ensure_built(i: usize) -> &'static Cache {
     cache(i)
 }
 
-/// Where a cache is built ([`write_image`]) before [`build_slow`] copies
-/// it to its slot: the build writes every byte of the cache, most of them
-/// zero (the per-CPU records of the CPUs not yet seen), and its slot is
-/// in `.bss`, zero until written; copying only the non-zero words leaves
-/// the slot's all-zero pages untouched, never faulted in. Written in
-/// place, each build faulted in the whole cache (6 pages) and gave the
-/// zero pages back (`madvise`), then faulted some in again: measured,
-/// `tr` under `LD_PRELOAD` took 186 page faults (glibc 75; 64 of them in
-/// the caches' slots, for 10 classes; 145 with the scratch, and 80 to
-/// 110 us less per run, for 24 KiB resident: the zero pages given back
-/// after each build were resident a moment, 12 KiB of them at a time).
-struct Scratch(UnsafeCell<MaybeUninit<Cache>>);
-
-// SAFETY: used only under the build lock.
-unsafe impl Sync for Scratch {}
-
-static SCRATCH: Scratch = Scratch(UnsafeCell::new(MaybeUninit::zeroed()));
-
-// `copy_nonzero_words` copies the cache as 8-byte words.
-const _: () = assert!(size_of::<Cache>().is_multiple_of(8) && align_of::<Cache>() >= 8);
-
-/// Copies the non-zero words of `src[..words]` to `dst[..words]`, whose
-/// words are all zero: afterwards `dst` holds `src`'s bytes, and a page of
-/// `dst` that only zeros were due to was not written.
-///
-/// # Safety
-///
-/// Both ranges valid, 8-byte aligned, not overlapping; `dst` zero.
-unsafe fn copy_nonzero_words(dst: *mut u64, src: *const u64, words: usize) {
-    for w in 0..words {
-        // SAFETY: within both ranges (the caller's contract). The source
-        // is read as plain words, padding included (`read_volatile`: the
-        // padding of a typed write is whatever the build left there; only
-        // a copy of it is made, never a decision on it other than zero).
-        let v = unsafe { src.add(w).read_volatile() };
-        if v != 0 {
-            // SAFETY: as above.
-            unsafe { dst.add(w).write(v) };
-        }
-    }
-}
-
 #[cold]
 #[inline(never)]
 fn build_slow(i: usize) {
@@ -293,21 +269,9 @@ fn build_slow(i: usize) {
         } else {
             GlobalSlub::DEFAULT_FLAGS
         };
-        // SAFETY: the build lock is held: the scratch is ours.
-        let img = unsafe { &mut *SCRATCH.0.get() };
-        write_image(img, i, flags, sheaves);
-        // SAFETY: the slot is zero and nobody reads it before its bit is
-        // set below (the build lock is held); the scratch holds a cache
-        // whose bytes, copied, are that cache (it holds no address of
-        // itself), and is not used again as one (a `MaybeUninit`, never
-        // dropped; the next build overwrites it).
-        unsafe {
-            copy_nonzero_words(
-                CACHES[i].cache.get().cast::<u64>(),
-                img.as_ptr().cast::<u64>(),
-                size_of::<Cache>() / 8,
-            )
-        };
+        // SAFETY: the build lock is held and the cache is not built: its
+        // slot is zero and ours.
+        unsafe { write_image(i, flags, sheaves) };
         BUILT.fetch_or(1 << i, Ordering::Release);
         claim_map_tag(i);
     }
@@ -529,12 +493,8 @@ pub fn parse_slub_debug(v: &[u8]) -> DebugConfig {
 /// Records the caches' settings: `debug[i]`'s flags (debug caches: no
 /// sheaves, every operation checked under the list lock, as the kernel's)
 /// or the defaults, and sheaves of up to `sheaves` objects per class.
-/// Each cache is written at its first use ([`ensure_built`]): built in
-/// [`SCRATCH`], its non-zero words copied to its zero slot. (It was built
-/// on the stack and copied that way: 28 KiB more stack resident in every
-/// process, and unsafe on a small thread stack; then in place, the
-/// slot's pages left all zero given back at once: 6 page faults and an
-/// `madvise` per class.)
+/// Each cache is written at its first use ([`ensure_built`]), in place,
+/// its header only ([`write_image`]).
 ///
 /// # Safety
 ///
@@ -646,44 +606,55 @@ mod tests {
         assert!(cache_of_tag(0).is_none(), "an untagged page names no cache");
     }
 
-    /// `copy_nonzero_words` makes the copy whole and writes no page whose
-    /// words are all zero: into a fresh mapping, such a page stays out of
-    /// memory (`mincore`), as the build's slots in `.bss` do.
+    /// A cache written in place into a zero slot ([`write_image`]'s
+    /// `new_in_zeroed`) writes two pages: its header's (with the first
+    /// CPUs' fast records and lock slots) and node 0's (with their sheaf
+    /// records). Into a fresh mapping laid out as a [`Slot`], the other
+    /// pages stay out of memory (`mincore`), as the slots' in `.bss` do;
+    /// a typed write of the whole cache (or of a scratch image) wrote all
+    /// six.
     #[test]
-    fn copying_the_nonzero_words_leaves_zero_pages_untouched() {
+    fn a_cache_built_in_place_writes_two_pages() {
         const PAGE: usize = 4096;
-        const PAGES: usize = 6;
-        let mut src = vec![0u64; PAGES * PAGE / 8];
-        // Pages 0, 2 and 5 hold something; 1, 3 and 4 only zeros.
-        for (p, w) in [(0, 0), (0, 511), (2, 100), (5, 7)] {
-            src[p * PAGE / 8 + w] = 0x1234_5678_9abc_def0 ^ (p * 512 + w) as u64;
-        }
+        let pages = size_of::<Slot>() / PAGE;
         // SAFETY: a fresh anonymous mapping (reads as zero).
-        let dst = unsafe {
+        let m = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
-                PAGES * PAGE,
+                pages * PAGE,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
-        assert_ne!(dst, libc::MAP_FAILED);
-        // SAFETY: both ranges hold `src.len()` words, aligned, disjoint;
-        // the mapping is zero.
-        unsafe { copy_nonzero_words(dst.cast(), src.as_ptr(), src.len()) };
-        let mut vec = [0u8; PAGES];
+        assert_ne!(m, libc::MAP_FAILED);
+        let slot = m.cast::<u8>().wrapping_add(SLOT_PAD).cast::<Cache>();
+        // SAFETY: within the mapping, aligned (page-aligned + `SLOT_PAD`),
+        // all zero, ours.
+        unsafe {
+            Cache::new_in_zeroed(
+                slot,
+                "t",
+                64,
+                8,
+                GlobalSlub::DEFAULT_FLAGS,
+                Geometry::new(64),
+                crate::pages::pages(),
+                RseqCpu::new(),
+            )
+        };
+        let mut vec = vec![0u8; pages];
         // SAFETY: the mapping and a byte per page.
-        let rc = unsafe { libc::mincore(dst, PAGES * PAGE, vec.as_mut_ptr()) };
+        let rc = unsafe { libc::mincore(m, pages * PAGE, vec.as_mut_ptr()) };
         assert_eq!(rc, 0);
-        let resident: Vec<usize> = (0..PAGES).filter(|&p| vec[p] & 1 != 0).collect();
-        assert_eq!(resident, [0, 2, 5], "only the pages with non-zero words");
-        // SAFETY: the mapping, `src.len()` initialised words.
-        let copy = unsafe { core::slice::from_raw_parts(dst.cast::<u64>(), src.len()) };
-        assert!(copy == &src[..], "the copy is whole");
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(dst, PAGES * PAGE) };
+        let resident = (0..pages).filter(|&p| vec[p] & 1 != 0).count();
+        // SAFETY: written above; only read.
+        assert_eq!(unsafe { &*slot }.name(), "t");
+        assert_eq!(resident, 2, "pages written by the build: {vec:?}");
+        // SAFETY: the mapping made above (the cache never used: nothing to
+        // drop).
+        unsafe { libc::munmap(m, pages * PAGE) };
     }
 
     #[test]

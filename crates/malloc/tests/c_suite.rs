@@ -338,7 +338,7 @@ fn writable_data_is_small_and_the_heap_in_bss() {
     assert!(data <= 8 << 10, ".data is {data} bytes: {secs:?}");
     // The small statics every process writes, `.data`'s and `.bss`'s,
     // share two pages: the large zero ones (the heap, the caches'
-    // slots, the scratch, the arena) are after them (`.bss.big`, see
+    // slots, the arena) are after them (`.bss.big`, see
     // build.rs), not among them (five pages).
     if let (Some(d), Some(b)) = (find(".data"), find(".bss")) {
         let pages = (b.1 + b.2).div_ceil(4096) - d.1 / 4096;

@@ -145,3 +145,143 @@ fn unused_nodes_are_zero() {
     // SAFETY: written above; dropped once.
     unsafe { img.assume_init_drop() };
 }
+
+/// The size of what `_p` points to (no reference made).
+#[cfg(not(miri))]
+fn size_of_pointee<T>(_p: *const T) -> usize {
+    size_of::<T>()
+}
+
+/// The bytes of a cache built by `build` into zeroed memory.
+#[cfg(not(miri))]
+fn image_of<C>(build: impl FnOnce(*mut C)) -> std::vec::Vec<u8> {
+    use std::boxed::Box;
+    let mut img: Box<core::mem::MaybeUninit<C>> = Box::new_zeroed();
+    build(img.as_mut_ptr());
+    let p = img.as_ptr().cast::<u8>();
+    // SAFETY: within the box, read as plain bytes (padding included: the
+    // box was zeroed, and a typed write leaves padding as it found it in
+    // the compiled image; see `unused_nodes_are_zero`).
+    (0..size_of::<C>())
+        .map(|b| unsafe { p.add(b).read_volatile() })
+        .collect()
+}
+
+/// `new_in_zeroed` over zero memory gives `new`'s cache byte for byte
+/// (the per-CPU records and nodes it does not write are zero in `new`'s),
+/// for hardened, debug and plain caches on the restartable, per-thread
+/// and test platforms.
+#[test]
+#[cfg_attr(miri, ignore = "reads padding bytes of the native image")]
+fn new_in_zeroed_is_new() {
+    #[cfg(not(miri))]
+    {
+        use local_lock::std_platform::PerThread;
+
+        use crate::{GlobalPages, SlabFlags};
+
+        use super::Geometry;
+
+        fn check<P: local_lock::Platform + Copy, const N: usize>(
+            p: P,
+            flags: SlabFlags,
+            size: usize,
+        ) {
+            type C<P, const N: usize> = KmemCache<GlobalPages, P, N>;
+            let typed = image_of::<C<P, N>>(|c| {
+                // SAFETY: the box's memory, aligned.
+                unsafe {
+                    c.write(C::<P, N>::new(
+                        "t",
+                        size,
+                        8,
+                        flags,
+                        Geometry::new(4),
+                        GlobalPages,
+                        p,
+                    ))
+                };
+                // SAFETY: just written.
+                unsafe { (*c).set_sheaves(32) };
+            });
+            let in_place = image_of::<C<P, N>>(|c| {
+                // SAFETY: the box's memory, zeroed and aligned.
+                unsafe {
+                    C::<P, N>::new_in_zeroed(
+                        c,
+                        "t",
+                        size,
+                        8,
+                        flags,
+                        Geometry::new(4),
+                        GlobalPages,
+                        p,
+                    )
+                };
+                // SAFETY: just written.
+                unsafe { (*c).set_sheaves(32) };
+            });
+            // Padding between the header's fields is whatever a typed
+            // write copied there: compared are the header's fields, and
+            // every byte outside the header (the per-CPU records, the
+            // nodes, the platform).
+            let c = core::mem::MaybeUninit::<C<P, N>>::uninit();
+            let base = c.as_ptr().addr();
+            let mut fields = std::vec::Vec::new();
+            macro_rules! field {
+                ($($f:ident),*) => {$(
+                    // SAFETY: a field's address, no read.
+                    let at = unsafe { core::ptr::addr_of!((*c.as_ptr()).$f) };
+                    fields.push((at.addr() - base, size_of_pointee(at)));
+                )*};
+            }
+            field!(
+                name,
+                id,
+                kidx,
+                random,
+                shuffle,
+                random_seq,
+                sheaf_capacity,
+                lay,
+                flags,
+                geometry,
+                source,
+                mode,
+                dispatch,
+                fast_area,
+                defrag_ratio,
+                node_rng,
+                fcheck,
+                map_tag,
+                mcheck,
+                slab_lo,
+                slab_hi,
+                slab_ref,
+                slab_mask,
+                spill_stats,
+                ctor,
+                idle
+            );
+            let header = offset_of!(C<P, N>, name)..offset_of!(C<P, N>, cpu);
+            let compared = |b: usize| {
+                !header.contains(&b) || fields.iter().any(|&(at, len)| (at..at + len).contains(&b))
+            };
+            let diff: std::vec::Vec<usize> = (0..typed.len())
+                .filter(|&b| compared(b) && typed[b] != in_place[b])
+                .collect();
+            assert!(
+                diff.is_empty(),
+                "{size} B {flags:?}: bytes differ at {diff:?}"
+            );
+            assert!(typed.iter().any(|&b| b != 0));
+        }
+        for flags in [SlabFlags::HARDENED, SlabFlags::NONE, SlabFlags::DEBUG_ALL] {
+            for size in [8, 64, 1000, 4096] {
+                check::<RseqCpu, 32>(RseqCpu::new(), flags, size);
+                check::<PerThread, 64>(PerThread, flags, size);
+                check::<TestPlatform, 8>(TestPlatform::pinned(4), flags, size);
+            }
+        }
+    }
+}
