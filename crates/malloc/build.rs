@@ -150,6 +150,7 @@ const HOT: &[(&str, &[&str])] = &[
             "13prep_compound*closure",
             "13register_fork",
             "13set_page_tags",
+            "13taken_flagged",
             "14alloc_slowpath",
             "14purge_over_cap",
             "15clear_pair_slow",
