@@ -13,7 +13,10 @@
 //! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `pairdyn` (the same
 //! with the layout through `black_box` at each call, so its class cannot be
 //! computed once for the loop: what a call through `__rust_alloc` or
-//! `malloc` pays), `batchK` (K
+//! `malloc` pays), `global` (`std::alloc::alloc` and `dealloc` through
+//! this program's `#[global_allocator]`, a `GlobalSlub::new()`: the
+//! `__rust_alloc` shim and the `GlobalAlloc` methods as a Rust program
+//! calls them, not inlined into the loop), `batchK` (K
 //! allocs then K frees, per object; `batch64` in CI), `churn` (a ring of 64 live objects
 //! of random sizes 16..=1024 B, one replaced per operation).
 //! `PAIR_COUNT_PURGE=off` pauses the pages' automatic purging (issue #17's
@@ -26,6 +29,9 @@ use std::hint::black_box;
 use slub::{GlobalSlub, SlabFlags};
 
 static DEFAULT: GlobalSlub = GlobalSlub::new();
+/// This program's global allocator (the `global` shape): a default heap.
+#[global_allocator]
+static GLOBAL: GlobalSlub = GlobalSlub::new();
 static PLAIN: GlobalSlub = GlobalSlub::with_flags(SlabFlags::NONE);
 static NOSHEAVES: GlobalSlub = GlobalSlub::with_config(SlabFlags::NONE, 0);
 static NOSHEAVES_HARDENED: GlobalSlub = GlobalSlub::with_config(SlabFlags::HARDENED, 0);
@@ -120,9 +126,45 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                 }
             }
         }
-        _ => panic!("unknown shape {shape:?} (pair, batchK, churn, larsonK)"),
+        "global" => {
+            // What a Rust program runs: `std::alloc::alloc`/`dealloc`
+            // (`__rust_alloc`/`__rust_dealloc`, then `GlobalSlub`'s
+            // `GlobalAlloc`, this program's `#[global_allocator]`), the
+            // layout opaque as a call through the shim sees it. (`h` is
+            // not used: the global allocator is `GLOBAL`, a default heap.)
+            for _ in 0..n {
+                // SAFETY: a non-zero layout; freed with the same layout.
+                unsafe {
+                    let p = black_box(std::alloc::alloc(black_box(l)));
+                    std::alloc::dealloc(p, black_box(l));
+                }
+            }
+        }
+        _ => panic!("unknown shape {shape:?} (pair, pairdyn, global, batchK, churn, larsonK)"),
     }
 }
+
+/// valgrind does not implement rseq, so glibc could not register it:
+/// count the restartable paths as if on CPU 0 (this process has one
+/// thread). Run before `main` (a constructor), so that the global
+/// allocator, which the runtime uses before `main`, takes the
+/// restartable paths from its first allocation, as it does outside
+/// valgrind (decided once, at a heap's first use; counted from `main`,
+/// its `global` pairs took the locked paths: 254 instructions).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+extern "C" fn count_as_cpu0() {
+    if std::env::var_os("PAIR_COUNT_NO_RSEQ").is_none() && !local_lock::rseq::available() {
+        // SAFETY: single-threaded, before any of the counted caches (and
+        // the global allocator) is used.
+        let ok = unsafe { local_lock::rseq::assume_cpu0_for_counting() };
+        eprintln!("pair_count: rseq unavailable (valgrind?): counted as CPU 0: {ok}");
+    }
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static COUNT_AS_CPU0: extern "C" fn() = count_as_cpu0;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
@@ -137,15 +179,6 @@ fn main() {
         "nosheaves-hardened" => &NOSHEAVES_HARDENED,
         _ => panic!("unknown config {cfg:?}"),
     };
-    // valgrind does not implement rseq, so glibc could not register it:
-    // count the restartable paths as if on CPU 0 (this process has one
-    // thread).
-    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    if std::env::var_os("PAIR_COUNT_NO_RSEQ").is_none() && !local_lock::rseq::available() {
-        // SAFETY: single-threaded, before any of the counted caches is used.
-        let ok = unsafe { local_lock::rseq::assume_cpu0_for_counting() };
-        eprintln!("pair_count: rseq unavailable (valgrind?): counted as CPU 0: {ok}");
-    }
     // `PAIR_COUNT_PURGE=off`: the pages' automatic purging (decay, resident
     // cap, idle shrink) paused, for the on/off cost of issue #17.
     if std::env::var("PAIR_COUNT_PURGE").as_deref() == Ok("off") {
