@@ -316,6 +316,7 @@ impl Harness {
             retain_pages: Some(0),
             release_order: Some(max_order - 1),
             max_resident_pages: None,
+            resident_shift: None,
         });
         let buddy = Buddy::new(TestPlatform::pinned(1), cfg);
         let carve = page_shift >= 8;

@@ -65,7 +65,8 @@
 //!   paused); `malloc_trim` still purges. The decay time and the resident
 //!   cap are the static purge policy of the library's own pages
 //!   ([`pages::PURGE`]: free blocks from 32 KiB on go back to the OS once
-//!   more than 128 KiB of them is resident, or after 100 ms).
+//!   more than 128 KiB of them, or an eighth of the pages in use, is
+//!   resident, or after 100 ms).
 //!
 //! `realloc` of a direct mapping (256 KiB and more) resizes it with
 //! `mremap`, as glibc does with its mmapped chunks.

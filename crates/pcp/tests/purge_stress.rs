@@ -18,6 +18,7 @@ static H: GlobalPcp = GlobalPcp::with_config(GLOBAL_CONFIG.with_purge(PurgePolic
     retain_pages: Some(0),
     release_order: None,
     max_resident_pages: Some(256),
+    resident_shift: None,
 }));
 
 fn xorshift(x: &mut u64) -> u64 {

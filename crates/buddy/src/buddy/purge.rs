@@ -73,6 +73,24 @@ impl<P: Platform> Buddy<P> {
         self.purge_pass(PurgeScan::Cap { retain }, purge)
     }
 
+    /// Whether `zone` keeps more resident free pages than a cap of `cap`
+    /// allows ([`PurgePolicy::resident_shift`](crate::PurgePolicy::resident_shift)
+    /// raises it with the pages in use). Takes the zone lock.
+    pub fn over_resident_cap(&self, zone: ZoneId, cap: usize) -> bool {
+        let g = self.lock_zone(zone.index());
+        g.free - g.purged > self.resident_cap(g.managed, g.free, cap)
+    }
+
+    /// The resident free pages a zone with `managed` pages, `free` of them
+    /// free, may keep under a cap of `cap`: `cap`, or its pages in use
+    /// shifted right by the policy's `resident_shift` if that is more.
+    fn resident_cap(&self, managed: usize, free: usize, cap: usize) -> usize {
+        match self.cfg.purge().resident_shift {
+            Some(s) => cap.max(managed.saturating_sub(free) >> s.min(63)),
+            None => cap,
+        }
+    }
+
     /// Resident free pages of `zone` (free pages not purged): what
     /// [`PurgePolicy::max_resident_pages`](crate::PurgePolicy::max_resident_pages)
     /// bounds. Takes the zone lock.
@@ -99,6 +117,9 @@ impl<P: Platform> Buddy<P> {
                         now,
                         decay,
                         retain: self.cfg.purge().retain_pages.unwrap_or(g.wmark.high),
+                    },
+                    PurgeScan::Cap { retain } => PurgeScan::Cap {
+                        retain: self.resident_cap(g.managed, g.free, retain),
                     },
                     s => s,
                 };

@@ -135,7 +135,7 @@ impl GlobalBuddy {
     #[inline(never)]
     pub(super) fn purge_over_cap(&self, cap: usize) -> usize {
         let over = (0..self.buddy.config().nr_zones())
-            .any(|z| self.buddy.nr_resident_free_pages(crate::ZoneId::new(z)) > cap);
+            .any(|z| self.buddy.over_resident_cap(crate::ZoneId::new(z), cap));
         if !over {
             return 0;
         }

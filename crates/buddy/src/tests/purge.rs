@@ -66,6 +66,7 @@ const P3: PurgePolicy = PurgePolicy {
     retain_pages: Some(0),
     release_order: None,
     max_resident_pages: None,
+    resident_shift: None,
 };
 
 fn purged(fx: &Fx) -> usize {
@@ -387,4 +388,37 @@ fn decay_stamps_are_not_handed_out() {
     let c = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
     assert_eq!(data(&c), 0);
     fx.check_invariants();
+}
+
+/// `resident_shift` raises the resident cap with the pages in use: with
+/// 32 of 64 pages in use and 32 free ones resident, a fixed cap of 8
+/// purges both free blocks, a cap raised to the pages in use (shift 0)
+/// none, and one raised to half of them (shift 1) one of the two.
+#[test]
+fn the_resident_cap_grows_with_the_pages_in_use() {
+    for (shift, left) in [(None, 0), (Some(0), 32), (Some(1), 16)] {
+        let fx = fx(
+            4,
+            PurgePolicy {
+                resident_shift: shift,
+                ..P3
+            },
+        );
+        let src = Recorder::new(&fx);
+        let a = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
+        let b = fx.alloc_pages(o(4), AllocFlags::NONE).unwrap();
+        let z = ZoneId::new(0);
+        assert_eq!(fx.nr_resident_free_pages(z), 32);
+        assert_eq!(fx.over_resident_cap(z, 8), left < 32, "{shift:?}");
+        let bytes = fx.purge_to_with(8, |p, n| src.purge(p, n));
+        assert_eq!(fx.nr_resident_free_pages(z), left, "{shift:?}");
+        assert_eq!(bytes, (32 - left) * 64, "{shift:?}");
+        assert!(!fx.over_resident_cap(z, 8));
+        fx.check_invariants();
+        // SAFETY: ours, order 4.
+        unsafe {
+            fx.free_pages(a.ptr, o(4));
+            fx.free_pages(b.ptr, o(4));
+        }
+    }
 }
