@@ -71,6 +71,7 @@ const HOT: &[(&str, &[&str])] = &[
             "4init",
             "5alloc",
             "6usable",
+            "11usable_slow",
             "13alloc_aligned",
             "10cold_class",
             "6lender",

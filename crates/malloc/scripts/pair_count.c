@@ -9,11 +9,15 @@
  * N is one step. SHAPE "pair": malloc(SIZE), touch, free; "churn": a ring
  * of 64 live objects, each step frees a random one and allocates 16..1023
  * bytes in its place (SIZE unused); "batch": 1024 mallocs of SIZE, then
- * their frees (N a multiple of 1024). valgrind does not implement rseq, so
+ * their frees (N a multiple of 1024); "usable": malloc(SIZE),
+ * malloc_usable_size, free (sqlite3 asks the size of each of its blocks);
+ * "realloc": malloc(SIZE), realloc to 2 * SIZE (a move to another class),
+ * free. valgrind does not implement rseq, so
  * the library is told to run its restartable per-CPU paths as CPU 0
  * (mm_malloc_count_as_cpu0, found with dlsym: under any other allocator
  * the program runs and counts that allocator). */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +30,7 @@ __attribute__((constructor(101))) static void count_as_cpu0(void) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fputs("usage: pair_count pair|churn|batch SIZE N\n", stderr);
+        fputs("usage: pair_count pair|churn|batch|usable|realloc SIZE N\n", stderr);
         return 2;
     }
     volatile size_t size = strtoul(argv[2], NULL, 10);
@@ -60,8 +64,25 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 1024; k++)
                 free(objs[k]);
         }
+    } else if (!strcmp(argv[1], "usable")) {
+        size_t sum = 0;
+        for (long i = 0; i < n; i++) {
+            char *p = malloc(size);
+            sum += malloc_usable_size(p);
+            free(p);
+        }
+        if (sum < size * n)
+            return 1;
+    } else if (!strcmp(argv[1], "realloc")) {
+        for (long i = 0; i < n; i++) {
+            char *p = malloc(size);
+            *(volatile char *)p = 1;
+            p = realloc(p, 2 * size);
+            *(volatile char *)p = 1;
+            free(p);
+        }
     } else {
-        fputs("pair_count: shape is pair, churn or batch\n", stderr);
+        fputs("pair_count: shape is pair, churn, batch, usable or realloc\n", stderr);
         return 2;
     }
     return 0;

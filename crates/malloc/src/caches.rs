@@ -600,6 +600,23 @@ mod tests {
             let t = crate::pages::pages().page_tag(p.as_ptr());
             let back = cache_of_tag(t).expect("tagged");
             assert!(core::ptr::eq(back, c), "{}", name(i));
+            // The same byte sizes the object (malloc_usable_size's fast
+            // path), and refuses an address inside it and another
+            // cache's byte.
+            assert_eq!(
+                c.ksize_by_map_byte(p.as_ptr(), t),
+                Some(c.object_size()),
+                "{}",
+                name(i)
+            );
+            assert_eq!(
+                c.ksize_by_map_byte(p.as_ptr().wrapping_add(4), t),
+                None,
+                "{}",
+                name(i)
+            );
+            let other = ((((i + 1) % NR_CACHES) as u8 + 1) << 3) | (t & 7);
+            assert_eq!(c.ksize_by_map_byte(p.as_ptr(), other), None, "{}", name(i));
             // SAFETY: ours, freed once.
             unsafe { c.free(p) };
         }

@@ -483,9 +483,25 @@ unsafe fn dealloc_slow(p: *mut u8, what: &str) {
 }
 
 /// `ksize` (of kmalloc's caches, large blocks and mappings), or the
-/// object size of an intermediate class.
+/// object size of an intermediate class: an object of a cache the page
+/// map names by the map byte and the cache's boundary check (as `free`
+/// finds it), anything else by [`usable_slow`].
 #[inline]
 fn usable(p: *mut u8) -> usize {
+    let byte = pages().page_tag(p);
+    if let Some(c) = caches::cache_of_tag(byte) {
+        if let Some(n) = c.ksize_by_map_byte(p, byte) {
+            return n;
+        }
+    }
+    usable_slow(p)
+}
+
+/// [`usable`] by the block's descriptor (the page walk and a division):
+/// large blocks, mappings, caches without a tag, and bad input (reported).
+#[cold]
+#[inline(never)]
+fn usable_slow(p: *mut u8) -> usize {
     if let Some(b) = pages().block_of(p) {
         let tag = b.owner.tag().load(Ordering::Relaxed);
         if tag & TAG_KIND == TAG_SLAB {

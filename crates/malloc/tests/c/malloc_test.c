@@ -423,7 +423,24 @@ static void bad_large_interior(void) {
     char *p = malloc(6 << 20);
     free(p + 4096);
 }
+/* malloc_usable_size and realloc of an interior pointer: their page-map
+ * check refuses it and the descriptor path reports it. */
+static void bad_usable_interior(void) {
+    char *p = malloc(64);
+    (void)malloc_usable_size(p + 16);
+}
+static void bad_realloc_interior(void) {
+    char *p = malloc(200);
+    (void)realloc(p + 8, 400);
+}
+static void bad_usable_foreign(void) {
+    static char x[64];
+    (void)malloc_usable_size(x + 16);
+}
 static void test_bad(void) {
+    CHECK(child_aborts(bad_usable_interior));
+    CHECK(child_aborts(bad_realloc_interior));
+    CHECK(child_aborts(bad_usable_foreign));
     CHECK(child_aborts(bad_foreign));
     CHECK(child_aborts(bad_double));
     CHECK(child_aborts(bad_interior));

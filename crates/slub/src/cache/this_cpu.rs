@@ -321,6 +321,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// `ksize` by the page map: the object size if `byte`, the page-map
+    /// byte of `ptr`'s page (read by the caller from this cache's
+    /// source's map, [`PageAlloc::page_map`]), names a slab of this cache
+    /// and `ptr` is the start of one of its objects (the check of
+    /// [`free_fast_byte`](Self::free_fast_byte): no descriptor walk, no
+    /// division); `None` for anything else, which the caller decides by
+    /// the descriptor (`malloc_usable_size`'s and `realloc`'s fast path).
+    ///
+    /// [`PageAlloc::page_map`]: buddy::PageAlloc::page_map
+    #[inline(always)]
+    pub fn ksize_by_map_byte(&self, ptr: *const u8, byte: u8) -> Option<usize> {
+        self.mapped_object_byte(ptr.expose_provenance(), byte)
+            .then(|| self.object_size())
+    }
+
     /// Finishes a free that [`free_fast_byte`](Self::free_fast_byte) left
     /// validated and marked ([`FastFree::Unpushed`]): the sheaf slow path
     /// (the main sheaf flushed or replaced, the entry pushed).
