@@ -73,6 +73,7 @@ const HOT: &[(&str, &[&str])] = &[
             "6usable",
             "11usable_slow",
             "13alloc_aligned",
+            "23alloc_aligned_or_enomem",
             "10cold_class",
             "6lender",
         ],

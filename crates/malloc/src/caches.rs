@@ -16,7 +16,7 @@ use local_lock::std_platform::RseqCpu;
 use local_lock::Platform;
 use slub::{
     kmalloc_class, kmalloc_index, kmalloc_sheaf_capacity, Geometry, GlobalSlub, SlabFlags,
-    KMALLOC_NAMES, KMALLOC_SIZES,
+    KMALLOC_MAX_CACHE_SIZE, KMALLOC_NAMES, KMALLOC_SIZES,
 };
 
 /// A cache of this library.
@@ -396,8 +396,8 @@ const NONE: u8 = u8::MAX;
 
 /// The intermediate class for `size`, if it is smaller than the kmalloc
 /// class (1025..=7168 bytes, except sizes kmalloc serves as well).
-#[inline(always)]
-pub fn mid_class(size: usize) -> Option<usize> {
+#[cfg(test)]
+fn mid_class(size: usize) -> Option<usize> {
     if size <= 1024 || size > 7168 {
         return None;
     }
@@ -408,14 +408,49 @@ pub fn mid_class(size: usize) -> Option<usize> {
     }
 }
 
-/// The cache for `size` (at most 8 KiB): intermediate or kmalloc.
+/// The cache for `size` (at most 8 KiB; 0 as 1): intermediate or
+/// kmalloc, by one byte load from [`CLASS8`] (every class is a multiple
+/// of 8 bytes), as jemalloc's `sz_size2index_tab`: no `max(1)`, no range
+/// split between a table and a bit scan, no bounds check (the table's
+/// entries are below [`NR_CACHES`], checked when it is built).
 #[inline(always)]
 pub fn class(size: usize) -> usize {
-    match mid_class(size) {
-        Some(j) => MID_BASE + j,
-        None => kmalloc_index(size),
-    }
+    debug_assert!(size <= KMALLOC_MAX_CACHE_SIZE);
+    let i = CLASS8[(size + 7) >> 3] as usize;
+    // SAFETY: every entry of `CLASS8` is below `NR_CACHES` (its builder
+    // asserts it at compile time).
+    unsafe { core::hint::assert_unchecked(i < NR_CACHES) };
+    i
 }
+
+/// [`class`] by arithmetic and the intermediate table (what [`CLASS8`]
+/// holds; a size of 1..=8192).
+const fn class_of(size: usize) -> usize {
+    if size > 1024 && size <= 7168 {
+        let j = MID_CLASS[size.div_ceil(32)];
+        if j != NONE {
+            return MID_BASE + j as usize;
+        }
+    }
+    kmalloc_index(size)
+}
+
+/// `CLASS8[(size + 7) >> 3]`: the class of every size up to 8 KiB.
+static CLASS8: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
+    let mut t = [0u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
+    let mut k = 0;
+    while k < t.len() {
+        let size = if k == 0 { 1 } else { k * 8 };
+        let c = class_of(size);
+        assert!(c < NR_CACHES);
+        // (Each size of the bucket, `size - 7..=size`, has this class:
+        // class sizes are multiples of 8.)
+        assert!(k == 0 || class_of(size - 7) == c);
+        t[k] = c as u8;
+        k += 1;
+    }
+    t
+};
 
 /// The kmalloc cache for `size` whose objects are aligned to `align`
 /// (each cache's real alignment: debug caches have red zones in the
@@ -689,6 +724,16 @@ mod tests {
                     "{size}: an intermediate class would fit better"
                 ),
             }
+        }
+        // The one-table class is the intermediate class where there is
+        // one, else the kmalloc class; 0 is 1's.
+        for size in 0..=8192 {
+            let want = match mid_class(size.max(1)) {
+                Some(j) => MID_BASE + j,
+                None => kmalloc_index(size.max(1)),
+            };
+            assert_eq!(class(size), want, "{size}");
+            assert!(object_size(class(size)) >= size, "{size}");
         }
         assert_eq!(mid_class(4400), Some(8), "sqlite's pages: malloc-4608");
         assert_eq!(mid_class(1032), Some(0), "sqlite's 1032: malloc-1056");

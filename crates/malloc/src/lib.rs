@@ -258,7 +258,7 @@ fn alloc(size: usize) -> *mut u8 {
 /// allocation, [`alloc_after_fast`]).
 #[inline(always)]
 fn alloc_fast(size: usize) -> Option<NonNull<u8>> {
-    let size = size.max(1);
+    // (0 takes the class of 1: `caches::class`.)
     if size <= KMALLOC_MAX_CACHE_SIZE {
         // (The checked slot only: the other slot's pop reports a missing
         // marker, a call; `alloc_object_slow` tries it.)
