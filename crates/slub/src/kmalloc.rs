@@ -161,17 +161,37 @@ pub const KMALLOC_SHEAF_BYTES: usize = 32 << 10;
 
 /// The sheaf capacity of kmalloc class `i` when `capacity` is asked for
 /// every class: `capacity`, but at most [`KMALLOC_SHEAF_BYTES`] of objects
-/// (and at least 4 objects); 0 stays 0.
+/// (and at least 4 objects), trimmed to fill its private block
+/// ([`fit_private_sheaf`]); 0 stays 0.
 pub const fn kmalloc_sheaf_capacity(i: usize, capacity: usize) -> usize {
     if capacity == 0 {
         return 0;
     }
     let by_bytes = KMALLOC_SHEAF_BYTES / KMALLOC_SIZES[i];
     let by_bytes = if by_bytes < 4 { 4 } else { by_bytes };
-    if capacity < by_bytes {
+    fit_private_sheaf(if capacity < by_bytes {
         capacity
     } else {
         by_bytes
+    })
+}
+
+/// `cap` entries, or a few fewer (at most an eighth) when that halves the
+/// sheaf's private block: a block is the power of two above the sheaf's
+/// words (its two header words, its entries) and its color word
+/// (`private_sheaf_bytes`), so the powers of two the classes' capacities
+/// were (128 entries: 131 words) took blocks twice their use (2 KiB for
+/// 1,048 bytes); 125 entries fill 1 KiB. A shell under mm-malloc held 68
+/// KiB of sheaves (its fork loop's parent, about 12 classes on 2 CPUs).
+pub const fn fit_private_sheaf(cap: usize) -> usize {
+    // (Sheaf::HDR words, then one word of PRIVATE_SHEAF_COLOR.)
+    const OVER: usize = 2 + 1;
+    let words = cap + OVER;
+    let half = words.next_power_of_two() / 2;
+    if cap >= 16 && words > half && words - half <= cap / 8 {
+        half - OVER
+    } else {
+        cap
     }
 }
 

@@ -59,10 +59,11 @@ fn a_cache_used_by_two_cpus_touches_two_pages() {
 }
 
 /// A private sheaf takes the power of two above its entries, its header
-/// and its color, not a page: kmalloc's classes (128 entries for the
-/// small ones down to 4 for kmalloc-8k) take 2 KiB down to the private
+/// and its color, not a page: kmalloc's classes (125 entries for the
+/// small ones down to 4 for kmalloc-8k) take 1 KiB down to the private
 /// pool's 256 bytes per sheaf, two to four sheaves per class and CPU in
-/// every process.
+/// every process; each block is mostly entries (128 entries took 2 KiB
+/// for 1,048 bytes: `fit_private_sheaf`).
 #[test]
 fn private_sheaves_are_not_a_page_each() {
     use crate::{kmalloc_sheaf_capacity, GlobalSlub, SlabFlags, KMALLOC_SIZES};
@@ -71,9 +72,9 @@ fn private_sheaves_are_not_a_page_each() {
     use super::Geometry;
 
     let expect = |size: usize| match size {
-        ..=256 => 2048,
-        512 => 1024,
-        1024 => 512,
+        ..=256 => 1024,
+        512 => 512,
+        1024 => 256,
         2048 => 256,
         4096 => 128,
         _ => 64,
@@ -93,6 +94,11 @@ fn private_sheaves_are_not_a_page_each() {
         let bytes = c.private_sheaf_bytes();
         assert_eq!(bytes, expect(size), "kmalloc-{size}: {cap} entries");
         assert!(bytes - c.sheaf_bytes() >= super::sheaf::PRIVATE_SHEAF_COLOR);
+        // Blocks above the pool's smallest (256 bytes) are at least 3/4
+        // entries.
+        if bytes > 256 {
+            assert!(4 * 8 * cap >= 3 * bytes, "kmalloc-{size}: {cap} entries in {bytes} bytes");
+        }
     }
 }
 
