@@ -68,7 +68,11 @@ fn std_collections_and_threads_run_on_it() {
         );
         assert!(c.sheaf_capacity() >= 4);
     }
-    assert_eq!(k.caches()[3].sheaf_capacity(), 125, "kmalloc-64 (128 trimmed to fill 1 KiB)");
+    assert_eq!(
+        k.caches()[3].sheaf_capacity(),
+        125,
+        "kmalloc-64 (128 trimmed to fill 1 KiB)"
+    );
     assert_eq!(k.caches()[12].sheaf_capacity(), 4, "kmalloc-8k");
     let s = k.stats();
     // The default has sheaves: most objects come from and go to them.

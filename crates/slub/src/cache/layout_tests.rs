@@ -97,7 +97,10 @@ fn private_sheaves_are_not_a_page_each() {
         // Blocks above the pool's smallest (256 bytes) are at least 3/4
         // entries.
         if bytes > 256 {
-            assert!(4 * 8 * cap >= 3 * bytes, "kmalloc-{size}: {cap} entries in {bytes} bytes");
+            assert!(
+                4 * 8 * cap >= 3 * bytes,
+                "kmalloc-{size}: {cap} entries in {bytes} bytes"
+            );
         }
     }
 }
