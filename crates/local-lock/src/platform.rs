@@ -373,7 +373,7 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+    unsafe fn this_cpu_sheaf_pop<const N: usize>(&self, s: SheafSlots<'_, N>) -> usize {
         this_cpu_generic(self, s, |r| this_cpu::pop_in(r, s.cap())).unwrap_or(0)
     }
 
@@ -388,7 +388,7 @@ pub unsafe trait Platform: Sync {
     /// As [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop), and every
     /// sheaf's size word is at most `s.cap()`.
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_pop_private(&self, s: SheafSlots<'_>) -> usize {
+    unsafe fn this_cpu_sheaf_pop_private<const N: usize>(&self, s: SheafSlots<'_, N>) -> usize {
         // SAFETY: the caller's contract.
         unsafe { self.this_cpu_sheaf_pop(s) }
     }
@@ -402,7 +402,7 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+    unsafe fn this_cpu_sheaf_push<const N: usize>(&self, s: SheafSlots<'_, N>, v: usize) -> bool {
         this_cpu_generic(self, s, |r| this_cpu::push_in(r, s.cap(), v)).unwrap_or(false)
     }
 
@@ -415,9 +415,9 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_range(
+    unsafe fn this_cpu_range<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         way: usize,
     ) -> Option<(usize, usize, usize)> {
         this_cpu_generic(self, s, |r| this_cpu::range_in(r, way))
@@ -432,9 +432,9 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_set_range(
+    unsafe fn this_cpu_set_range<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         way: usize,
         base: usize,
         span: usize,
@@ -452,7 +452,12 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+    unsafe fn this_cpu_xchg<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        w: SheafWord,
+        new: usize,
+    ) -> Option<usize> {
         this_cpu_generic(self, s, |r| {
             this_cpu::word_of(r, w).swap(new, core::sync::atomic::Ordering::AcqRel)
         })
@@ -467,9 +472,9 @@ pub unsafe trait Platform: Sync {
     /// (the operations then stay valid for the life of the process), or
     /// this platform's slots are [`Strategy::Pinned`] (the defaults).
     #[inline(always)]
-    unsafe fn this_cpu_cmpxchg(
+    unsafe fn this_cpu_cmpxchg<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         w: SheafWord,
         old: usize,
         new: usize,
@@ -504,9 +509,9 @@ pub unsafe trait Platform: Sync {
     /// the records of `s`; `obj` (once validated) is the caller's to
     /// write.
     #[inline(always)]
-    unsafe fn this_cpu_free_push(
+    unsafe fn this_cpu_free_push<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -521,9 +526,9 @@ pub unsafe trait Platform: Sync {
     ///
     /// As [`this_cpu_free_push`](Self::this_cpu_free_push).
     #[inline(always)]
-    unsafe fn this_cpu_free_push_plain(
+    unsafe fn this_cpu_free_push_plain<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -540,9 +545,9 @@ pub unsafe trait Platform: Sync {
     ///
     /// As [`this_cpu_free_push`](Self::this_cpu_free_push).
     #[inline(always)]
-    unsafe fn this_cpu_free_push_unmarked(
+    unsafe fn this_cpu_free_push_unmarked<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -554,9 +559,9 @@ pub unsafe trait Platform: Sync {
     /// and waits until no operation that may still use the old value runs
     /// on that CPU. `None` where the platform cannot (the default: pinned
     /// CPUs are drained by their owners).
-    fn remote_sheaf_xchg(
+    fn remote_sheaf_xchg<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         cpu: usize,
         w: SheafWord,
         new: usize,
@@ -570,9 +575,9 @@ pub unsafe trait Platform: Sync {
 /// `f` on the pinned CPU's record (`None`: no record, or a platform whose
 /// pins are not exclusive).
 #[inline(always)]
-fn this_cpu_generic<P: Platform + ?Sized, R>(
+fn this_cpu_generic<P: Platform + ?Sized, R, const N: usize>(
     p: &P,
-    s: SheafSlots<'_>,
+    s: SheafSlots<'_, N>,
     f: impl FnOnce(&this_cpu::CpuSheaves) -> R,
 ) -> Option<R> {
     let flags = p.irq_save();

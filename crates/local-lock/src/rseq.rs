@@ -350,7 +350,7 @@ macro_rules! pop_section {
                 rseq_tail!(),
                 off = in(reg) $s.area(),
                 base = in(reg) $s.base(),
-                nr = in(reg) $s.nr(),
+                nr = const N,
                 $($cap = in(reg) $capv,)?
                 rcs = const RSEQ_CS,
                 cpu = const CPU_ID,
@@ -372,7 +372,7 @@ macro_rules! pop_section {
 /// [`available`] returned true; `s` as [`SheafSlots::new`] requires, with a
 /// stride of 128 bytes, and its [`area`](SheafSlots::area) is [`area`]`()`.
 #[inline(always)]
-pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
+pub unsafe fn pop<const N: usize>(s: SheafSlots<'_, N>) -> usize {
     pop_section!(s, ["cmp {t}, {cap}", "jae 5f"], cap = s.cap())
 }
 
@@ -385,7 +385,7 @@ pub unsafe fn pop(s: SheafSlots<'_>) -> usize {
 ///
 /// As [`pop`], and every sheaf's size word is at most `s.cap()`.
 #[inline(always)]
-pub unsafe fn pop_private(s: SheafSlots<'_>) -> usize {
+pub unsafe fn pop_private<const N: usize>(s: SheafSlots<'_, N>) -> usize {
     pop_section!(s, ["jb 5f"])
 }
 
@@ -395,7 +395,7 @@ pub unsafe fn pop_private(s: SheafSlots<'_>) -> usize {
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
+pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     // SAFETY: caller's contract; the entry beyond the size is invisible
     // until the commit (the size store). Every failure leaves the section
@@ -423,7 +423,7 @@ pub unsafe fn push(s: SheafSlots<'_>, val: usize) -> bool {
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
+            nr = const N,
             cap = in(reg) s.cap(),
             val = in(reg) val,
             rcs = const RSEQ_CS,
@@ -553,7 +553,11 @@ macro_rules! free_push_section {
 /// As [`pop`]; `chk` describes the records of `s` (its `nr` and `cap`
 /// are the ones used); object words inside a recorded range are mapped.
 #[inline(always)]
-pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+pub unsafe fn free_push<const N: usize>(
+    s: SheafSlots<'_, N>,
+    chk: &FreeCheck,
+    obj: usize,
+) -> FreePush {
     free_push_section!(marked s, chk, obj, ["xor rax, {obj}"], "rax")
 }
 
@@ -564,7 +568,11 @@ pub unsafe fn free_push(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreeP
 ///
 /// As [`free_push`].
 #[inline(always)]
-pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+pub unsafe fn free_push_plain<const N: usize>(
+    s: SheafSlots<'_, N>,
+    chk: &FreeCheck,
+    obj: usize,
+) -> FreePush {
     free_push_section!(marked s, chk, obj, [], "{obj}")
 }
 
@@ -577,7 +585,11 @@ pub unsafe fn free_push_plain(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) ->
 ///
 /// As [`free_push`].
 #[inline(always)]
-pub unsafe fn free_push_unmarked(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize) -> FreePush {
+pub unsafe fn free_push_unmarked<const N: usize>(
+    s: SheafSlots<'_, N>,
+    chk: &FreeCheck,
+    obj: usize,
+) -> FreePush {
     free_push_section!(s, chk, obj, [], [], "{obj}", [], {})
 }
 
@@ -589,7 +601,7 @@ pub unsafe fn free_push_unmarked(s: SheafSlots<'_>, chk: &FreeCheck, obj: usize)
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
+pub unsafe fn range<const N: usize>(s: SheafSlots<'_, N>, way: usize) -> (usize, usize, usize) {
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let (b, sp, g): (usize, usize, usize);
     // SAFETY: caller's contract; reads only.
@@ -605,7 +617,7 @@ pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
+            nr = const N,
             e = in(reg) (way % RANGE_WAYS) * 16,
             rcs = const RSEQ_CS,
             cpu = const CPU_ID,
@@ -628,8 +640,8 @@ pub unsafe fn range(s: SheafSlots<'_>, way: usize) -> (usize, usize, usize) {
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn set_range(
-    s: SheafSlots<'_>,
+pub unsafe fn set_range<const N: usize>(
+    s: SheafSlots<'_, N>,
     way: usize,
     vbase: usize,
     vspan: usize,
@@ -661,7 +673,7 @@ pub unsafe fn set_range(
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
+            nr = const N,
             e = in(reg) (way % RANGE_WAYS) * 16,
             b = in(reg) vbase,
             sp = in(reg) vspan,
@@ -683,7 +695,12 @@ pub unsafe fn set_range(
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -> bool {
+pub unsafe fn cmpxchg<const N: usize>(
+    s: SheafSlots<'_, N>,
+    w: SheafWord,
+    old: usize,
+    new: usize,
+) -> bool {
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     // SAFETY: caller's contract; the commit is one `lock cmpxchg`.
@@ -701,7 +718,7 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
+            nr = const N,
             w = in(reg) w as usize,
             old = in(reg) old,
             new = in(reg) new,
@@ -724,7 +741,11 @@ pub unsafe fn cmpxchg(s: SheafSlots<'_>, w: SheafWord, old: usize, new: usize) -
 ///
 /// As [`pop`].
 #[inline(always)]
-pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+pub unsafe fn xchg<const N: usize>(
+    s: SheafSlots<'_, N>,
+    w: SheafWord,
+    new: usize,
+) -> Option<usize> {
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     let old: usize;
@@ -745,7 +766,7 @@ pub unsafe fn xchg(s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize>
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
-            nr = in(reg) s.nr(),
+            nr = const N,
             w = in(reg) w as usize,
             new = in(reg) new,
             rcs = const RSEQ_CS,
@@ -808,7 +829,12 @@ pub fn fence(cpu: usize) -> bool {
 /// CPU (see [`Platform::remote_sheaf_xchg`](crate::Platform::remote_sheaf_xchg)).
 /// `None` when `cpu` has no record or fencing is unavailable (then nothing
 /// was changed).
-pub fn remote_xchg(s: SheafSlots<'_>, cpu: usize, w: SheafWord, new: usize) -> Option<usize> {
+pub fn remote_xchg<const N: usize>(
+    s: SheafSlots<'_, N>,
+    cpu: usize,
+    w: SheafWord,
+    new: usize,
+) -> Option<usize> {
     let r = s.record(cpu)?;
     if !fence_available() {
         return None;

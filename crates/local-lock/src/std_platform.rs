@@ -343,28 +343,28 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_pop(&self, s: SheafSlots<'_>) -> usize {
+    unsafe fn this_cpu_sheaf_pop<const N: usize>(&self, s: SheafSlots<'_, N>) -> usize {
         // SAFETY: restartable() was true (caller's contract): rseq is
         // registered; SheafSlots' contract.
         unsafe { rseq::pop(s) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_pop_private(&self, s: SheafSlots<'_>) -> usize {
+    unsafe fn this_cpu_sheaf_pop_private<const N: usize>(&self, s: SheafSlots<'_, N>) -> usize {
         // SAFETY: as above; the caller's contract on the size words.
         unsafe { rseq::pop_private(s) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_sheaf_push(&self, s: SheafSlots<'_>, v: usize) -> bool {
+    unsafe fn this_cpu_sheaf_push<const N: usize>(&self, s: SheafSlots<'_, N>, v: usize) -> bool {
         // SAFETY: as above.
         unsafe { rseq::push(s, v) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_range(
+    unsafe fn this_cpu_range<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         way: usize,
     ) -> Option<(usize, usize, usize)> {
         // SAFETY: as above.
@@ -372,9 +372,9 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_set_range(
+    unsafe fn this_cpu_set_range<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         way: usize,
         base: usize,
         span: usize,
@@ -385,15 +385,20 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_xchg(&self, s: SheafSlots<'_>, w: SheafWord, new: usize) -> Option<usize> {
+    unsafe fn this_cpu_xchg<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        w: SheafWord,
+        new: usize,
+    ) -> Option<usize> {
         // SAFETY: as above.
         unsafe { rseq::xchg(s, w, new) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_cmpxchg(
+    unsafe fn this_cpu_cmpxchg<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         w: SheafWord,
         old: usize,
         new: usize,
@@ -403,9 +408,9 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_free_push(
+    unsafe fn this_cpu_free_push<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -414,9 +419,9 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_free_push_plain(
+    unsafe fn this_cpu_free_push_plain<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -425,9 +430,9 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
-    unsafe fn this_cpu_free_push_unmarked(
+    unsafe fn this_cpu_free_push_unmarked<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         chk: &FreeCheck,
         obj: usize,
     ) -> FreePush {
@@ -435,9 +440,9 @@ unsafe impl Platform for RseqCpu {
         unsafe { rseq::free_push_unmarked(s, chk, obj) }
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    fn remote_sheaf_xchg(
+    fn remote_sheaf_xchg<const N: usize>(
         &self,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
         cpu: usize,
         w: SheafWord,
         new: usize,

@@ -498,7 +498,7 @@ fn generic_this_cpu_sheaf_ops_use_the_pinned_cpus_record() {
     let recs = [const { CachePadded::new(CpuSheaves::new()) }; 2];
     // SAFETY: 2 records one CachePadded apart; sheaves below hold 4 entries.
     let s =
-        unsafe { SheafSlots::new(recs.as_ptr().cast(), core::mem::size_of_val(&recs[0]), 2, 4) };
+        unsafe { SheafSlots::<2>::new(recs.as_ptr().cast(), core::mem::size_of_val(&recs[0]), 4) };
     let mut sheaf = [0usize; SHEAF_HDR_WORDS + 4];
     let sh = sheaf.as_mut_ptr() as usize;
     let p = TestPlatform::pinned(2);

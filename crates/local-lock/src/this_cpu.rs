@@ -250,16 +250,15 @@ pub enum SheafWord {
 /// use local_lock::sync::CachePadded;
 /// let recs = [const { CachePadded::new(CpuSheaves::new()) }; 4];
 /// // SAFETY: 4 records, `size_of::<CachePadded<_>>()` apart, outliving `s`.
-/// let s = unsafe { SheafSlots::new(recs.as_ptr().cast(), size_of_val(&recs[0]), 4, 16) };
+/// let s = unsafe { SheafSlots::<4>::new(recs.as_ptr().cast(), size_of_val(&recs[0]), 16) };
 /// assert_eq!(s.nr(), 4);
 /// assert!(core::ptr::eq(s.record(3).unwrap(), &*recs[3]));
 /// assert!(s.record(4).is_none());
 /// ```
 #[derive(Clone, Copy, Debug)]
-pub struct SheafSlots<'a> {
+pub struct SheafSlots<'a, const N: usize> {
     base: *const CpuSheaves,
     stride: usize,
-    nr: usize,
     cap: usize,
     area: isize,
     _records: core::marker::PhantomData<&'a CpuSheaves>,
@@ -267,26 +266,28 @@ pub struct SheafSlots<'a> {
 
 // SAFETY: a shared view of records made of atomics (what `&CpuSheaves`
 // would be, for all of them).
-unsafe impl Send for SheafSlots<'_> {}
+unsafe impl<const N: usize> Send for SheafSlots<'_, N> {}
 // SAFETY: as above.
-unsafe impl Sync for SheafSlots<'_> {}
+unsafe impl<const N: usize> Sync for SheafSlots<'_, N> {}
 
-impl<'a> SheafSlots<'a> {
-    /// The records of CPUs `0..nr`, CPU `c`'s at `base + c * stride` bytes,
-    /// holding sheaves of `cap` entries.
+impl<'a, const N: usize> SheafSlots<'a, N> {
+    /// The records of CPUs `0..N`, CPU `c`'s at `base + c * stride` bytes,
+    /// holding sheaves of `cap` entries. (`N` is a constant so that the
+    /// restartable sections compare the CPU id with an immediate: one
+    /// register fewer in each, which decided whether `__rust_alloc` and
+    /// `__rust_dealloc` had to save registers.)
     ///
     /// # Safety
     ///
-    /// `nr` records live at those addresses for `'a` and `base` may reach
+    /// `N` records live at those addresses for `'a` and `base` may reach
     /// all of them (derived from the whole array, e.g. `as_ptr().cast()`),
     /// `stride` is a multiple of the record's alignment, and every non-zero
     /// sheaf word in them is the address of a sheaf of `cap` entries that
     /// only these operations (or the holder of a detached sheaf) touch.
-    pub const unsafe fn new(base: *const CpuSheaves, stride: usize, nr: usize, cap: usize) -> Self {
+    pub const unsafe fn new(base: *const CpuSheaves, stride: usize, cap: usize) -> Self {
         SheafSlots {
             base,
             stride,
-            nr,
             cap,
             area: 0,
             _records: core::marker::PhantomData,
@@ -311,9 +312,9 @@ impl<'a> SheafSlots<'a> {
         self.area
     }
 
-    /// Number of records.
-    pub fn nr(&self) -> usize {
-        self.nr
+    /// Number of records (`N`).
+    pub const fn nr(&self) -> usize {
+        N
     }
 
     /// Entries per sheaf.
@@ -333,7 +334,7 @@ impl<'a> SheafSlots<'a> {
 
     /// CPU `cpu`'s record, if it has one.
     pub fn record(&self, cpu: usize) -> Option<&'a CpuSheaves> {
-        if cpu >= self.nr {
+        if cpu >= N {
             return None;
         }
         let p = self

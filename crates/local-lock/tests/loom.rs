@@ -255,12 +255,7 @@ fn this_cpu_sheaf_ops_keep_every_token() {
             Box::leak(Box::new([const { CachePadded::new(CpuSheaves::new()) }; 2]));
         // SAFETY: 2 records one CachePadded apart; sheaves of CAP entries.
         let s = unsafe {
-            SheafSlots::new(
-                recs.as_ptr().cast(),
-                core::mem::size_of_val(&recs[0]),
-                2,
-                CAP,
-            )
+            SheafSlots::<2>::new(recs.as_ptr().cast(), core::mem::size_of_val(&recs[0]), CAP)
         };
         let first = sheaf();
         // SAFETY: ours until installed.

@@ -27,14 +27,13 @@ const STEPS: usize = 1_000_000;
 
 static RECS: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
 
-fn slots() -> SheafSlots<'static> {
+fn slots() -> SheafSlots<'static, NR> {
     // SAFETY: NR records, one CachePadded apart; every sheaf word holds 0
     // or a leaked sheaf of CAP entries.
     unsafe {
         SheafSlots::new(
             RECS.as_ptr().cast(),
             core::mem::size_of::<CachePadded<CpuSheaves>>(),
-            NR,
             CAP,
         )
     }
@@ -221,10 +220,9 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     static R2: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
     // SAFETY: NR records one CachePadded apart; sheaves of CAP entries.
     let s = unsafe {
-        SheafSlots::new(
+        SheafSlots::<NR>::new(
             R2.as_ptr().cast(),
             core::mem::size_of::<CachePadded<CpuSheaves>>(),
-            NR,
             CAP,
         )
     }

@@ -11,7 +11,8 @@ use local_lock::fork::in_main_image;
 use local_lock::std_platform::{die, RseqCpu};
 use pcp::GlobalPcp;
 
-use crate::kmalloc::{kmalloc_class, Kmalloc};
+use crate::cache::FastFree;
+use crate::kmalloc::{kmalloc_class, kmalloc_class_of, Kmalloc, KMALLOC_MAX_CACHE_SIZE};
 use crate::layout::{Geometry, SlabFlags};
 use crate::source::SlabSource;
 
@@ -409,6 +410,116 @@ impl GlobalSlub {
         unsafe { caches.get_unchecked(i) }
     }
 
+    /// `alloc` after the inline pops failed (an 8-byte aligned layout up
+    /// to the largest class): the slot pop of the hardened caches without
+    /// a map tag (or the plain pop again), then [`alloc_slow`](Self::alloc_slow).
+    #[inline(never)]
+    unsafe fn alloc_after_fast(&self, layout: Layout) -> *mut u8 {
+        let i = kmalloc_class_of(layout.size());
+        let c = self.class_cache(i);
+        let p = if self.plain_sheaves {
+            c.alloc_fast_slot::<false>()
+        } else {
+            c.alloc_fast_slot::<true>()
+        };
+        if let Some(p) = p {
+            return p.as_ptr();
+        }
+        // SAFETY: forwarded.
+        unsafe { self.alloc_slow(layout, Some(i)) }
+    }
+
+    /// `alloc` of an over-aligned or large layout: the class with the
+    /// alignment, the checked pop, the plain or the hardened slot's pop,
+    /// then [`alloc_slow`](Self::alloc_slow).
+    #[inline(never)]
+    unsafe fn alloc_general(&self, layout: Layout) -> *mut u8 {
+        let class = kmalloc_class(layout.size(), layout.align());
+        if let Some(i) = class {
+            let c = self.class_cache(i);
+            let p = match c.alloc_fast_checked() {
+                Some(p) => Some(p),
+                None if self.plain_sheaves => c.alloc_fast_slot::<false>(),
+                None => c.alloc_fast_slot::<true>(),
+            };
+            if let Some(p) = p {
+                return p.as_ptr();
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.alloc_slow(layout, class) }
+    }
+
+    /// `dealloc` after the inline frees left the object alone, as
+    /// [`alloc_after_fast`](Self::alloc_after_fast).
+    #[inline(never)]
+    unsafe fn dealloc_after_fast(&self, ptr: *mut u8, layout: Layout) {
+        let i = kmalloc_class_of(layout.size());
+        let c = self.class_cache(i);
+        let p = ptr.expose_provenance();
+        // SAFETY: GlobalAlloc's contract; bad input is refused before any
+        // change (or sent to the full path).
+        let freed = unsafe {
+            if self.plain_sheaves {
+                c.try_free_fast_slot::<false>(p)
+            } else {
+                c.try_free_fast_slot::<true>(p)
+            }
+        };
+        match freed {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => abort_bad_free(ptr, e),
+        }
+        // SAFETY: forwarded.
+        unsafe { self.dealloc_slow(ptr, layout, Some(i)) }
+    }
+
+    /// `dealloc` of an over-aligned or large layout, as
+    /// [`alloc_general`](Self::alloc_general).
+    #[inline(never)]
+    unsafe fn dealloc_general(&self, ptr: *mut u8, layout: Layout) {
+        let class = kmalloc_class(layout.size(), layout.align());
+        if let Some(i) = class {
+            let c = self.class_cache(i);
+            let p = ptr.expose_provenance();
+            // SAFETY: GlobalAlloc's contract; bad input is refused before
+            // any change (or sent to the full path).
+            let freed = unsafe {
+                match c.try_free_fast_checked(p) {
+                    Ok(false) if self.plain_sheaves => c.try_free_fast_slot::<false>(p),
+                    Ok(false) => c.try_free_fast_slot::<true>(p),
+                    r => r,
+                }
+            };
+            match freed {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => abort_bad_free(ptr, e),
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.dealloc_slow(ptr, layout, class) }
+    }
+
+    /// A free that [`free_fast_mapped`](crate::KmemCache::free_fast_mapped)
+    /// validated and marked but could not push (the CPU's main sheaf full
+    /// or missing): the sheaf slow path.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is the object of that `Unpushed` outcome, of `size` bytes (an
+    /// 8-byte aligned layout up to the largest class), not freed since.
+    #[inline(never)]
+    unsafe fn dealloc_unpushed(&self, ptr: *mut u8, size: usize) {
+        let c = self.class_cache(kmalloc_class_of(size));
+        // SAFETY: the caller's contract (`free_fast_mapped` took a non-null
+        // object).
+        if let Err(e) = unsafe { c.free_unpushed(NonNull::new_unchecked(ptr)) } {
+            abort_bad_free(ptr, e)
+        }
+    }
+
     /// `alloc` beyond the fast path: registration, the full dispatch, page
     /// allocations.
     /// `class`: `kmalloc_class` of the layout, as the fast path computed
@@ -497,6 +608,10 @@ impl core::fmt::Display for GlobalReport<'_> {
     }
 }
 
+/// The alignment every kmalloc class guarantees (its smallest size): a
+/// layout aligned to at most this takes its class by size alone.
+const KMALLOC_MIN_ALIGN: usize = crate::kmalloc::KMALLOC_SIZES[0];
+
 #[cold]
 fn abort_bad_free(ptr: *mut u8, e: crate::error::FreeError) -> ! {
     die(format_args!("GlobalSlub: dealloc({ptr:p}): {e}"))
@@ -511,24 +626,33 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // The fast path: a sheaf pop on the running CPU, nothing else
         // (the instance registered itself when its cache was first used;
         // debug caches never pass `alloc_fast`'s dispatch check, so their
-        // own class selection is left to the slow path).
-        let class = kmalloc_class(layout.size(), layout.align());
-        if let Some(i) = class {
-            let c = self.class_cache(i);
-            // Hardened caches the page map names (all of them, unless a
-            // program used up the map's tags first); then the plain
-            // caches; then hardened ones without a tag.
+        // own class selection is left to the slow path). Inline: the
+        // class of an 8-byte aligned size by one table load, the pop of
+        // the hardened caches the page map names (all of them, unless a
+        // program used up the map's tags first), or of the plain caches;
+        // everything else is a tail call that computes the class again
+        // rather than keep it live across the sections (with the slot
+        // count an immediate, `__rust_alloc` then saves no register).
+        if layout.align() <= KMALLOC_MIN_ALIGN && layout.size() <= KMALLOC_MAX_CACHE_SIZE {
+            let c = self.class_cache(kmalloc_class_of(layout.size()));
             let p = match c.alloc_fast_checked() {
                 Some(p) => Some(p),
                 None if self.plain_sheaves => c.alloc_fast_slot::<false>(),
-                None => c.alloc_fast_slot::<true>(),
+                None => None,
             };
             if let Some(p) = p {
                 return p.as_ptr();
             }
+            if !c.has_fast_slot::<false>() && !c.has_fast_slot::<true>() {
+                // (No sheaves, first use, debug: the full path at once.)
+                // SAFETY: forwarded.
+                return unsafe { self.alloc_slow(layout, Some(kmalloc_class_of(layout.size()))) };
+            }
+            // SAFETY: forwarded.
+            return unsafe { self.alloc_after_fast(layout) };
         }
         // SAFETY: forwarded.
-        unsafe { self.alloc_slow(layout, class) }
+        unsafe { self.alloc_general(layout) }
     }
 
     #[inline]
@@ -550,33 +674,48 @@ unsafe impl GlobalAlloc for GlobalSlub {
 
     #[inline(always)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // The fast path: validated by the CPU's last slab ranges, marked
-        // free, pushed onto the running CPU's sheaf, as one restartable
-        // section. (Debug caches fail `try_free_fast`'s dispatch check.)
-        // (A null `ptr` is no object: the fast path sends it on, and the
-        // slow path ignores it.)
-        let class = kmalloc_class(layout.size(), layout.align());
-        if let Some(i) = class {
-            let c = self.class_cache(i);
+        // The fast path: validated by the page map, marked free, pushed
+        // onto the running CPU's sheaf, as one restartable section calling
+        // nothing (`free_fast_mapped`); or the plain caches' push. (Debug
+        // caches fail the dispatch checks.) (A null `ptr` is no object:
+        // the fast path sends it on, and the slow path ignores it.) The
+        // rest as in `alloc`.
+        if layout.align() <= KMALLOC_MIN_ALIGN && layout.size() <= KMALLOC_MAX_CACHE_SIZE {
+            let c = self.class_cache(kmalloc_class_of(layout.size()));
             let p = ptr.expose_provenance();
-            // (The order of `alloc`.)
             // SAFETY: GlobalAlloc's contract; bad input is refused before
-            // any change (or sent to the full path).
-            let freed = unsafe {
-                match c.try_free_fast_checked(p) {
-                    Ok(false) if self.plain_sheaves => c.try_free_fast_slot::<false>(p),
-                    Ok(false) => c.try_free_fast_slot::<true>(p),
-                    r => r,
+            // any change (or sent to the full path, which reports it).
+            match unsafe { c.free_fast_mapped(p) } {
+                FastFree::Freed => return,
+                // SAFETY: the object `free_fast_mapped` left marked. (The
+                // size alone: one value fewer live across the section.)
+                FastFree::Unpushed => return unsafe { self.dealloc_unpushed(ptr, layout.size()) },
+                FastFree::Slow if self.plain_sheaves => {
+                    // SAFETY: as above.
+                    match unsafe { c.free_fast_mapped_plain(p) } {
+                        FastFree::Freed => return,
+                        FastFree::Unpushed => {
+                            // SAFETY: the object `free_fast_mapped_plain`
+                            // left validated, not pushed.
+                            return unsafe { self.dealloc_unpushed(ptr, layout.size()) };
+                        }
+                        FastFree::Slow => {}
+                    }
                 }
-            };
-            match freed {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => abort_bad_free(ptr, e),
+                FastFree::Slow => {}
             }
+            if !c.has_fast_slot::<false>() && !c.has_fast_slot::<true>() {
+                // (No sheaves, first use, debug: the full path at once.)
+                // SAFETY: forwarded.
+                return unsafe {
+                    self.dealloc_slow(ptr, layout, Some(kmalloc_class_of(layout.size())))
+                };
+            }
+            // SAFETY: forwarded.
+            return unsafe { self.dealloc_after_fast(ptr, layout) };
         }
         // SAFETY: forwarded.
-        unsafe { self.dealloc_slow(ptr, layout, class) }
+        unsafe { self.dealloc_general(ptr, layout) }
     }
 
     #[inline]

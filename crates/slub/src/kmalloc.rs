@@ -73,7 +73,7 @@ const SIZE_CLASS: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
 /// pays all 15: `pair_count`'s `pairdyn` 149 -> 113 per pair, `churn`
 /// 177 -> 144 per step, `pair` 79 -> 93.)
 #[inline(always)]
-const fn kmalloc_class_of(size: usize) -> usize {
+pub(crate) const fn kmalloc_class_of(size: usize) -> usize {
     debug_assert!(size <= KMALLOC_MAX_CACHE_SIZE);
     SIZE_CLASS[(size + 7) >> 3] as usize
 }

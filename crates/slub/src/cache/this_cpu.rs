@@ -64,14 +64,14 @@ pub enum FastFree {
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The CPUs' sheaf records, for the platform's `this_cpu` operations.
     #[inline(always)]
-    pub(super) fn slots(&self) -> SheafSlots<'_> {
+    pub(super) fn slots(&self) -> SheafSlots<'_, N> {
         self.slots_at(self.fcheck.area.load(CoreOrdering::Relaxed))
     }
 
     /// [`slots`](Self::slots) with the platform's per-thread area already
     /// read (the inline fast paths' [`fast_area`](Self::fast_area)).
     #[inline(always)]
-    fn slots_at(&self, area: isize) -> SheafSlots<'_> {
+    fn slots_at(&self, area: isize) -> SheafSlots<'_, N> {
         // SAFETY: N records one `CachePadded` apart, living as long as the
         // cache; their sheaf words hold 0 or sheaves of `sheaf_capacity`
         // entries, touched only through these operations or by the
@@ -80,7 +80,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             SheafSlots::new(
                 self.pcs.as_ptr().cast::<CpuSheaves>(),
                 core::mem::size_of::<CachePadded<CpuSheaves>>(),
-                N,
                 self.sheaf_capacity,
             )
         }
@@ -321,6 +320,62 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
+    /// [`try_free_fast_checked`](Self::try_free_fast_checked) calling
+    /// nothing (for `GlobalSlub::dealloc`, whose calls made
+    /// `__rust_dealloc` save registers): the cache's own page-map check,
+    /// the free marker, the mark and the push; what it did not do goes
+    /// back as a [`FastFree`] for the caller's out-of-line paths (`Slow`:
+    /// no restartable area, an address the map does not vouch for, or an
+    /// object that reads as free, which the full path decides and
+    /// reports; `Unpushed`: validated and marked, the main sheaf full or
+    /// missing: [`free_unpushed`](Self::free_unpushed)).
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_fast_checked`](Self::try_free_fast_checked).
+    #[inline(always)]
+    pub(crate) unsafe fn free_fast_mapped(&self, obj: usize) -> FastFree {
+        let area = self.fast_area[2].load(CoreOrdering::Acquire);
+        if area == 0 || !self.mapped_object(obj) {
+            return FastFree::Slow;
+        }
+        let r = self.random.load(CoreOrdering::Relaxed);
+        if Self::marked_free(self.fp_word_fast::<true>(obj), r) {
+            return FastFree::Slow;
+        }
+        if self.mark_push_only::<true>(obj, r, self.slots_at(area)) {
+            FastFree::Freed
+        } else {
+            FastFree::Unpushed
+        }
+    }
+
+    /// [`free_fast_mapped`](Self::free_fast_mapped) for a plain cache the
+    /// page map names (slot 0: no marker), calling nothing.
+    ///
+    /// # Safety
+    ///
+    /// As [`try_free_fast_checked`](Self::try_free_fast_checked).
+    #[inline(always)]
+    pub(crate) unsafe fn free_fast_mapped_plain(&self, obj: usize) -> FastFree {
+        let area = self.fast_area::<false>();
+        if area == 0 || !self.checked_frees() || !self.mapped_object(obj) {
+            return FastFree::Slow;
+        }
+        if self.mark_push_only::<false>(obj, 0, self.slots_at(area)) {
+            FastFree::Freed
+        } else {
+            FastFree::Unpushed
+        }
+    }
+
+    /// Whether fast-path slot `H` (`fast_area[H]`: hardened caches
+    /// without a map tag, or plain caches) is in use.
+    #[inline(always)]
+    pub(crate) fn has_fast_slot<const H: bool>(&self) -> bool {
+        self.fast_area::<H>() != 0
+    }
+
     /// `ksize` by the page map: the object size if `byte`, the page-map
     /// byte of `ptr`'s page (read by the caller from this cache's
     /// source's map, [`PageAlloc::page_map`]), names a slab of this cache
@@ -443,7 +498,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         &self,
         obj: usize,
         r: usize,
-        s: SheafSlots<'_>,
+        s: SheafSlots<'_, N>,
     ) -> Result<bool, FreeError> {
         if self.mark_push_only::<H>(obj, r, s) {
             return Ok(true);
@@ -456,7 +511,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// nothing: `false` when the main sheaf is full or missing (`obj` is
     /// then marked, hardened, and not pushed).
     #[inline(always)]
-    fn mark_push_only<const H: bool>(&self, obj: usize, r: usize, s: SheafSlots<'_>) -> bool {
+    fn mark_push_only<const H: bool>(&self, obj: usize, r: usize, s: SheafSlots<'_, N>) -> bool {
         let enc = if H {
             self.fp_word_fast::<H>(obj).store(r, CoreOrdering::Relaxed);
             self.entry_of(obj)
