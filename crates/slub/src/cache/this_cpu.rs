@@ -309,6 +309,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if area == 0 || !self.mapped_object_byte(obj, byte) {
             return FastFree::Slow;
         }
+        self.check_mark_push(obj, area)
+    }
+
+    /// The rest of the checked slot's inline free, for an object the page
+    /// map vouched for: refused (`Slow`) if it holds the free marker,
+    /// else marked and pushed (`Freed`), or only marked (`Unpushed`).
+    #[inline(always)]
+    fn check_mark_push(&self, obj: usize, area: isize) -> FastFree {
         let r = self.random.load(CoreOrdering::Relaxed);
         if Self::marked_free(self.fp_word_fast::<true>(obj), r) {
             return FastFree::Slow;
@@ -339,15 +347,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if area == 0 || !self.mapped_object(obj) {
             return FastFree::Slow;
         }
-        let r = self.random.load(CoreOrdering::Relaxed);
-        if Self::marked_free(self.fp_word_fast::<true>(obj), r) {
-            return FastFree::Slow;
-        }
-        if self.mark_push_only::<true>(obj, r, self.slots_at(area)) {
-            FastFree::Freed
-        } else {
-            FastFree::Unpushed
-        }
+        self.check_mark_push(obj, area)
     }
 
     /// [`free_fast_mapped`](Self::free_fast_mapped) for a plain cache the
