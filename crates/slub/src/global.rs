@@ -412,18 +412,16 @@ impl GlobalSlub {
 
     /// `alloc` after the inline pops failed (an 8-byte aligned layout up
     /// to the largest class): the slot pop of the hardened caches without
-    /// a map tag (or the plain pop again), then [`alloc_slow`](Self::alloc_slow).
+    /// a map tag, then [`alloc_slow`](Self::alloc_slow).
     #[inline(never)]
     unsafe fn alloc_after_fast(&self, layout: Layout) -> *mut u8 {
         let i = kmalloc_class_of(layout.size());
-        let c = self.class_cache(i);
-        let p = if self.plain_sheaves {
-            c.alloc_fast_slot::<false>()
-        } else {
-            c.alloc_fast_slot::<true>()
-        };
-        if let Some(p) = p {
-            return p.as_ptr();
+        // (A plain heap's slot was popped inline already: its pop does not
+        // depend on a map tag.)
+        if !self.plain_sheaves {
+            if let Some(p) = self.class_cache(i).alloc_fast_slot::<true>() {
+                return p.as_ptr();
+            }
         }
         // SAFETY: forwarded.
         unsafe { self.alloc_slow(layout, Some(i)) }
