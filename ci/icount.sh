@@ -34,8 +34,8 @@ N2=150000
 # mm-malloc's malloc + free (config "malloc" in the budgets): a C
 # program under LD_PRELOAD, the library told to count its restartable
 # paths as CPU 0 (crates/malloc/scripts/pair_count.c).
-step cargo build --release -p mm-malloc
-SO="$(realpath "${CARGO_TARGET_DIR:-target}/release/libmm_malloc.so")"
+step cargo build --profile malloc -p mm-malloc
+SO="$(realpath "${CARGO_TARGET_DIR:-target}/malloc/libmm_malloc.so")"
 CBIN="$(mktemp -d)/pair_count"
 step cc -O2 -o "$CBIN" crates/malloc/scripts/pair_count.c -ldl
 

@@ -27,8 +27,14 @@
 //!   and before the cold code: they were spread over the whole of `.text`
 //!   (80 of its 232 KiB run by `tr`, 114 KiB by all the programs of
 //!   `scripts/programs.sh` together, measured with callgrind), so
-//!   fault-around mapped all of `.text` into every process. Together they
-//!   now span two fault-around windows. A name that no longer matches
+//!   fault-around mapped all of `.text` into every process. The section
+//!   has two tiers: [`HOT`], what a small process runs (a shell's fork
+//!   loop, `cat`: callgrind and `perf record -e page-faults -d`), first,
+//!   within one 64 KiB window (with the library built by the `malloc`
+//!   profile of the workspace's `Cargo.toml`, optimised for size: at
+//!   `-O3` the code such a process ran was 84 KiB, two windows, 128 KiB
+//!   resident in every process; 62 KiB now, 64 resident), then [`WARM`],
+//!   what larger programs run besides. A name that no longer matches
 //!   (renamed function) only costs resident text, never correctness.
 //!   The section starts at a 64 KiB boundary (a fault-around window's)
 //!   and holds the C runtime's `.init`/`.fini` (run by every process):
@@ -61,8 +67,6 @@ const HOT: &[(&str, &[&str])] = &[
             "12fork_prepare",
             "12realloc_impl",
             "17alloc_object_slow",
-            "19dealloc_object_slow",
-            "18dealloc_cache_slow",
             "16dealloc_unpushed",
             "16dealloc_untagged",
             "11malloc_slow",
@@ -71,102 +75,99 @@ const HOT: &[(&str, &[&str])] = &[
             "4init",
             "5alloc",
             "6usable",
-            "11usable_slow",
-            "13alloc_aligned",
             "23alloc_aligned_or_enomem",
             "10cold_class",
             "6lender",
+            "11object_size",
+            "12ensure_built",
+            "4name",
+            "13alloc_aligned",
         ],
     ),
     (
         "slub",
         &[
-            "11flush_sheaf",
-            "12discard_slab",
-            "12do_slab_free",
             "12refill_sheaf",
             "13alloc_special",
             "13barn_get_full",
             "13barn_put_full",
-            "14slab_free_slow",
             "15calculate_order",
-            "15put_cpu_partial",
             "16calculate_layout",
-            "16free_to_pcs_miss",
-            "16free_to_pcs_slow",
-            "17unfreeze_partials",
-            "18free_to_pcs_relock",
-            "19alloc_from_pcs_slow",
             "20slab_alloc_slow_node",
-            "21alloc_from_pcs_relock",
             "21calculate_layout_ctor",
             "3add",
-            "6remove",
             "8new_slab",
             "9init_mode",
             "9new_sheaf",
-            "9put_empty",
             "14fill_map_check",
             "13free_unpushed",
+            "15calc_slab_order",
+            "14barn_get_empty",
+            "14sheaf_move_top",
+            "20half_main_after_free",
+            "17fit_private_sheaf",
+            "22kmalloc_sheaf_capacity",
         ],
     ),
     (
         "pcp",
         &[
-            "11after_batch",
             "11alloc_block",
             "11alloc_buddy",
             "13alloc_private",
             "13register_fork",
             "14rmqueue_refill",
             "15alloc_below_low",
-            "16after_large_free",
-            "17free_batch_unlock",
             "18free_pcppages_bulk",
-            "4free",
             "6refill",
             "16alloc_lists_miss",
-            "16alloc_lists_slow",
-            "16alloc_lists_slow*closure",
             "8page_map",
+            "4free",
+            "15recompute_sizes",
+            "13free_to_buddy",
         ],
     ),
     (
         "buddy",
         &[
-            "10decay_cold",
             "10decay_scan",
             "10free_range",
-            "10purge_free",
             "11alloc_block",
-            "11fork_unlock",
             "11free_direct",
             "11zone_extent",
             "12alloc_direct",
-            "12fork_prepare",
             "12owner_of_any",
-            "12remap_direct",
             "13alloc_private",
             "13find_reserved",
-            "13prep_compound",
-            "13prep_compound*closure",
             "13register_fork",
-            "13set_page_tags",
-            "13taken_flagged",
             "14alloc_slowpath",
             "14purge_over_cap",
-            "15clear_pair_slow",
-            "16after_large_free",
             "17isolate_for_purge",
             "3new",
             "4grow",
             "5decay",
-            "6detect",
             "6rehash",
             "7rmqueue",
             "8grow_for",
             "9find_rest",
             "8page_map",
+            "13set_page_tags",
+            "13prep_compound",
+            "13prep_compound*closure",
+            "15overlaps_memmap",
+            "4push",
+            "14build_zonelist",
+            "15node_set_memory",
+            "10purge_pass",
+            "17over_resident_cap",
+            "13already_added",
+            "15add_region_node",
+            "17add_region_locked",
+            "11setup_zones",
+            "4find",
+            "6insert",
+            "10alloc_bulk",
+            "14purge_isolated",
         ],
     ),
     (
@@ -175,7 +176,6 @@ const HOT: &[(&str, &[&str])] = &[
             "10on_prepare",
             "11map_aligned",
             "12my_slot_slow",
-            "14os_random_seed",
             "15single_threaded",
             "3map",
             "4drop",
@@ -185,11 +185,12 @@ const HOT: &[(&str, &[&str])] = &[
             "8register",
             "5purge",
             "5unmap",
-            "7install",
             "7prepare",
             "8on_child",
             "9on_parent",
             "9page_size",
+            "7install",
+            "14os_random_seed",
         ],
     ),
     (
@@ -201,7 +202,71 @@ const HOT: &[(&str, &[&str])] = &[
             "7_detect",
         ],
     ),
-    ("std", &["7destroy"]),
+    ("std", &["7destroy", "15initialize_with"]),
+    ("core", &["9call_once"]),
+];
+
+/// The rest of the code that a program of `scripts/programs.sh` ran, after
+/// [`HOT`] in `.text.malloc_hot`: what a process that neither frees
+/// objects on another CPU than their sheaf's nor forks with threads nor
+/// purges runs only in larger programs (sheaf flushes, slab frees, the
+/// pcp's batch frees, the fork locks, the debug and aligned paths). [`HOT`]
+/// is what a small process runs (the fork loop's shell, `cat`: callgrind),
+/// and fits the section's first 64 KiB fault-around window
+/// (`tests/c_suite.rs` checks a shell's resident text): those processes
+/// map one window of the library's text, not two.
+const WARM: &[(&str, &[&str])] = &[
+    (
+        "mm_malloc",
+        &[
+            "19dealloc_object_slow",
+            "18dealloc_cache_slow",
+            "11usable_slow",
+        ],
+    ),
+    (
+        "slub",
+        &[
+            "11flush_sheaf",
+            "12discard_slab",
+            "12do_slab_free",
+            "14slab_free_slow",
+            "15put_cpu_partial",
+            "16free_to_pcs_miss",
+            "16free_to_pcs_slow",
+            "17unfreeze_partials",
+            "18free_to_pcs_relock",
+            "19alloc_from_pcs_slow",
+            "21alloc_from_pcs_relock",
+            "6remove",
+            "9put_empty",
+        ],
+    ),
+    (
+        "pcp",
+        &[
+            "11after_batch",
+            "16after_large_free",
+            "17free_batch_unlock",
+            "16alloc_lists_slow",
+            "16alloc_lists_slow*closure",
+        ],
+    ),
+    (
+        "buddy",
+        &[
+            "10decay_cold",
+            "10purge_free",
+            "12fork_prepare",
+            "12remap_direct",
+            "13taken_flagged",
+            "15clear_pair_slow",
+            "16after_large_free",
+            "6detect",
+            "11fork_unlock",
+        ],
+    ),
+    ("local_lock", &[]),
 ];
 
 /// More of [`HOT`]: slub's `this_cpu` module whole (the slow paths of
@@ -210,16 +275,19 @@ const HOT: &[(&str, &[&str])] = &[
 /// (unmangled) and std's and core's functions, v0-mangled (`_RN...`,
 /// matched without their crate hashes).
 const HOT_EXACT: &[&str] = &[
-    ".text._ZN4slub5cache8this_cpu*",
+    ".text._ZN4slub5cache8this_cpu*14alloc_rcs_slow17h*",
+    ".text._ZN4slub5cache8this_cpu*13free_rcs_slow17h*",
+    ".text._ZN4slub5cache8this_cpu*9take_from17h*",
+    ".text._ZN4slub5cache8this_cpu*7install17h*",
     ".text.malloc",
     ".text.free",
     ".text.calloc",
     ".text.realloc",
-    ".text.reallocarray",
     ".text.posix_memalign",
+    ".text.__posix_memalign",
     ".text.aligned_alloc",
     ".text.memalign",
-    ".text.malloc_usable_size",
+    // (glibc's aliases, which the linker may fold with the entry points)
     ".text.__libc_malloc",
     ".text.__libc_free",
     ".text.__libc_calloc",
@@ -230,8 +298,16 @@ const HOT_EXACT: &[&str] = &[
     ".text._RN*3std3env7__var_os*",
     ".text._RN*10linux_like8register*",
     ".text._RN*15ARGV_INIT_ARRAY12init_wrapper*",
-    ".text._RN*4CStr19from_bytes_with_nul*",
     ".text._RN*5xsave7__xgetbv*",
+    ".text._RN*4CStr19from_bytes_with_nul*",
+];
+
+/// [`WARM`]'s exact names: the rest of slub's `this_cpu` module, the C
+/// entry points a small program does not call.
+const WARM_EXACT: &[&str] = &[
+    ".text._ZN4slub5cache8this_cpu*",
+    ".text.reallocarray",
+    ".text.malloc_usable_size",
 ];
 
 /// The script: the hot functions ([`HOT`], [`HOT_EXACT`]) to
@@ -251,20 +327,27 @@ fn script() -> String {
     let mut s = String::from(
         "SECTIONS {\n  .text.malloc_hot : ALIGN(0x10000) {\n    KEEP(*(SORT_NONE(.init)))\n    KEEP(*(SORT_NONE(.fini)))\n    *crt*.o(.text .text.*)\n    *libc_nonshared.a:*(.text .text.*)\n",
     );
-    for (krate, names) in HOT {
-        for n in *names {
-            let tail = if n.ends_with("closure") { "*" } else { "17h*" };
-            s += &format!("    *(.text.*_ZN*{krate}*{n}{tail})\n");
+    let tier = |s: &mut String, by_crate: &[(&str, &[&str])], exact: &[&str]| {
+        for (krate, names) in by_crate {
+            for n in *names {
+                let tail = if n.ends_with("closure") { "*" } else { "17h*" };
+                *s += &format!("    *(.text.*_ZN*{krate}*{n}{tail})\n");
+            }
         }
-    }
-    for e in HOT_EXACT {
-        // (LLVM names a cold function's section `.text.unlikely.NAME`)
-        let name = e.trim_start_matches(".text.");
-        s += &format!("    *(.text.{name} .text.unlikely.{name})\n");
-    }
+        for e in exact {
+            // (LLVM names a cold function's section `.text.unlikely.NAME`)
+            let name = e.trim_start_matches(".text.");
+            *s += &format!("    *(.text.{name} .text.unlikely.{name})\n");
+        }
+    };
+    tier(&mut s, HOT, HOT_EXACT);
     // (`__rseq_failure`: the restartable sequences' abort handlers, each
     // after its signature, which the kernel reads)
-    s += "    *(__rseq_failure)\n    *(.plt)\n  }\n";
+    s += "    *(__rseq_failure)\n    *(.plt)\n";
+    // (where [`WARM`] begins: `tests/c_suite.rs` checks the first tier's size)
+    s += "    HIDDEN(__mm_malloc_warm = .);\n";
+    tier(&mut s, WARM, WARM_EXACT);
+    s += "  }\n";
     s += COLD;
     s += "} INSERT BEFORE .text;\n";
     s += UNWIND;

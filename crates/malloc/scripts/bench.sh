@@ -24,8 +24,8 @@ if [[ ${1:-} == --install ]]; then
 fi
 ROUNDS=${1:-3}
 if [[ -z ${MM_MALLOC_SO:-} ]]; then
-    cargo build -q --release -p mm-malloc
-    MM_MALLOC_SO=$(realpath "${CARGO_TARGET_DIR:-target}/release/libmm_malloc.so")
+    cargo build -q --profile malloc -p mm-malloc
+    MM_MALLOC_SO=$(realpath "${CARGO_TARGET_DIR:-target}/malloc/libmm_malloc.so")
 fi
 names=(glibc mm-malloc)
 libs=("" "$MM_MALLOC_SO")

@@ -146,7 +146,9 @@ fn init() {
     // SAFETY: the first thing of the one init, before any allocation.
     unsafe { pages::init_pages() };
     let s = env::read();
-    apply_env(&s);
+    if s.iter().any(Option::is_some) {
+        apply_env(&s);
+    }
     // The lists' bounds (before any page goes through them: init runs
     // before the first allocation).
     let _ = pages().pcp().set_batch_high(Some(pages::PCP_BATCH_HIGH));
@@ -160,7 +162,12 @@ fn init() {
 /// [`init`]'s progress: 0 not started, 1 running, 2 done.
 static INIT_STATE: AtomicI32 = AtomicI32::new(0);
 
-/// The settings of the environment (see the crate's documentation).
+/// The settings of the environment (see the crate's documentation), when
+/// one is set: out of line, so the code of a process run without any
+/// (parsing `MM_SLUB_DEBUG` among it) is not in the text it maps
+/// (`build.rs`: the code every process runs fits one 64 KiB window).
+#[cold]
+#[inline(never)]
 fn apply_env(s: &env::Settings) {
     if s[0].is_some_and(|v| !v.bytes().is_empty() && v.bytes() != b"0") {
         // A copy of stderr: programs may close fd 2 at exit (coreutils'

@@ -106,7 +106,6 @@ impl<P: Platform> Buddy<P> {
     ) -> usize {
         let min = self.cfg.purge_order();
         let max = self.cfg.max_order();
-        let shift = self.cfg.page_shift();
         let mut bytes = 0;
         for z in 0..self.nr_zone_ids() {
             loop {
@@ -129,59 +128,80 @@ impl<P: Platform> Buddy<P> {
                 if n == 0 {
                     break;
                 }
-                let mut done = [false; PURGE_BATCH];
-                let mut stop = false;
-                for (i, b) in batch[..n].iter().enumerate() {
-                    if stop {
-                        break;
-                    }
-                    let len = self.cfg.block_size(b.order);
-                    // SAFETY: span memory is never null.
-                    done[i] = purge(unsafe { NonNull::new_unchecked(b.ptr) }, len);
-                    stop = !done[i];
-                }
-                let mut g = self.lock_zone(z);
-                for (b, ok) in batch[..n].iter().zip(done) {
-                    let found = self.spans.find(b.ptr as usize, shift);
-                    let Some(found) = found else {
-                        unreachable!("buddy: isolated block outside every span")
-                    };
-                    let zero = if ok {
-                        g.count(Stat::PURGE, 1);
-                        g.count(Stat::PURGED_BYTES, self.cfg.block_size(b.order) as u64);
-                        bytes += self.cfg.block_size(b.order);
-                        ZERO_FULL | PURGED
-                    } else {
-                        b.zero
-                    };
-                    #[cfg(any(test, feature = "invariants"))]
-                    if ok {
-                        self.verify_known_zero(b.ptr, ZERO_FULL, b.order);
-                    }
-                    // SAFETY: the block was a free block of this zone and
-                    // span, taken off the lists by `isolate_for_purge` and
-                    // held by nobody since.
-                    // The decay scan's stamp goes with its `AGED` bit.
-                    unsafe {
-                        (*b.desc).clear_owner_for_free();
-                        g.free_one(
-                            &self.cfg,
-                            &found,
-                            b.desc,
-                            b.ptr as usize >> shift,
-                            b.order,
-                            zero,
-                            true,
-                        )
-                    };
-                }
-                drop(g);
+                let (b, stop) = self.purge_isolated(z, &batch[..n], &mut purge);
+                bytes += b;
                 if stop || n < PURGE_BATCH {
                     break;
                 }
             }
         }
         bytes
+    }
+
+    /// The second half of a purge pass's round: `purge` each block
+    /// `isolate_for_purge` took off `zone`'s lists (until one fails), then
+    /// free them all back, purged or as they were. Returns the bytes
+    /// purged and whether a purge failed. Out of line: a pass that finds
+    /// nothing to purge (most decay ticks of a small process) runs only
+    /// the isolation, and mm-malloc keeps that part in the code every
+    /// process maps (issue #18: its text in one 64 KiB window).
+    #[inline(never)]
+    fn purge_isolated(
+        &self,
+        z: usize,
+        batch: &[Isolated],
+        purge: &mut impl FnMut(NonNull<u8>, usize) -> bool,
+    ) -> (usize, bool) {
+        let shift = self.cfg.page_shift();
+        let mut bytes = 0;
+        let mut done = [false; PURGE_BATCH];
+        let mut stop = false;
+        for (i, b) in batch.iter().enumerate() {
+            if stop {
+                break;
+            }
+            let len = self.cfg.block_size(b.order);
+            // SAFETY: span memory is never null.
+            done[i] = purge(unsafe { NonNull::new_unchecked(b.ptr) }, len);
+            stop = !done[i];
+        }
+        let mut g = self.lock_zone(z);
+        for (b, ok) in batch.iter().zip(done) {
+            let found = self.spans.find(b.ptr as usize, shift);
+            let Some(found) = found else {
+                unreachable!("buddy: isolated block outside every span")
+            };
+            let zero = if ok {
+                g.count(Stat::PURGE, 1);
+                g.count(Stat::PURGED_BYTES, self.cfg.block_size(b.order) as u64);
+                bytes += self.cfg.block_size(b.order);
+                ZERO_FULL | PURGED
+            } else {
+                b.zero
+            };
+            #[cfg(any(test, feature = "invariants"))]
+            if ok {
+                self.verify_known_zero(b.ptr, ZERO_FULL, b.order);
+            }
+            // SAFETY: the block was a free block of this zone and
+            // span, taken off the lists by `isolate_for_purge` and
+            // held by nobody since.
+            // The decay scan's stamp goes with its `AGED` bit.
+            unsafe {
+                (*b.desc).clear_owner_for_free();
+                g.free_one(
+                    &self.cfg,
+                    &found,
+                    b.desc,
+                    b.ptr as usize >> shift,
+                    b.order,
+                    zero,
+                    true,
+                )
+            };
+        }
+        drop(g);
+        (bytes, stop)
     }
 
     /// Pages of `zone` given back to the OS and still free (blocks flagged

@@ -241,25 +241,9 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
         o: &Owner,
         zone: ZoneId,
     ) {
-        let b = self.buddy();
         if order.get() > PAGE_ALLOC_COSTLY_ORDER || zone != self.zone {
-            if b.config().release_order().is_some_and(|r| order >= r) {
-                // A block at or above the release order goes back to the OS
-                // at once.
-                // SAFETY: forwarded contract.
-                if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
-                    bad_buddy_free(e)
-                }
-            } else {
-                // SAFETY: forwarded contract.
-                unsafe { b.free_pages_flags(ptr, order, flags) };
-            }
-            // A large block freed: a slow path, where the source bounds its
-            // resident free memory and the decay may run.
-            if order >= b.config().purge_order() {
-                self.after_large_free(order);
-            }
-            return;
+            // SAFETY: forwarded contract.
+            return unsafe { self.free_to_buddy(ptr, order, flags) };
         }
         // One copy of the commit per way of taking the lists, so each
         // guard's interrupt state and flavour stay constants in its copy
@@ -278,6 +262,36 @@ impl<S: PageSource, L: Platform, const N: usize> Pcp<S, L, N> {
             Policy::TaskOnly => return unsafe { self.free_locked_out(ptr, order, flags) },
         };
         self.free_commit_unlock(g, ptr, order, flags, o)
+    }
+
+    /// A block the lists do not take (above `PAGE_ALLOC_COSTLY_ORDER`, or
+    /// of another zone): to the buddy, or back to the OS at or above the
+    /// release order. Out of line: the order-0 free above stays small (its
+    /// copies per policy), and a process that frees no large block does
+    /// not map this code (mm-malloc's text, issue #18).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_unchecked`](Self::free_unchecked).
+    #[inline(never)]
+    unsafe fn free_to_buddy(&self, ptr: NonNull<u8>, order: Order, flags: FreeFlags) {
+        let b = self.buddy();
+        if b.config().release_order().is_some_and(|r| order >= r) {
+            // A block at or above the release order goes back to the OS
+            // at once.
+            // SAFETY: forwarded contract.
+            if let Err(e) = unsafe { self.source.free_or_release(ptr, order, flags) } {
+                bad_buddy_free(e)
+            }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { b.free_pages_flags(ptr, order, flags) };
+        }
+        // A large block freed: a slow path, where the source bounds its
+        // resident free memory and the decay may run.
+        if order >= b.config().purge_order() {
+            self.after_large_free(order);
+        }
     }
 
     /// [`free_commit`](Self::free_commit) under `g`, then the unlock (and
