@@ -101,8 +101,15 @@ struct Slot<T> {
 /// // `&mut` reaches every slot without locking: the total.
 /// assert_eq!(hits.iter_mut().map(|n| *n).sum::<u64>(), 400);
 /// ```
+#[repr(C)]
 pub struct LocalLock<T, P: Platform, const N: usize = DEFAULT_SLOTS> {
     platform: P,
+    /// Stored last CPU first: CPU `i`'s slot is `slots[N - 1 - i]` ([`at`]),
+    /// so CPU 0's ends the lock, and a structure that puts its own first
+    /// CPUs' records right after the lock (slub's `KmemCache`) has theirs
+    /// and their slots on one page.
+    ///
+    /// [`at`]: Self::at
     slots: [CachePadded<Slot<T>>; N],
 }
 
@@ -178,16 +185,22 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
             "LocalLock: {N} slots, but the platform needs at least {}",
             P::MIN_SLOTS
         );
-        LocalLock {
-            platform,
-            slots: core::array::from_fn(|i| {
-                CachePadded::new(Slot {
-                    data: UnsafeCell::new(init(i)),
-                    state: AtomicUsize::new(FREE),
-                    published: AtomicUsize::new(0),
-                })
-            }),
-        }
+        let mut slots: [CachePadded<Slot<T>>; N] = core::array::from_fn(|i| {
+            CachePadded::new(Slot {
+                data: UnsafeCell::new(init(i)),
+                state: AtomicUsize::new(FREE),
+                published: AtomicUsize::new(0),
+            })
+        });
+        // (made in CPU order, stored last CPU first)
+        slots.reverse();
+        LocalLock { platform, slots }
+    }
+
+    /// CPU `cpu`'s slot (`cpu < N`; see the field's order).
+    #[inline(always)]
+    fn at(&self, cpu: usize) -> &CachePadded<Slot<T>> {
+        &self.slots[N - 1 - cpu]
     }
 
     /// The platform.
@@ -195,6 +208,10 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     pub fn platform(&self) -> &P {
         &self.platform
     }
+
+    /// The bytes of one slot (the slots end the lock, CPU 0's last: see
+    /// the field's order).
+    pub const SLOT_BYTES: usize = core::mem::size_of::<CachePadded<Slot<T>>>();
 
     /// Number of slots (`N`).
     pub const fn slots(&self) -> usize {
@@ -204,7 +221,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     #[inline(always)]
     fn slot(&self, pin: Pin) -> &Slot<T> {
         if pin.cpu < N {
-            &self.slots[pin.cpu]
+            self.at(pin.cpu)
         } else {
             // Only scalars cross into the cold path, so `pin` stays in
             // registers on the fast path.
@@ -216,7 +233,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     #[inline(never)]
     fn slot_out_of_range(&self, cpu: usize, locked: bool) -> &Slot<T> {
         if locked {
-            &self.slots[cpu % N]
+            self.at(cpu % N)
         } else {
             panic!("LocalLock: the platform pinned CPU {cpu} but the lock has only {N} slots")
         }
@@ -338,7 +355,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
                     strategy: Strategy::Pinned,
                     token: 0,
                 };
-                let slot = &self.slots[cpu];
+                let slot = self.at(cpu);
                 self.take_pinned(slot, cpu);
                 return LocalGuard::new(self, pin, slot, irq, false);
             }
@@ -522,12 +539,12 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// ```
     #[inline]
     pub fn published(&self, cpu: usize) -> usize {
-        self.slots[cpu % N].published.load(Ordering::Relaxed)
+        self.at(cpu % N).published.load(Ordering::Relaxed)
     }
 
     /// Mutable access to every slot through `&mut self` (set-up, tear-down).
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.slots.iter_mut().map(|s| {
+        self.slots.iter_mut().rev().map(|s| {
             // SAFETY: `&mut self` excludes every guard.
             s.data.get_mut().with(|p| unsafe { &mut *p })
         })
@@ -536,7 +553,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// Mutable access to one slot through `&mut self`.
     pub fn get_mut(&mut self, cpu: usize) -> &mut T {
         // SAFETY: `&mut self` excludes every guard.
-        self.slots[cpu % N]
+        self.slots[N - 1 - cpu % N]
             .data
             .get_mut()
             .with(|p| unsafe { &mut *p })
@@ -745,7 +762,7 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// Slot `cpu` (`< N`) is protected by the locked strategy for every
     /// context that uses it, and the caller does not hold it.
     pub unsafe fn fork_lock_slot(&self, cpu: usize) {
-        let slot = &self.slots[cpu];
+        let slot = self.at(cpu);
         let tag = locked_tag(cpu, false);
         let backoff = Backoff::new();
         while slot
@@ -765,6 +782,6 @@ impl<T, P: Platform, const N: usize> LocalLock<T, P, N> {
     /// The slot was taken by `fork_lock_slot` on this thread (in the child:
     /// on the thread that forked).
     pub unsafe fn fork_unlock_slot(&self, cpu: usize) {
-        self.slots[cpu].state.store(FREE, Ordering::Release);
+        self.at(cpu).state.store(FREE, Ordering::Release);
     }
 }

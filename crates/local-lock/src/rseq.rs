@@ -263,7 +263,11 @@ pub fn cpu_id() -> u32 {
 
 /// A section's entry: its descriptor stored into the area's `rseq_cs`
 /// (label 3), the start (label 4), the CPU id, a jump to `$fail` for a CPU
-/// without a record, and `{c}` = the CPU's record (128-byte stride).
+/// without a record, and `{c}` = the CPU's record
+/// ([`SHEAF_RECORD_STRIDE`](crate::this_cpu::SHEAF_RECORD_STRIDE) apart).
+// (the sections shift the CPU id by 9)
+const _: () = assert!(crate::this_cpu::SHEAF_RECORD_STRIDE == 1 << 9);
+
 macro_rules! rseq_enter {
     ($fail:literal) => {
         concat!(
@@ -275,7 +279,7 @@ macro_rules! rseq_enter {
             "jae ",
             $fail,
             "\n",
-            "shl {c}, 7\n",
+            "shl {c}, 9\n",
             "add {c}, {base}\n",
         )
     };
@@ -300,7 +304,7 @@ macro_rules! sheaf_enter {
             "mov {c:e}, dword ptr fs:[{off} + {cpu}]\n",
             "cmp {c}, {nr}\n",
             "jae 5f\n",
-            "shl {c}, 7\n",
+            "shl {c}, 9\n",
             "mov {sh}, qword ptr [{base} + {c}]\n",
             "test {sh}, {sh}\n",
             "jz 5f\n",
@@ -335,7 +339,7 @@ macro_rules! rseq_tail {
 /// instructions that leave (to 5) when `{t}` = size - 1 is no entry.
 macro_rules! pop_section {
     ($s:ident, [$($check:literal),*] $(, $cap:ident = $capv:expr)?) => {{
-        debug_assert_eq!($s.stride(), 128);
+        debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
         debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
         let v: usize;
         // SAFETY: caller's contract; the section's stores are its commit.
@@ -370,7 +374,8 @@ macro_rules! pop_section {
 /// # Safety
 ///
 /// [`available`] returned true; `s` as [`SheafSlots::new`] requires, with a
-/// stride of 128 bytes, and its [`area`](SheafSlots::area) is [`area`]`()`.
+/// stride of [`SHEAF_RECORD_STRIDE`](crate::this_cpu::SHEAF_RECORD_STRIDE)
+/// bytes, and its [`area`](SheafSlots::area) is [`area`]`()`.
 #[inline(always)]
 pub unsafe fn pop<const N: usize>(s: SheafSlots<'_, N>) -> usize {
     pop_section!(s, ["cmp {t}, {cap}", "jae 5f"], cap = s.cap())
@@ -409,7 +414,7 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
             "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
             "cmp {c}, {nr}",
             "jae {fail}",
-            "shl {c}, 7",
+            "shl {c}, 9",
             "mov {sh}, qword ptr [{base} + {c}]",
             "test {sh}, {sh}",
             "jz {fail}",
@@ -484,7 +489,7 @@ macro_rules! free_push_section {
                 "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
                 "cmp {c}, qword ptr [{k} + 32]",
                 "jae {miss}",
-                "shl {c}, 7",
+                "shl {c}, 9",
                 "add {c}, {base}",
                 // off = obj - base < span in the address's way, vgen == gen
                 "mov {t}, {obj}",

@@ -53,6 +53,45 @@ pub const fn range_way(addr: usize, shift: u32) -> usize {
     (addr >> shift) & (RANGE_WAYS - 1)
 }
 
+/// The distance between two CPUs' records in the restartable sequences
+/// (`rseq`): CPU `c`'s [`CpuSheaves`] is `c * SHEAF_RECORD_STRIDE` bytes
+/// after CPU 0's (the sections shift the CPU id, an immediate). A
+/// [`SheafRecord`] is that size: the sheaf words and what else the user
+/// keeps per CPU (slub: its CPU's fast record), so that the first CPUs'
+/// records sit together after the structure's header.
+pub const SHEAF_RECORD_STRIDE: usize = 512;
+
+/// One CPU's [`CpuSheaves`] followed by `data`, [`SHEAF_RECORD_STRIDE`]
+/// bytes in all (aligned to it): an array of them is what
+/// [`SheafSlots::new`] takes on every platform, `rseq`'s included.
+///
+/// ```
+/// use local_lock::this_cpu::{SheafRecord, SHEAF_RECORD_STRIDE};
+/// let r = [const { SheafRecord::new(0u64) }; 2];
+/// assert_eq!(core::mem::size_of_val(&r[0]), SHEAF_RECORD_STRIDE);
+/// assert_eq!(core::mem::offset_of!(SheafRecord<u64>, sheaves), 0);
+/// ```
+#[repr(C, align(512))]
+#[derive(Debug, Default)]
+pub struct SheafRecord<T> {
+    /// The CPU's sheaf words.
+    pub sheaves: CpuSheaves,
+    /// The rest of the CPU's record.
+    pub data: T,
+}
+
+impl<T> SheafRecord<T> {
+    /// Empty sheaf words and `data`.
+    pub const fn new(data: T) -> Self {
+        SheafRecord {
+            sheaves: CpuSheaves::new(),
+            data,
+        }
+    }
+}
+
+const _: () = assert!(core::mem::align_of::<SheafRecord<()>>() == SHEAF_RECORD_STRIDE);
+
 /// One CPU's sheaf words (`struct slub_percpu_sheaves`, plus the slab
 /// ranges of the CPU's last validated frees). Field offsets are part of
 /// the restartable sequences' ABI: `main` 0, `spare` 8, `vgen` 16, way `i`

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use local_lock::std_platform::RseqCpu;
-use local_lock::sync::CachePadded;
-use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
+use local_lock::this_cpu::{
+    CpuSheaves, SheafRecord, SheafSlots, SheafWord, SHEAF_HDR_WORDS, SHEAF_RECORD_STRIDE,
+};
 use local_lock::Platform;
 
 /// A `this_cpu` operation (unsafe: see each platform's contract).
@@ -25,19 +26,13 @@ const NR: usize = 64;
 /// Operations per thread: enough that threads are preempted inside sections.
 const STEPS: usize = 1_000_000;
 
-static RECS: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
+static RECS: [SheafRecord<()>; NR] = [const { SheafRecord::new(()) }; NR];
 
 fn slots() -> SheafSlots<'static, NR> {
-    // SAFETY: NR records, one CachePadded apart; every sheaf word holds 0
+    // SAFETY: NR records, one SheafRecord apart; every sheaf word holds 0
     // or a leaked sheaf of CAP entries.
-    unsafe {
-        SheafSlots::new(
-            RECS.as_ptr().cast(),
-            core::mem::size_of::<CachePadded<CpuSheaves>>(),
-            CAP,
-        )
-    }
-    .with_area(local_lock::rseq::area())
+    unsafe { SheafSlots::new(RECS.as_ptr().cast(), SHEAF_RECORD_STRIDE, CAP) }
+        .with_area(local_lock::rseq::area())
 }
 
 fn new_sheaf() -> usize {
@@ -217,16 +212,10 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     if !p.restartable() {
         return;
     }
-    static R2: [CachePadded<CpuSheaves>; NR] = [const { CachePadded::new(CpuSheaves::new()) }; NR];
-    // SAFETY: NR records one CachePadded apart; sheaves of CAP entries.
-    let s = unsafe {
-        SheafSlots::<NR>::new(
-            R2.as_ptr().cast(),
-            core::mem::size_of::<CachePadded<CpuSheaves>>(),
-            CAP,
-        )
-    }
-    .with_area(local_lock::rseq::area());
+    static R2: [SheafRecord<()>; NR] = [const { SheafRecord::new(()) }; NR];
+    // SAFETY: NR records one SheafRecord apart; sheaves of CAP entries.
+    let s = unsafe { SheafSlots::<NR>::new(R2.as_ptr().cast(), SHEAF_RECORD_STRIDE, CAP) }
+        .with_area(local_lock::rseq::area());
     migrate(0); // stay on CPU 0 (a migration would only move the record)
     assert!(this_cpu!(p.this_cpu_set_range(s, 1, 0x1000, 0x100, 7)));
     assert!(this_cpu!(p.this_cpu_set_range(s, 2, 0x2000, 0x80, 7)));

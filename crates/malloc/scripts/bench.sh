@@ -14,7 +14,8 @@
 # the release build, built first), ONLY (space-separated program names:
 # run only these), RAW (a file: one line "program allocator secs kib ok"
 # per run is appended to it, ok 1 or 0; mm-bench's malloc-programs table
-# reads it).
+# reads it), EXTRA (space-separated NAME=PATH: more libraries preloaded
+# in the same interleaved rounds, e.g. a variant of mm-malloc to compare).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 if [[ ${1:-} == --install ]]; then
@@ -36,6 +37,10 @@ for cand in mimalloc:libmimalloc.so.2 jemalloc:libjemalloc.so.2; do
         names+=("${cand%%:*}")
         libs+=("$f")
     fi
+done
+for e in ${EXTRA:-}; do
+    names+=("${e%%=*}")
+    libs+=("$(realpath "${e#*=}")")
 done
 
 source crates/malloc/scripts/programs.sh

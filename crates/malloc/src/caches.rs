@@ -151,20 +151,31 @@ unsafe fn write_image(i: usize, flags: SlabFlags, sheaves: usize) {
 /// CPUs use them) are never touched. Measured, peak RSS of `git
 /// --version`: 5.26 -> 4.84 MiB (glibc 3.78).
 ///
-/// Page-aligned, the cache [`Cache::FIRST_CPUS_AT`] bytes before a page
-/// boundary: the first CPUs' fast records, the header and node 0 are then
-/// on one page, their lock slots and sheaves a page each (slub's
-/// `repr(C)` layout): three pages of a class that a process uses (five
-/// before, the cache wherever it fell).
+/// Page-aligned, the cache [`SLOT_PAD`] bytes into it: the first CPUs'
+/// lock slots, the header, node 0 and the first CPUs' sheaf words and
+/// fast records are then on one page (slub's `repr(C)` layout): one page
+/// of a class that a process uses (two while the sheaf words, the fast
+/// records and the nodes were three arrays, three or five before).
 #[repr(C, align(4096))]
 pub struct Slot {
     _pad: [u8; SLOT_PAD],
     cache: UnsafeCell<MaybeUninit<Cache>>,
 }
 
-/// The bytes before the cache in its [`Slot`].
-const SLOT_PAD: usize = (4096 - Cache::FIRST_CPUS_AT % 4096) % 4096;
+/// The bytes before the cache in its [`Slot`]: the least (at the cache's
+/// alignment) that puts [`Cache::FIRST_CPUS_AT`] at or after a page
+/// boundary.
+const SLOT_PAD: usize = {
+    let pad = (4096 - Cache::FIRST_CPUS_AT % 4096) % 4096;
+    let a = core::mem::align_of::<Cache>();
+    pad.div_ceil(a) * a % 4096
+};
 const _: () = assert!(SLOT_PAD.is_multiple_of(core::mem::align_of::<Cache>()));
+// The first CPUs' records, the header and node 0 on one page.
+const _: () = assert!(
+    (SLOT_PAD + Cache::FIRST_CPUS_AT) % 4096 + Cache::FIRST_CPUS_SPAN <= 4096,
+    "the first CPUs' records span two pages"
+);
 
 // SAFETY: the cache is `Sync`; the one `&mut` access (`configure`) happens
 // before any other thread can reach it (see `configure`).
@@ -659,14 +670,14 @@ mod tests {
     }
 
     /// A cache written in place into a zero slot ([`write_image`]'s
-    /// `new_in_zeroed`) writes two pages: its header's (with the first
-    /// CPUs' fast records and lock slots) and node 0's (with their sheaf
-    /// records). Into a fresh mapping laid out as a [`Slot`], the other
-    /// pages stay out of memory (`mincore`), as the slots' in `.bss` do;
-    /// a typed write of the whole cache (or of a scratch image) wrote all
-    /// six.
+    /// `new_in_zeroed`) writes one page: its header's, with node 0 and the
+    /// first CPUs' lock slots, sheaf words and fast records (two before:
+    /// node 0 and the sheaf words were on another). Into a fresh mapping
+    /// laid out as a [`Slot`], the other pages stay out of memory
+    /// (`mincore`), as the slots' in `.bss` do; a typed write of the whole
+    /// cache (or of a scratch image) wrote all six.
     #[test]
-    fn a_cache_built_in_place_writes_two_pages() {
+    fn a_cache_built_in_place_writes_one_page() {
         const PAGE: usize = 4096;
         let pages = size_of::<Slot>() / PAGE;
         // SAFETY: a fresh anonymous mapping (reads as zero).
@@ -703,7 +714,7 @@ mod tests {
         let resident = (0..pages).filter(|&p| vec[p] & 1 != 0).count();
         // SAFETY: written above; only read.
         assert_eq!(unsafe { &*slot }.name(), "t");
-        assert_eq!(resident, 2, "pages written by the build: {vec:?}");
+        assert_eq!(resident, 1, "pages written by the build: {vec:?}");
         // SAFETY: the mapping made above (the cache never used: nothing to
         // drop).
         unsafe { libc::munmap(m, pages * PAGE) };

@@ -611,7 +611,7 @@ fn shrink_frees_empty_slabs_and_sorts_fullest_first() {
     assert!(freed >= 1, "the empty slab is freed");
     assert_eq!(c.nr_slabs(), before - freed);
     // Fullest first.
-    let n = c.nodes[0].list.get_mut();
+    let n = c.node0.list.get_mut();
     let mut cur = n.head;
     let mut last = usize::MAX;
     while cur != 0 {

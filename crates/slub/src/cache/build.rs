@@ -49,11 +49,11 @@ macro_rules! cache_header {
 macro_rules! cache_literal {
     ($cpu:expr, $fast:expr, $nodes:expr; $($f:ident: $v:expr,)*) => {
         KmemCache {
-            $($f: $v,)*
             cpu: $cpu,
-            fast: rev::RevArray($fast),
-            pcs: [const { CachePadded::new(CpuSheaves::new()) }; N],
-            nodes: rev::RevArray($nodes),
+            $($f: $v,)*
+            node0: CachePadded::new(KmemCacheNode::new()),
+            fast: $fast,
+            nodes: $nodes,
         }
     };
 }
@@ -110,8 +110,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             geometry,
             source,
             LocalLock::new(platform),
-            [const { CachePadded::new(CpuFast::new()) }; N],
-            [const { CachePadded::new(KmemCacheNode::new()) }; MAX_NUMNODES]
+            rev::CpuRecs::new(),
+            [const { CachePadded::new(KmemCacheNode::new()) }; MAX_NUMNODES - 1]
         )
     }
 
@@ -181,10 +181,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // SAFETY: the caller's slot; its lock's slots are zero, which is
         // `CpuLocked::INIT` (all zero fields) unlocked (`ZeroInit`).
         unsafe { LocalLock::init_in_zeroed(core::ptr::addr_of_mut!((*slot).cpu), platform) };
-        // SAFETY: the caller's slot; node 0 is stored last.
+        // SAFETY: the caller's slot.
         unsafe {
-            core::ptr::addr_of_mut!((*slot).nodes.0[MAX_NUMNODES - 1])
-                .write(CachePadded::new(KmemCacheNode::new()))
+            core::ptr::addr_of_mut!((*slot).node0).write(CachePadded::new(KmemCacheNode::new()))
         };
     }
 
@@ -233,7 +232,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             g,
             source,
             LocalLock::new_with(platform, |_| CpuLocked::INIT),
-            core::array::from_fn(|_| CachePadded::new(CpuFast::new())),
+            rev::CpuRecs::new(),
             core::array::from_fn(|_| CachePadded::new(KmemCacheNode::new()))
         ))
     }

@@ -119,7 +119,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.drop_sheaves(sh);
         }
         for i in 0..N {
-            let r = &self.pcs[i];
+            let r = self.fast.sheaves(i);
             let sh = [
                 r.main.swap(0, CoreOrdering::Relaxed),
                 r.spare.swap(0, CoreOrdering::Relaxed),
@@ -377,7 +377,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// The slots of `locked_cpus` are protected by the locked strategy for
     /// every context that uses them.
     pub unsafe fn fork_lock(&self, locked_cpus: core::ops::Range<usize>) {
-        let nodes = || (0..self.nr_nodes()).map(|i| &self.nodes[i]);
+        let nodes = || (0..self.nr_nodes()).map(|i| self.get_node(i));
         for n in nodes() {
             n.list.lock_for_fork();
             n.full.lock_for_fork();
@@ -399,7 +399,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Taken by `fork_lock` on this thread (in a child: on the thread that
     /// forked).
     pub unsafe fn fork_unlock(&self, locked_cpus: core::ops::Range<usize>) {
-        let nodes = || (0..self.nr_nodes()).rev().map(|i| &self.nodes[i]);
+        let nodes = || (0..self.nr_nodes()).rev().map(|i| self.get_node(i));
         // SAFETY: caller's contract: each is held, its guard forgotten.
         unsafe {
             for n in nodes() {

@@ -404,9 +404,9 @@ impl Fast {
 /// ```
 #[repr(C)]
 pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
-    /// The CPUs' fast records, stored last CPU first ([`rev::RevArray`]):
-    /// CPU 0's record ends where the header begins.
-    fast: rev::RevArray<CachePadded<CpuFast>, N>,
+    /// `s->cpu_slab`'s lock and locked part, one slot per CPU, stored last
+    /// CPU first (`LocalLock`): CPU 0's slot ends where the header begins.
+    cpu: LocalLock<CpuLocked, P, N>,
     name: &'static str,
     /// Unique id, drawn at first use (0 before).
     id: CoreAtomicUsize,
@@ -471,24 +471,26 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// The idle shrink's state (`IDLE_ACTIVE`, `IDLE_DIRTY`; see
     /// [`shrink_if_idle`](Self::shrink_if_idle)).
     idle: AtomicU8,
-    // The other per-CPU records after the header (`repr(C)`; Rust's order
-    // put the header and the nodes after all three arrays, each on a page
-    // of its own): the first CPUs' fast records (at the end of `fast`),
-    // the header and their lock slots (at the start of `cpu`) share a page
-    // when the cache starts at [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT)
-    // before a page boundary, and node 0 (at the end of `nodes`, stored
-    // last node first) and their sheaves (at the start of `pcs`) another:
-    // two pages touched per cache where there were five (three with the
-    // nodes between the header and the lock slots: 16 nodes are a page).
-    cpu: LocalLock<CpuLocked, P, N>,
-    /// `s->node[]`: one [`KmemCacheNode`] per node of the page allocator
-    /// (`nr_node_ids()`, at most [`MAX_NUMNODES`]), each with its partial
-    /// list, `list_lock`, barn and counters; stored last node first.
-    pub(crate) nodes: rev::RevArray<CachePadded<KmemCacheNode>, MAX_NUMNODES>,
-    /// The sheaves of restartable platforms ([`Fast::Rseq`]), reached by
-    /// the platform's `this_cpu` operations only (the locked and pinned
-    /// platforms keep theirs in [`CpuLocked`]).
-    pcs: [CachePadded<CpuSheaves>; N],
+    // The per-CPU records and the nodes after the header (`repr(C)`):
+    // the first CPUs' lock slots (at the end of `cpu`), the header, node 0
+    // and the first CPUs' records (at the start of `fast`) share a page
+    // when the cache starts [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) bytes
+    // (rounded to its alignment) before a page boundary: one page touched
+    // per cache a process uses (two when the sheaf words, the fast
+    // records and the nodes were three arrays after the header, five
+    // before any of this).
+    /// `s->node[0]` (see [`nodes`](Self::nodes)).
+    pub(crate) node0: CachePadded<KmemCacheNode>,
+    /// Each CPU's sheaf words (the restartable platforms' sheaves,
+    /// reached by the platform's `this_cpu` operations only; the locked
+    /// and pinned platforms keep theirs in [`CpuLocked`]) and fast record
+    /// (lockless fast path, CPU slab, statistics), CPU 0's first.
+    fast: rev::CpuRecs<N>,
+    /// `s->node[1..]`: with [`node0`](Self::node0), one
+    /// [`KmemCacheNode`] per node of the page allocator (`nr_node_ids()`,
+    /// at most [`MAX_NUMNODES`]), each with its partial list,
+    /// `list_lock`, barn and counters ([`get_node`](Self::get_node)).
+    pub(crate) nodes: [CachePadded<KmemCacheNode>; MAX_NUMNODES - 1],
 }
 
 // SAFETY: all shared state is atomic or behind the local lock / list lock.
@@ -498,11 +500,19 @@ unsafe impl<S: SlabSource + Send, P: Platform + Send, const N: usize> Send for K
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// Where the records the first two CPUs use begin in a cache (CPU 1's
-    /// fast record; CPU 0's follows, then the header and node 0): a cache
-    /// stored so that this offset starts a page (a `static` in `.bss`)
+    /// lock slot; CPU 0's follows, then the header, node 0, and their
+    /// sheaf words and fast records): a cache stored so that this offset
+    /// is near the start of a page (a `static` in `.bss`; the cache is
+    /// aligned to [`SHEAF_RECORD_STRIDE`](local_lock::this_cpu::SHEAF_RECORD_STRIDE))
     /// has them on one page.
-    pub const FIRST_CPUS_AT: usize =
-        N.saturating_sub(2) * core::mem::size_of::<CachePadded<CpuFast>>();
+    pub const FIRST_CPUS_AT: usize = core::mem::offset_of!(Self, name)
+        - if N >= 2 { 2 } else { N } * LocalLock::<CpuLocked, P, N>::SLOT_BYTES;
+
+    /// The bytes from [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) to the end of
+    /// CPU 1's records (what one page should hold).
+    pub const FIRST_CPUS_SPAN: usize = core::mem::offset_of!(Self, fast)
+        + 2 * local_lock::this_cpu::SHEAF_RECORD_STRIDE
+        - Self::FIRST_CPUS_AT;
 
     /// `tid` step: a power of two >= the slots, so `tid % TID_STEP` names
     /// the CPU.

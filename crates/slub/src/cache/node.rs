@@ -113,7 +113,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `get_node(s, nid)`.
     #[inline(always)]
     pub(super) fn get_node(&self, nid: usize) -> &KmemCacheNode {
-        &self.nodes[nid % super::MAX_NUMNODES]
+        match nid % super::MAX_NUMNODES {
+            0 => &self.node0,
+            n => &self.nodes[n - 1],
+        }
     }
 
     /// `slab_nid(slab)`: the node recorded in the slab's tag.

@@ -28,8 +28,7 @@
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering as CoreOrdering;
 
-use local_lock::sync::CachePadded;
-use local_lock::this_cpu::{CpuSheaves, FreePush, SheafSlots, SheafWord};
+use local_lock::this_cpu::{FreePush, SheafSlots, SheafWord};
 use local_lock::Platform;
 
 use crate::error::{FreeError, FreeErrorKind};
@@ -72,14 +71,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// read (the inline fast paths' [`fast_area`](Self::fast_area)).
     #[inline(always)]
     fn slots_at(&self, area: isize) -> SheafSlots<'_, N> {
-        // SAFETY: N records one `CachePadded` apart, living as long as the
+        // SAFETY: N records one `SheafRecord` apart, living as long as the
         // cache; their sheaf words hold 0 or sheaves of `sheaf_capacity`
         // entries, touched only through these operations or by the
         // context that detached them.
         unsafe {
             SheafSlots::new(
-                self.pcs.as_ptr().cast::<CpuSheaves>(),
-                core::mem::size_of::<CachePadded<CpuSheaves>>(),
+                self.fast.sheaves_base(),
+                local_lock::this_cpu::SHEAF_RECORD_STRIDE,
                 self.sheaf_capacity,
             )
         }
