@@ -240,6 +240,8 @@ const WARM: &[(&str, &[&str])] = &[
             "21alloc_from_pcs_relock",
             "6remove",
             "9put_empty",
+            "9fork_lock",
+            "11fork_unlock",
         ],
     ),
     (
@@ -264,9 +266,16 @@ const WARM: &[(&str, &[&str])] = &[
             "16after_large_free",
             "6detect",
             "11fork_unlock",
+            "14try_free_pages",
+            "5purge",
+            "19free_bulk_keep_zero",
+            "15free_bulk_inner",
+            "11fork_parent",
+            "10fork_child",
         ],
     ),
     ("local_lock", &[]),
+    ("core", &["11is_some_and"]),
 ];
 
 /// More of [`HOT`]: slub's `this_cpu` module whole (the slow paths of
