@@ -165,11 +165,7 @@ pub struct Slot {
 /// The bytes before the cache in its [`Slot`]: the least (at the cache's
 /// alignment) that puts [`Cache::FIRST_CPUS_AT`] at or after a page
 /// boundary.
-const SLOT_PAD: usize = {
-    let pad = (4096 - Cache::FIRST_CPUS_AT % 4096) % 4096;
-    let a = core::mem::align_of::<Cache>();
-    pad.div_ceil(a) * a % 4096
-};
+const SLOT_PAD: usize = Cache::FIRST_CPUS_PAD;
 const _: () = assert!(SLOT_PAD.is_multiple_of(core::mem::align_of::<Cache>()));
 // The first CPUs' records, the header and node 0 on one page.
 const _: () = assert!(

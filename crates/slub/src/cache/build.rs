@@ -110,7 +110,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             geometry,
             source,
             LocalLock::new(platform),
-            rev::CpuRecs::new(),
+            recs::CpuRecs::new(),
             [const { CachePadded::new(KmemCacheNode::new()) }; MAX_NUMNODES - 1]
         )
     }
@@ -232,7 +232,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             g,
             source,
             LocalLock::new_with(platform, |_| CpuLocked::INIT),
-            rev::CpuRecs::new(),
+            recs::CpuRecs::new(),
             core::array::from_fn(|_| CachePadded::new(KmemCacheNode::new()))
         ))
     }

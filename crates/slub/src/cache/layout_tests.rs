@@ -14,21 +14,11 @@ use super::{CachePadded, KmemCache, KmemCacheNode, MAX_NUMNODES};
 /// mm-malloc's cache type: 32 CPU records.
 type K = KmemCache<&'static Buddy<TestPlatform>, RseqCpu, 32>;
 
-/// Where a cache stored with its CPU 1's lock slot ([`K::FIRST_CPUS_AT`])
-/// near a page's start begins in its page: the first offset of the
-/// cache's alignment at which that slot starts a page or comes after it
-/// (mm-malloc's `.bss` slots).
-pub(crate) const fn cache_base_in_page() -> usize {
-    let pad = (4096 - K::FIRST_CPUS_AT % 4096) % 4096;
-    let a = core::mem::align_of::<K>();
-    pad.div_ceil(a) * a % 4096
-}
-
-/// The pages of a cache placed at [`cache_base_in_page`] that CPUs 0 and
+/// The pages of a cache placed at [`K::FIRST_CPUS_PAD`] that CPUs 0 and
 /// 1 touch: the header (up to the hot `fcheck`), node 0, and each CPU's
 /// lock slot (stored last CPU first), sheaf words and fast record.
 fn pages_touched() -> BTreeSet<usize> {
-    let base = cache_base_in_page();
+    let base = K::FIRST_CPUS_PAD;
     let slot = local_lock::LocalLock::<super::CpuLocked, RseqCpu, 32>::SLOT_BYTES;
     let rec = local_lock::this_cpu::SHEAF_RECORD_STRIDE;
     let node = size_of::<CachePadded<KmemCacheNode>>();
@@ -60,7 +50,7 @@ fn pages_touched() -> BTreeSet<usize> {
 fn a_cache_used_by_two_cpus_touches_one_page() {
     let p = pages_touched();
     assert_eq!(p.len(), 1, "pages touched: {p:?}");
-    assert!(K::FIRST_CPUS_SPAN + cache_base_in_page() % 512 <= 4096);
+    const { assert!((K::FIRST_CPUS_PAD + K::FIRST_CPUS_AT) % 4096 + K::FIRST_CPUS_SPAN <= 4096) };
     assert_eq!(
         K::FIRST_CPUS_AT,
         offset_of!(K, name)

@@ -53,8 +53,8 @@ mod layout_tests;
 pub(crate) mod node;
 mod pagemap;
 mod random_seq;
+mod recs;
 pub(crate) mod report;
-mod rev;
 mod sheaf;
 mod slab_path;
 mod this_cpu;
@@ -485,7 +485,7 @@ pub struct KmemCache<S: SlabSource, P: Platform, const N: usize = 64> {
     /// reached by the platform's `this_cpu` operations only; the locked
     /// and pinned platforms keep theirs in [`CpuLocked`]) and fast record
     /// (lockless fast path, CPU slab, statistics), CPU 0's first.
-    fast: rev::CpuRecs<N>,
+    fast: recs::CpuRecs<N>,
     /// `s->node[1..]`: with [`node0`](Self::node0), one
     /// [`KmemCacheNode`] per node of the page allocator (`nr_node_ids()`,
     /// at most [`MAX_NUMNODES`]), each with its partial list,
@@ -507,6 +507,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// has them on one page.
     pub const FIRST_CPUS_AT: usize = core::mem::offset_of!(Self, name)
         - if N >= 2 { 2 } else { N } * LocalLock::<CpuLocked, P, N>::SLOT_BYTES;
+
+    /// Where in its page a cache should start (a multiple of its
+    /// alignment, below 4096) for [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT)
+    /// to fall at or just after a page boundary: the pad before a cache in
+    /// a page-aligned slot (mm-malloc's `.bss` slots).
+    pub const FIRST_CPUS_PAD: usize = {
+        let pad = (4096 - Self::FIRST_CPUS_AT % 4096) % 4096;
+        let a = core::mem::align_of::<Self>();
+        pad.div_ceil(a) * a % 4096
+    };
 
     /// The bytes from [`FIRST_CPUS_AT`](Self::FIRST_CPUS_AT) to the end of
     /// CPU 1's records (what one page should hold).

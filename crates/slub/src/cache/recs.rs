@@ -36,7 +36,7 @@ impl<const N: usize> CpuRecs<N> {
 
     /// The fast records in CPU order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &CpuFast> {
-        self.0.iter().map(|r| &r.data)
+        self.into_iter()
     }
 
     /// CPU `i`'s sheaf words.
