@@ -22,6 +22,7 @@ command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import test.support' 2>/dev/null; then
     v=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     need+=("libpython$v-testsuite")

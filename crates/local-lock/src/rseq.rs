@@ -3,7 +3,19 @@
 //!
 //! glibc 2.35+ registers a `struct rseq` area for every thread it creates
 //! (at `thread pointer + __rseq_offset`); the kernel keeps its `cpu_id`
-//! current. A critical section is described by a `struct rseq_cs`
+//! and, since Linux 6.3, its `mm_cid` current. The sections index their
+//! records by `mm_cid`, the thread's *concurrency id*: unique among the
+//! process's threads running at the same time and below both their
+//! number and the CPU count, and changed only when the thread is
+//! scheduled (which restarts a section anyway). This is tcmalloc's
+//! "virtual CPU id": a process of one thread always uses record 0,
+//! whichever CPU it runs on (it kept two CPUs' caches warm when it
+//! migrated, and a `fork`ed child running on the other CPU started on
+//! that CPU's records, empty, and refilled them: page faults), and
+//! threads fewer than the CPUs use as many records as there are threads.
+//! Kernels without `mm_cid` (`AT_RSEQ_FEATURE_SIZE` below 28) get no
+//! restartable sections: [`available`] is false and callers take their
+//! locked per-CPU paths. A critical section is described by a `struct rseq_cs`
 //! (start, length, abort address) stored into the area's `rseq_cs` field
 //! before the section runs; if the thread is preempted, migrated or takes
 //! a signal while its instruction pointer is inside the section, the
@@ -26,8 +38,8 @@
 //! and callers take their locked slow paths.
 //!
 //! Remote drains ([`remote_xchg`]) exchange the word atomically and then
-//! fence the target CPU with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`,
-//! which restarts any section running there: afterwards no section can
+//! fence the process with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`,
+//! which restarts any section running on a CPU: afterwards no section can
 //! still use the old value. The local exchanges commit with `lock
 //! cmpxchg`, so a remote exchange between their load and their commit
 //! makes them fail instead of both sides owning the old sheaf.
@@ -37,9 +49,16 @@ use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering};
 
 use crate::this_cpu::{range_way, FreeCheck, FreePush, SheafSlots, SheafWord, RANGE_WAYS};
 
-/// `struct rseq` offsets: `cpu_id` and `rseq_cs`.
+/// `struct rseq` offsets: `cpu_id`, `rseq_cs` and `mm_cid` (the slot
+/// the sections use, [`ID`]).
 const CPU_ID: usize = 4;
 const RSEQ_CS: usize = 8;
+const MM_CID: usize = 24;
+/// The field the sections index their records by: the concurrency id.
+const ID: usize = MM_CID;
+/// `getauxval(AT_RSEQ_FEATURE_SIZE)` (Linux 6.3+): the size of the
+/// `struct rseq` fields the kernel keeps, at least 28 with `mm_cid`.
+const AT_RSEQ_FEATURE_SIZE: libc::c_ulong = 27;
 
 // The record layout the sections address (`this_cpu::CpuSheaves`).
 const _: () = {
@@ -185,15 +204,22 @@ fn lookup() -> bool {
     if size < 20 || off == 0 {
         return false;
     }
+    // The kernel must keep `mm_cid` (it writes the original 32 bytes'
+    // fields whatever size glibc reports).
+    // SAFETY: getauxval has no preconditions.
+    if unsafe { libc::getauxval(AT_RSEQ_FEATURE_SIZE) } < (MM_CID + 4) as libc::c_ulong {
+        return false;
+    }
     OFFSET.store(off, Ordering::Relaxed);
-    // The calling thread must be registered: its cpu_id is a real CPU.
-    let c = raw_cpu_id(off);
+    // The calling thread must be registered: its cpu_id is a real CPU
+    // (glibc leaves -1 or -2 there otherwise).
+    let c = read_field::<CPU_ID>(off);
     c < 1 << 20
 }
 
 /// Makes [`available`] true for a **single-threaded** process whose glibc
-/// could not register rseq, by writing CPU 0 into the calling thread's
-/// area: for counting the restartable paths' instructions under valgrind,
+/// could not register rseq, by writing concurrency id 0 into the calling
+/// thread's area: for counting the restartable paths' instructions under valgrind,
 /// which does not implement the `rseq` system call (`ci/icount.sh`).
 /// Returns whether it could (glibc 2.35+ with an area). Caches decide
 /// their path at first use: call this before any cache is used.
@@ -220,7 +246,7 @@ pub unsafe fn assume_cpu0_for_counting() -> bool {
         asm!(
             "mov dword ptr fs:[{off} + {cpu}], 0",
             off = in(reg) off,
-            cpu = const CPU_ID,
+            cpu = const ID,
             options(nostack, preserves_flags)
         )
     };
@@ -230,7 +256,7 @@ pub unsafe fn assume_cpu0_for_counting() -> bool {
 }
 
 #[inline(always)]
-fn raw_cpu_id(off: isize) -> u32 {
+fn read_field<const F: usize>(off: isize) -> u32 {
     let c: u32;
     // SAFETY: reads the thread's rseq area (thread pointer + __rseq_offset,
     // glibc's ABI), which lives as long as the thread.
@@ -238,7 +264,7 @@ fn raw_cpu_id(off: isize) -> u32 {
         asm!(
             "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
             off = in(reg) off,
-            cpu = const CPU_ID,
+            cpu = const F,
             c = out(reg) c,
             options(nostack, readonly, preserves_flags)
         )
@@ -254,11 +280,14 @@ pub fn area() -> isize {
     OFFSET.load(Ordering::Relaxed)
 }
 
-/// The CPU the calling thread runs on, from its rseq area (one load): a
-/// hint, as `sched_getcpu()` is. Only meaningful when [`available`].
+/// The calling thread's slot, its concurrency id (`mm_cid`) from its
+/// rseq area (one load): a hint, as `sched_getcpu()` is (it may change
+/// when the thread is next scheduled). Below the number of CPUs and
+/// below the number of the process's threads. Only meaningful when
+/// [`available`].
 #[inline(always)]
 pub fn cpu_id() -> u32 {
-    raw_cpu_id(OFFSET.load(Ordering::Relaxed))
+    read_field::<ID>(OFFSET.load(Ordering::Relaxed))
 }
 
 /// A section's entry: its descriptor stored into the area's `rseq_cs`
@@ -357,7 +386,7 @@ macro_rules! pop_section {
                 nr = const N,
                 $($cap = in(reg) $capv,)?
                 rcs = const RSEQ_CS,
-                cpu = const CPU_ID,
+                cpu = const ID,
                 v = out(reg) v,
                 t = out(reg) _,
                 c = out(reg) _,
@@ -432,7 +461,7 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
             cap = in(reg) s.cap(),
             val = in(reg) val,
             rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
+            cpu = const ID,
             t = out(reg) _,
             c = out(reg) _,
             sh = out(reg) _,
@@ -525,7 +554,7 @@ macro_rules! free_push_section {
                 obj = in(reg) $obj,
                 e = in(reg) e,
                 rcs = const RSEQ_CS,
-                cpu = const CPU_ID,
+                cpu = const ID,
                 t = out(reg) _,
                 c = out(reg) _,
                 sh = out(reg) _,
@@ -625,7 +654,7 @@ pub unsafe fn range<const N: usize>(s: SheafSlots<'_, N>, way: usize) -> (usize,
             nr = const N,
             e = in(reg) (way % RANGE_WAYS) * 16,
             rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
+            cpu = const ID,
             b = out(reg) b,
             sp = out(reg) sp,
             g = out(reg) g,
@@ -684,7 +713,7 @@ pub unsafe fn set_range<const N: usize>(
             sp = in(reg) vspan,
             g = in(reg) vgen,
             rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
+            cpu = const ID,
             ok = out(reg) ok,
             c = out(reg) _,
             options(nostack)
@@ -728,7 +757,7 @@ pub unsafe fn cmpxchg<const N: usize>(
             old = in(reg) old,
             new = in(reg) new,
             rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
+            cpu = const ID,
             ok = out(reg) ok,
             c = out(reg) _,
             out("rax") _,
@@ -775,7 +804,7 @@ pub unsafe fn xchg<const N: usize>(
             w = in(reg) w as usize,
             new = in(reg) new,
             rcs = const RSEQ_CS,
-            cpu = const CPU_ID,
+            cpu = const ID,
             ok = out(reg) ok,
             c = out(reg) _,
             out("rax") old,
@@ -787,7 +816,6 @@ pub unsafe fn xchg<const N: usize>(
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
-const MEMBARRIER_CMD_FLAG_CPU: libc::c_long = 1;
 
 /// Whether this process may fence other CPUs' sections
 /// (`membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)`, Linux
@@ -812,9 +840,12 @@ pub fn fence_available() -> bool {
     ok
 }
 
-/// Restarts every section running on `cpu` and waits for that: afterwards
-/// no section that started before the call is still running there.
-pub fn fence(cpu: usize) -> bool {
+/// Restarts every section running in this process and waits for that:
+/// afterwards no section that started before the call is still running.
+/// (A slot is a concurrency id, not a CPU: the thread using it may run on
+/// any CPU, so every CPU running one of the process's threads is fenced,
+/// as `membarrier` does without `MEMBARRIER_CMD_FLAG_CPU`.)
+pub fn fence() -> bool {
     if !fence_available() {
         return false;
     }
@@ -823,15 +854,15 @@ pub fn fence(cpu: usize) -> bool {
         libc::syscall(
             libc::SYS_membarrier,
             MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
-            MEMBARRIER_CMD_FLAG_CPU,
-            cpu as libc::c_long,
+            0 as libc::c_long,
+            0 as libc::c_long,
         )
     };
     r == 0
 }
 
-/// Exchanges sheaf word `w` of CPU `cpu`'s record for `new` and fences that
-/// CPU (see [`Platform::remote_sheaf_xchg`](crate::Platform::remote_sheaf_xchg)).
+/// Exchanges sheaf word `w` of slot `cpu`'s record for `new` and fences the
+/// process ([`fence`]; see [`Platform::remote_sheaf_xchg`](crate::Platform::remote_sheaf_xchg)).
 /// `None` when `cpu` has no record or fencing is unavailable (then nothing
 /// was changed).
 pub fn remote_xchg<const N: usize>(
@@ -845,11 +876,9 @@ pub fn remote_xchg<const N: usize>(
         return None;
     }
     let old = crate::this_cpu::word_of(r, w).swap(new, Ordering::AcqRel);
-    if !fence(cpu) {
-        // Registered but the fence failed (the CPU went offline: nothing
-        // runs there).
-        return Some(old);
-    }
+    // (Registered, the fence cannot fail: it only restarts sections.)
+    let fenced = fence();
+    debug_assert!(fenced, "membarrier registered, then refused");
     Some(old)
 }
 

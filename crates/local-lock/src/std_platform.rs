@@ -252,18 +252,28 @@ unsafe impl Platform for StdCpu {
 // RseqCpu
 // ---------------------------------------------------------------------------
 
-/// Real CPUs whose per-CPU sheaves are reached by restartable sequences
-/// (Linux `rseq`, registered by glibc 2.35+; [`rseq`] module): the
-/// kernel's `this_cpu` operations in user space, so cached memory is per
-/// CPU, not per thread, and any number of threads share the CPUs without
-/// a lock on the fast path.
+/// Per-CPU sheaves reached by restartable sequences (Linux `rseq`,
+/// registered by glibc 2.35+; [`rseq`] module): the kernel's `this_cpu`
+/// operations in user space, so cached memory is per CPU, not per
+/// thread, and any number of threads share the CPUs without a lock on
+/// the fast path.
+///
+/// The slots are the threads' concurrency ids (`mm_cid`, Linux 6.3+),
+/// tcmalloc's virtual CPUs: at most one per CPU and one per thread, so a
+/// process of one thread uses slot 0 whichever CPU it runs on (and a
+/// child it forks finds its caches there), and two threads use two slots
+/// on a machine of 64 CPUs. On a NUMA machine slot `k` trades with the
+/// node of CPU `k` ([`cpu_to_node`](Platform::cpu_to_node)); new slabs
+/// still come from the caller's node ([`numa_node_id`](Platform::numa_node_id),
+/// its real CPU).
 ///
 /// Slots of a [`LocalLock`](crate::LocalLock) (the slab paths behind the
 /// sheaves) use the locked strategy, as [`StdCpu`] does. Where rseq is
-/// unavailable (other OSes and architectures, kernels before 4.18, glibc
+/// unavailable (other OSes and architectures, kernels before 6.3, glibc
 /// before 2.35, `glibc.pthread.rseq=0`, or `MM_NO_RSEQ` set in the
-/// environment), [`restartable`](Platform::restartable) is false and
-/// users take their locked paths: still per CPU, with no thread limit.
+/// environment), [`restartable`](Platform::restartable) is false, the
+/// slots are real CPUs (`sched_getcpu()`) and users take their locked
+/// paths: still per CPU, with no thread limit.
 ///
 /// ```
 /// use local_lock::std_platform::RseqCpu;

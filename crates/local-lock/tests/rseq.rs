@@ -357,3 +357,47 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     // SAFETY: as above.
     assert_eq!(unsafe { *(o as *const usize) }, 7, "the object untouched");
 }
+
+/// The slots are concurrency ids (`mm_cid`): a process of one thread is
+/// slot 0 on every CPU. Checked in a forked child (the test harness runs
+/// several threads): pinned to each CPU in turn, its slot stays 0 while
+/// `sched_getcpu()` follows the pinning. Before, the slot was the CPU.
+#[test]
+fn a_process_of_one_thread_is_slot_0_on_every_cpu() {
+    let p = RseqCpu::new();
+    // SAFETY: getauxval has no preconditions.
+    if !p.restartable() || unsafe { libc::getauxval(27) } < 28 {
+        eprintln!("no rseq or no mm_cid: skipped");
+        return;
+    }
+    // SAFETY: the child only makes system calls and reads its rseq area
+    // (no lock, no allocation) before `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut bad = 0;
+        for cpu in 0..2 {
+            // SAFETY: plain libc calls on this thread's affinity mask.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0
+                    || libc::sched_getcpu() != cpu as i32
+                {
+                    libc::_exit(2);
+                }
+            }
+            if p.current_cpu() != 0 {
+                bad = 1;
+            }
+        }
+        // SAFETY: ends the child without running the harness's exit.
+        unsafe { libc::_exit(bad) };
+    }
+    let mut st = 0;
+    // SAFETY: our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    match libc::WEXITSTATUS(st) {
+        2 => eprintln!("fewer than 2 CPUs allowed: skipped"),
+        s => assert_eq!(s, 0, "a process of one thread used a slot other than 0"),
+    }
+}

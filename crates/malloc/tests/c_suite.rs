@@ -806,3 +806,77 @@ fn single_threaded_fork_copies_few_pages() {
         "a child took {ours} page faults before fork returned (glibc: {glibc})"
     );
 }
+
+/// A process of one thread keeps one set of caches whichever CPU it runs
+/// on, and a child it forks starts on them: the object freed on CPU 0 is
+/// the next one allocated on CPU 1, in the process and in a child forked
+/// and moved to CPU 1 (the restartable sections index their records by
+/// the rseq concurrency id, `mm_cid`, 0 for a process of one thread).
+/// Before, each CPU had its records: a shell that migrated kept two sets
+/// warm, and a child forked onto the other CPU refilled that CPU's empty
+/// sheaves (page faults in every child of a fork loop).
+#[test]
+fn one_thread_keeps_one_cache_on_every_cpu() {
+    if !have("cc") {
+        eprintln!("no cc: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let exe = cc_program("one_slot");
+    let o = Command::new(&exe)
+        .env("LD_PRELOAD", &so)
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    if out.trim() == "skip" {
+        eprintln!("fewer than 2 CPUs allowed or no mm_cid: skipped");
+        return;
+    }
+    assert_eq!(
+        out.trim(),
+        "same same",
+        "the object freed on CPU 0, then on CPU 1 and in a child"
+    );
+}
+
+/// A process's start costs the library no system call of its own: its
+/// constructor reads the `MM_*` settings from libc's `environ` (before,
+/// it opened and read `/proc/self/environ` in every process: four system
+/// calls, about 20 us of each `exec` in a fork loop). The settings still
+/// apply (the `MM_SLUB_DEBUG` tests), and `/proc` stays the way for an
+/// allocation before libc has set `environ` up.
+#[test]
+fn a_process_start_makes_no_system_call_of_its_own() {
+    if !have("strace") {
+        eprintln!("no strace: skipped");
+        return;
+    }
+    let so = artifacts().join("libmm_malloc.so");
+    let trace = tmp("start.trace");
+    let o = Command::new("strace")
+        .arg("-f")
+        .arg("-o")
+        .arg(&trace)
+        .arg("-E")
+        .arg(format!("LD_PRELOAD={}", so.display()))
+        .arg("-E")
+        .arg("MM_DECAY=1")
+        .arg("true")
+        .output()
+        .expect("strace");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = std::fs::read_to_string(&*trace).unwrap();
+    assert!(
+        t.contains("libmm_malloc.so"),
+        "the library was not loaded:\n{t}"
+    );
+    // After the main thread's set-up (`set_robust_list`, once every
+    // library is mapped) come the constructors' calls and the program's:
+    // `true` makes none but mprotect, munmap and its exit, as under glibc.
+    let after = &t[t.rfind("set_robust_list(").expect("glibc's thread set-up")..];
+    for bad in ["/proc/", "open", "read("] {
+        let mine: Vec<&str> = after.lines().filter(|l| l.contains(bad)).collect();
+        assert!(mine.is_empty(), "system calls after the loader: {mine:?}");
+    }
+}
