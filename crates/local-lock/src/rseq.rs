@@ -277,6 +277,26 @@ fn read_field<const F: usize>(off: isize) -> u32 {
 /// carry ([`SheafSlots::with_area`]). Only meaningful when [`available`].
 #[inline(always)]
 pub fn area() -> isize {
+    #[cfg(not(miri))]
+    {
+        let v: isize;
+        // SAFETY: a plain load of `OFFSET` (an `AtomicIsize`, laid out as
+        // an `isize`: x86_64's relaxed atomic load). Addressed with a
+        // `sym` operand, RIP-relative: a shared library (mm-malloc) read
+        // it through the GOT before (a `static` of another crate may be
+        // preemptible for the compiler; the link makes it local), two
+        // loads and an instruction more in every `malloc` and `free`.
+        unsafe {
+            asm!(
+                "mov {v}, qword ptr [rip + {o}]",
+                o = sym OFFSET,
+                v = out(reg) v,
+                options(nostack, readonly, preserves_flags)
+            )
+        };
+        v
+    }
+    #[cfg(miri)]
     OFFSET.load(Ordering::Relaxed)
 }
 
