@@ -219,12 +219,14 @@ pub fn built(i: usize) -> bool {
     BUILT.load(Ordering::Acquire) & (1 << i) != 0
 }
 
-/// Cache `i` if it is built (`None` for an index out of range too, so
-/// the fast paths need no bounds check, whose panic call would give them
-/// a stack frame).
+/// Where cache `i` is or will be (`None` for an index out of range, with
+/// no bounds check's panic call): all zero until [`built`], the cache
+/// afterwards, for the process's life (see `Cache::alloc_fast_checked_in`).
 #[inline(always)]
-pub fn built_cache(i: usize) -> Option<&'static Cache> {
-    (i < NR_CACHES && built(i)).then(|| cache(i))
+pub fn slot(i: usize) -> Option<*const Cache> {
+    CACHES
+        .get(i)
+        .map(|s| s.cache.get().cast::<Cache>().cast_const())
 }
 
 /// Cache `i` (`i < NR_CACHES`), once [`built`].

@@ -269,7 +269,8 @@ fn alloc_fast(size: usize) -> Option<NonNull<u8>> {
     if size <= KMALLOC_MAX_CACHE_SIZE {
         // (The checked slot only: the other slot's pop reports a missing
         // marker, a call; `alloc_object_slow` tries it.)
-        return caches::built_cache(caches::class(size))?.alloc_fast_checked();
+        // SAFETY: the class's slot (built or still zero).
+        return unsafe { Cache::alloc_fast_checked_in(caches::slot(caches::class(size))?) };
     }
     None
 }

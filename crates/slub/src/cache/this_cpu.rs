@@ -215,6 +215,34 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.alloc_fast_at::<true, true>(self.fast_area[2].load(CoreOrdering::Acquire))
     }
 
+    /// [`alloc_fast_checked`](Self::alloc_fast_checked) of the cache
+    /// stored at `c`, or of storage not yet written, all zero (a front
+    /// end's slot whose cache is built at its first use, as mm-malloc's):
+    /// its dispatch word then reads 0, `None`, and nothing else is read.
+    /// The caller needs no check of its own that the cache exists (a
+    /// flag word and a bit test less in mm-malloc's `malloc`): the word is
+    /// non-zero only once the cache was written and first used, stored
+    /// with release ordering after both (`init_mode`), loaded here with
+    /// acquire.
+    ///
+    /// # Safety
+    ///
+    /// `c` is valid for reads for the program's life and holds a cache
+    /// written whole or only zero bytes, which a cache may replace once
+    /// (never the reverse).
+    #[inline(always)]
+    pub unsafe fn alloc_fast_checked_in(c: *const Self) -> Option<NonNull<u8>> {
+        // SAFETY: the caller's contract: the word is an `AtomicIsize` in
+        // either state (zero is one), reached without a reference to the
+        // cache, which zero bytes may not be.
+        let area = unsafe { (*core::ptr::addr_of!((*c).fast_area))[2].load(CoreOrdering::Acquire) };
+        if area == 0 {
+            return None;
+        }
+        // SAFETY: a non-zero word was stored after the cache was written.
+        unsafe { &*c }.alloc_fast_at::<true, true>(area)
+    }
+
     /// [`try_free_fast`](Self::try_free_fast)`::<true>` of a cache of
     /// [`alloc_fast_checked`](Self::alloc_fast_checked) (validated by the
     /// page map, the marker read: [`free_mapped`](Self::free_mapped));
