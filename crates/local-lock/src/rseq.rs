@@ -33,9 +33,15 @@
 //! [`available`] says whether the running process has rseq: glibc's
 //! `__rseq_offset`/`__rseq_size` (looked up with `dlsym`, so older glibc
 //! versions link and simply lack rseq) and a registered area on the
-//! calling thread. A thread whose area is not registered reads a CPU id
-//! of `u32::MAX - 1` or `u32::MAX`: every operation then fails (no record)
-//! and callers take their locked slow paths.
+//! calling thread, and a kernel that keeps `mm_cid`. Every thread glibc
+//! creates in such a process is registered too (the same system call in
+//! the same process; glibc turns rseq on or off for all of its threads):
+//! an unregistered thread would read a concurrency id of 0 (glibc's
+//! initial value; the CPU id `u32::MAX - 1` or `u32::MAX` that the
+//! decision checks is not what the sections read) and share slot 0
+//! unprotected. Threads made without glibc (a raw `clone`) and the child
+//! of a `vfork` (which the kernel leaves unregistered, on its parent's
+//! area) must not allocate, as they must not call glibc's `malloc`.
 //!
 //! Remote drains ([`remote_xchg`]) exchange the word atomically and then
 //! fence the process with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`,
