@@ -212,7 +212,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// a fast path without a stack frame (mm-malloc's `malloc`).
     #[inline(always)]
     pub fn alloc_fast_checked(&self) -> Option<NonNull<u8>> {
-        self.alloc_fast_at::<true, true>(self.fast_area[2].load(CoreOrdering::Acquire))
+        // SAFETY: a cache, written whole, living as long as `self`.
+        unsafe { Self::alloc_fast_checked_in(self) }
     }
 
     /// [`alloc_fast_checked`](Self::alloc_fast_checked) of the cache
@@ -227,9 +228,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ///
     /// # Safety
     ///
-    /// `c` is valid for reads for the program's life and holds a cache
-    /// written whole or only zero bytes, which a cache may replace once
-    /// (never the reverse).
+    /// `c` is valid for reads during the call and holds a cache written
+    /// whole or only zero bytes, which a cache may replace once (never the
+    /// reverse); a cache written whole outlives the objects it hands out.
     #[inline(always)]
     pub unsafe fn alloc_fast_checked_in(c: *const Self) -> Option<NonNull<u8>> {
         // SAFETY: the caller's contract: the word is an `AtomicIsize` in
