@@ -731,6 +731,72 @@ fn bulk_alloc_and_free_across_slabs() {
     }
 }
 
+/// A window whose objects cycle through several slabs: with up to four
+/// slabs every slab's objects still leave as one chain per window (the
+/// current chain and three parked ones); with six, chains are closed and
+/// reopened, and every object is still freed exactly once.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "slow under miri; bulk_alloc_and_free_across_slabs covers the path"
+)]
+fn bulk_free_of_objects_cycling_through_slabs_frees_each_once() {
+    for slabs in [3usize, 4, 6] {
+        let p = TestPlatform::pinned(CPUS);
+        let m = Mem::new(16);
+        let mut c = cache(&m, 200, p, SlabFlags::NONE);
+        let per = c.layout().oo.objects as usize;
+        let mut out = vec![None; per * slabs];
+        assert_eq!(c.alloc_bulk(&mut out), out.len());
+        let out: Vec<usize> = out
+            .into_iter()
+            .map(|o| o.unwrap().as_ptr() as usize)
+            .collect();
+        // Group by slab (the slab's block is aligned to its size).
+        let span = 4096usize << c.layout().oo.order;
+        let mut by: Vec<Vec<usize>> = Vec::new();
+        for &o in &out {
+            match by.iter_mut().find(|v| v[0] / span == o / span) {
+                Some(v) => v.push(o),
+                None => by.push(vec![o]),
+            }
+        }
+        assert_eq!(by.len(), slabs, "one full slab per {per} objects");
+        // 60 objects (within one window), round robin over the slabs.
+        let k = 60 / slabs;
+        let mixed: Vec<NonNull<u8>> = (0..k)
+            .flat_map(|i| by.iter().map(move |v| v[i]))
+            .map(|a| NonNull::new(a as *mut u8).unwrap())
+            .collect();
+        let before = c.stats();
+        let frees =
+            |s: &crate::SlubStats| s.get(SlubStat::FREE_SLOWPATH) + s.get(SlubStat::FREE_FASTPATH);
+        p.set_cpu(2);
+        // SAFETY: each object once, from this cache.
+        unsafe { c.free_bulk(&mixed) };
+        let chains = frees(&c.stats()) - frees(&before);
+        if slabs <= 4 {
+            assert_eq!(chains, slabs as u64, "one chain per slab: {}", c.stats());
+        } else {
+            assert!(chains > slabs as u64 && chains <= mixed.len() as u64);
+        }
+        c.validate_exclusive();
+        // The rest, then nothing is left allocated.
+        let rest: Vec<NonNull<u8>> = out
+            .iter()
+            .filter(|a| !mixed.iter().any(|m| m.as_ptr() as usize == **a))
+            .map(|a| NonNull::new(*a as *mut u8).unwrap())
+            .collect();
+        // SAFETY: as above.
+        unsafe { c.free_bulk(&rest) };
+        c.validate_exclusive();
+        p.set_cpu(0);
+        assert_eq!(c.destroy_exclusive(), Ok(()));
+        drop(c);
+        assert!(m.all_free());
+    }
+}
+
 #[test]
 fn bulk_calls_go_through_the_sheaves_first() {
     // kmem_cache_alloc_bulk / kmem_cache_free_bulk with sheaves: the

@@ -19,7 +19,7 @@ use crate::stats::SlubStat;
 
 use super::{CpuLocked, Guard, KmemCache, Sheaf};
 
-/// Objects per window of a bulk free (the bits of its `done` mask).
+/// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
 
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
@@ -612,53 +612,74 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// As [`free_bulk`](Self::free_bulk).
     unsafe fn free_detached(&self, window: &[NonNull<u8>]) -> Result<(), FreeError> {
         debug_assert!(window.len() <= BULK_WINDOW);
-        let mut done: u64 = 0;
         // Validate the whole window first.
         let mut slabs: [usize; BULK_WINDOW] = [0; BULK_WINDOW];
+        // The last slab found (its head, object count, descriptor): a
+        // sheaf's objects come in runs of one slab, and an object start of
+        // that slab (`obj_index` below the count: exactly the boundaries
+        // in `[head, head + objects * size)`) needs no second lookup
+        // (the block, its kind, owner cache and order are the same).
+        // Nothing of the window is freed before the whole of it is
+        // validated, so the slab cannot change in between.
+        let (mut base, mut objects, mut last) = (0usize, 0usize, 0usize);
         for k in 0..window.len() {
-            slabs[k] = self.slab_of(window[k])?.0.addr();
-        }
-        let len = window.len();
-        let mut end = len;
-        while end > 0 {
-            let last = end - 1;
-            if done & (1 << last) != 0 {
-                end -= 1;
+            let a = window[k].as_ptr().addr();
+            if objects != 0 && self.obj_index(a.wrapping_sub(base), objects).is_some() {
+                slabs[k] = last;
                 continue;
             }
-            // build_detached_freelist
-            let slab = slabs[last];
-            let tail = window[last].as_ptr().expose_provenance();
-            let mut head = tail;
-            let mut cnt = 1;
-            done |= 1 << last;
-            let mut misses = 0;
-            let mut k = last;
-            while k > 0 {
-                k -= 1;
-                if done & (1 << k) != 0 {
-                    continue;
+            let (s, _, b) = self.slab_block_of(window[k])?;
+            (base, objects, last) = (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
+            slabs[k] = last;
+        }
+        // build_detached_freelist, from the window's end: each object joins
+        // the open chain of its slab, or opens one. A sheaf's objects come
+        // in runs of one slab, so the current chain (in registers) usually
+        // takes the next object; at a change of slab the current chain is
+        // parked among a few others and the object's own is taken back
+        // (or a new one opened, the last parked one freed when all are
+        // in use). The kernel looks ahead from each chain's tail instead,
+        // giving up after three misses: a walk over the window per chain.
+        const PARKED: usize = 3;
+        // (slab, head, tail, count); count 0: none.
+        let mut cur = (0usize, 0usize, 0usize, 0usize);
+        let mut parked = [(0usize, 0usize, 0usize, 0usize); PARKED];
+        let mut n = 0;
+        for k in (0..window.len()).rev() {
+            let (slab, o) = (slabs[k], window[k].as_ptr().expose_provenance());
+            if cur.3 == 0 || cur.0 != slab {
+                let mut j = 0;
+                while j < n && parked[j].0 != slab {
+                    j += 1;
                 }
-                if slabs[k] == slab {
-                    let o = window[k].as_ptr().expose_provenance();
-                    if o == head {
-                        return Err(FreeError::new(o, FreeErrorKind::DoubleFree));
+                let next = if j < n { parked[j] } else { (slab, 0, o, 0) };
+                if cur.3 != 0 {
+                    if j == n && n == PARKED {
+                        j = PARKED - 1;
+                        let (s, head, tail, cnt) = parked[j];
+                        // SAFETY: validated objects of that slab, linked here.
+                        unsafe { self.do_slab_free(Slab::from_addr(s), head, tail, cnt)? };
+                    } else if j == n {
+                        n += 1;
                     }
-                    self.set_fp(o, head);
-                    head = o;
-                    cnt += 1;
-                    done |= 1 << k;
-                } else {
-                    // The kernel's look-ahead: give up after 3 misses.
-                    misses += 1;
-                    if misses == 3 {
-                        break;
-                    }
+                    parked[j] = cur;
                 }
+                cur = next;
             }
-            // SAFETY: validated objects of that slab, linked above.
-            unsafe { self.do_slab_free(Slab::from_addr(slab), head, tail, cnt)? };
-            end -= 1;
+            if cur.3 != 0 {
+                if o == cur.1 {
+                    return Err(FreeError::new(o, FreeErrorKind::DoubleFree));
+                }
+                self.set_fp(o, cur.1);
+            }
+            cur.1 = o;
+            cur.3 += 1;
+        }
+        for &(s, head, tail, cnt) in core::iter::once(&cur).chain(&parked[..n]) {
+            if cnt != 0 {
+                // SAFETY: as above.
+                unsafe { self.do_slab_free(Slab::from_addr(s), head, tail, cnt)? };
+            }
         }
         Ok(())
     }
