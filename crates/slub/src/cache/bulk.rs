@@ -22,6 +22,49 @@ use super::{CpuLocked, Guard, KmemCache, Sheaf};
 /// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
 
+/// Chains parked by [`Chains`] besides the current one.
+const PARKED: usize = 3;
+
+/// A detached freelist being built: objects of slab `slab` linked from
+/// `head` (the latest added) to `tail` (the first); `count` 0: none.
+#[derive(Clone, Copy)]
+struct Chain {
+    slab: usize,
+    head: usize,
+    tail: usize,
+    count: usize,
+}
+
+/// The open detached freelists of a bulk free or a sheaf flush
+/// (`build_detached_freelist`): each object joins the chain of its slab,
+/// so that a slab takes its objects with one `do_slab_free`. A sheaf's
+/// objects come in runs of one slab, so the current chain usually takes
+/// the next object; a few more stay parked for slabs that interleave.
+/// The kernel looks ahead from each chain's tail instead, giving up after
+/// three misses: a walk over the objects per chain.
+pub(super) struct Chains {
+    cur: Chain,
+    parked: [Chain; PARKED],
+    parked_len: usize,
+}
+
+impl Chains {
+    /// No chain open.
+    pub(super) const fn new() -> Self {
+        const NONE: Chain = Chain {
+            slab: 0,
+            head: 0,
+            tail: 0,
+            count: 0,
+        };
+        Self {
+            cur: NONE,
+            parked: [NONE; PARKED],
+            parked_len: 0,
+        }
+    }
+}
+
 impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `kmem_cache_alloc_bulk`: fills `out` with objects under one
     /// local-lock hold (the slow path runs where the CPU freelist runs dry),
@@ -515,17 +558,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
     }
 
-    /// The slab part of [`try_free_bulk`](Self::try_free_bulk) (a sheaf
-    /// flush).
-    ///
-    /// # Safety
-    ///
-    /// As [`free_bulk`](Self::free_bulk).
-    pub(super) unsafe fn free_bulk_slab(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
-        // SAFETY: forwarded.
-        unsafe { self.free_bulk_windows(objs) }
-    }
-
     /// The bulk free of a sheaf cache: by windows of
     /// `BULK_WINDOW`, each validated as a
     /// whole and pushed onto the sheaves
@@ -632,53 +664,81 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             (base, objects, last) = (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
             slabs[k] = last;
         }
-        // build_detached_freelist, from the window's end: each object joins
-        // the open chain of its slab, or opens one. A sheaf's objects come
-        // in runs of one slab, so the current chain (in registers) usually
-        // takes the next object; at a change of slab the current chain is
-        // parked among a few others and the object's own is taken back
-        // (or a new one opened, the last parked one freed when all are
-        // in use). The kernel looks ahead from each chain's tail instead,
-        // giving up after three misses: a walk over the window per chain.
-        const PARKED: usize = 3;
-        // (slab, head, tail, count); count 0: none.
-        let mut cur = (0usize, 0usize, 0usize, 0usize);
-        let mut parked = [(0usize, 0usize, 0usize, 0usize); PARKED];
-        let mut n = 0;
+        // build_detached_freelist, from the window's end (`Chains`).
+        let mut chains = Chains::new();
         for k in (0..window.len()).rev() {
-            let (slab, o) = (slabs[k], window[k].as_ptr().expose_provenance());
-            if cur.3 == 0 || cur.0 != slab {
-                let mut j = 0;
-                while j < n && parked[j].0 != slab {
-                    j += 1;
-                }
-                let next = if j < n { parked[j] } else { (slab, 0, o, 0) };
-                if cur.3 != 0 {
-                    if j == n && n == PARKED {
-                        j = PARKED - 1;
-                        let (s, head, tail, cnt) = parked[j];
-                        // SAFETY: validated objects of that slab, linked here.
-                        unsafe { self.do_slab_free(Slab::from_addr(s), head, tail, cnt)? };
-                    } else if j == n {
-                        n += 1;
-                    }
-                    parked[j] = cur;
-                }
-                cur = next;
-            }
-            if cur.3 != 0 {
-                if o == cur.1 {
-                    return Err(FreeError::new(o, FreeErrorKind::DoubleFree));
-                }
-                self.set_fp(o, cur.1);
-            }
-            cur.1 = o;
-            cur.3 += 1;
+            self.chain_add(
+                &mut chains,
+                slabs[k],
+                window[k].as_ptr().expose_provenance(),
+            )?;
         }
-        for &(s, head, tail, cnt) in core::iter::once(&cur).chain(&parked[..n]) {
-            if cnt != 0 {
-                // SAFETY: as above.
-                unsafe { self.do_slab_free(Slab::from_addr(s), head, tail, cnt)? };
+        self.chains_free(&chains)?;
+        Ok(())
+    }
+
+    /// Adds object `o` of slab `slab` to the open chains (see [`Chains`]):
+    /// the current chain takes it when it is of the same slab; otherwise
+    /// the current chain is parked and the slab's own chain taken back (or
+    /// a new one opened, the last parked one freed when all are in use).
+    /// A chain's objects are linked through their free pointers as they
+    /// join (`head` the latest); its first is the chain's tail, linked by
+    /// [`do_slab_free`](Self::do_slab_free).
+    #[inline(always)]
+    pub(super) fn chain_add(&self, c: &mut Chains, slab: usize, o: usize) -> Result<(), FreeError> {
+        if c.cur.count == 0 || c.cur.slab != slab {
+            self.chain_switch(c, slab, o)?;
+        }
+        if c.cur.count != 0 {
+            if o == c.cur.head {
+                return Err(FreeError::new(o, FreeErrorKind::DoubleFree));
+            }
+            self.set_fp(o, c.cur.head);
+        }
+        c.cur.head = o;
+        c.cur.count += 1;
+        Ok(())
+    }
+
+    /// [`chain_add`](Self::chain_add)'s change of slab.
+    #[inline(never)]
+    fn chain_switch(&self, c: &mut Chains, slab: usize, o: usize) -> Result<(), FreeError> {
+        let n = c.parked_len;
+        let mut j = 0;
+        while j < n && c.parked[j].slab != slab {
+            j += 1;
+        }
+        let next = if j < n {
+            c.parked[j]
+        } else {
+            Chain {
+                slab,
+                head: 0,
+                tail: o,
+                count: 0,
+            }
+        };
+        if c.cur.count != 0 {
+            if j == n && n == PARKED {
+                j = PARKED - 1;
+                let v = c.parked[j];
+                // SAFETY: validated objects of that slab, linked by chain_add.
+                unsafe { self.do_slab_free(Slab::from_addr(v.slab), v.head, v.tail, v.count)? };
+            } else if j == n {
+                c.parked_len += 1;
+            }
+            c.parked[j] = c.cur;
+        }
+        c.cur = next;
+        Ok(())
+    }
+
+    /// Frees every open chain (the end of a bulk free).
+    pub(super) fn chains_free(&self, c: &Chains) -> Result<(), FreeError> {
+        for v in core::iter::once(&c.cur).chain(&c.parked[..c.parked_len]) {
+            if v.count != 0 {
+                // SAFETY: as in chain_switch.
+                unsafe { self.do_slab_free(Slab::from_addr(v.slab), v.head, v.tail, v.count)? };
             }
         }
         Ok(())

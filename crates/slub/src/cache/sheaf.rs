@@ -16,6 +16,7 @@ use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
+use super::bulk::Chains;
 use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
 /// Bytes between a private sheaf's block and the sheaf (see
@@ -230,24 +231,39 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if n > self.sheaf_capacity {
             self.bad_sheaf_size(sh, n);
         }
-        if self.hardened() {
-            // Entries decoded in place for the bulk free, each marker
-            // checked and cleared (a second copy of an object is found).
-            for i in 0..n {
-                match self.sheaf_get(sh, i) {
-                    Ok(o) => {
-                        self.unmark::<false>(o);
-                        sh.set(i, o)
+        // One pass from the top: each entry decoded and checked, its marker
+        // checked and cleared (a second copy of an object is found), its
+        // slab found (once per run of one slab: an object start of the
+        // last slab found needs no lookup) and the object added to its
+        // slab's chain. A bad entry panics (nothing to hand back).
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let (mut base, mut objects, mut slab) = (0usize, 0usize, 0usize);
+        let mut chains = Chains::new();
+        for i in (0..n).rev() {
+            let o = match self.sheaf_get(sh, i) {
+                Ok(o) => o,
+                Err(o) => self.bad_sheaf(sh, i, o),
+            };
+            if self.hardened() {
+                self.unmark_with::<false>(o, r);
+            }
+            if objects == 0 || self.obj_index(o.wrapping_sub(base), objects).is_none() {
+                let found = NonNull::new(o as *mut u8)
+                    .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
+                    .and_then(|p| self.slab_block_of(p));
+                match found {
+                    Ok((s, _, b)) => {
+                        (base, objects, slab) =
+                            (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr())
                     }
-                    Err(o) => self.bad_sheaf(sh, i, o),
+                    Err(e) => panic!("{}: corrupted sheaf: {e}", self.name),
                 }
             }
+            if let Err(e) = self.chain_add(&mut chains, slab, o) {
+                panic!("{}: corrupted sheaf: {e}", self.name)
+            }
         }
-        // SAFETY: the sheaf holds `n` validated objects of this cache, each
-        // once; NonNull<u8> has the layout of *mut u8.
-        let objs = unsafe { core::slice::from_raw_parts(sh.objects() as *const NonNull<u8>, n) };
-        // SAFETY: as above.
-        if let Err(e) = unsafe { self.free_bulk_slab(objs) } {
+        if let Err(e) = self.chains_free(&chains) {
             panic!("{}: corrupted sheaf: {e}", self.name)
         }
         sh.set_size(0);
