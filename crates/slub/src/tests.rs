@@ -797,6 +797,40 @@ fn bulk_free_of_objects_cycling_through_slabs_frees_each_once() {
     }
 }
 
+/// A bulk allocation that reaches a new slab takes the slab's objects by
+/// address (`new_slab_into`): no free pointer is written into an object
+/// it hands out (and read back), so objects of fresh (zero) memory read
+/// zero; with the random freelist too, and hardened (the free-pointer
+/// word cleared, as for any object handed out). The objects are distinct,
+/// the slabs consistent, and all of them free again.
+#[test]
+fn bulk_alloc_takes_new_slabs_by_address() {
+    for flags in [SlabFlags::NONE, SlabFlags::RANDOM_FREELIST, SlabFlags::HARDENED] {
+        let p = TestPlatform::pinned(CPUS);
+        let m = Mem::new(16);
+        let mut c = cache(&m, 200, p, flags);
+        let per = c.layout().oo.objects as usize;
+        let mut out = vec![None; 2 * per + 3];
+        assert_eq!(c.alloc_bulk(&mut out), out.len());
+        let objs: Vec<NonNull<u8>> = out.into_iter().map(Option::unwrap).collect();
+        let mut addrs: Vec<usize> = objs.iter().map(|o| o.as_ptr() as usize).collect();
+        addrs.sort_unstable();
+        assert!(addrs.windows(2).all(|w| w[1] - w[0] >= 200), "{flags:?}: overlap");
+        for o in &objs {
+            // SAFETY: a live object of 200 bytes.
+            let b = unsafe { core::slice::from_raw_parts(o.as_ptr(), 200) };
+            assert!(b.iter().all(|x| *x == 0), "{flags:?}: {:p} was written", o.as_ptr());
+        }
+        c.validate_exclusive();
+        // SAFETY: each object once, from this cache.
+        unsafe { c.free_bulk(&objs) };
+        c.validate_exclusive();
+        assert_eq!(c.destroy_exclusive(), Ok(()));
+        drop(c);
+        assert!(m.all_free());
+    }
+}
+
 #[test]
 fn bulk_calls_go_through_the_sheaves_first() {
     // kmem_cache_alloc_bulk / kmem_cache_free_bulk with sheaves: the

@@ -17,7 +17,7 @@ use crate::slab::Slab;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
-use super::{CpuLocked, Guard, KmemCache, Sheaf};
+use super::{CpuLocked, Guard, KmemCache, Sheaf, NUMA_NO_NODE};
 
 /// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
@@ -338,16 +338,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 // Hand the (empty) freelist back with one tid bump, then
                 // let the slow path refill and take one object.
                 self.c_set_freelist(&mut g, 0);
-                match self.slab_alloc_slow(g) {
-                    Some(o) => {
-                        out[i] = o.as_ptr();
-                        i += 1;
-                    }
-                    None => {
+                // (A new slab's objects come by address, as many as fit.)
+                match self.slab_alloc_slow_into(g, AllocFlags::NONE, NUMA_NO_NODE, &mut out[i..]) {
+                    0 => {
                         // SAFETY: taken from this cache just above.
                         unsafe { self.undo_bulk_slab(&mut out[..i], true) };
                         return 0;
                     }
+                    k => i += k,
                 }
                 g = self.lock_cpu();
                 fl = self.c_freelist(&g);

@@ -111,7 +111,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `RANDOM_FREELIST` in the order of the cache's random sequence from a
     /// random position, skipping indices beyond a smaller (minimum-order)
     /// slab (`shuffle_freelist`, `next_freelist_entry`).
-    pub(super) fn link_objects(&self, base: *mut u8, objects: usize) -> usize {
+    ///
+    /// The first `take.len()` objects of that order (at most `objects`)
+    /// are not linked but written to `take`, as the caller's allocations
+    /// (their free-pointer words cleared in hardened caches, as
+    /// `load_freelist` clears an object it hands out): a bulk allocation
+    /// that wants a whole new slab's objects takes them without a free
+    /// pointer written and read back for each. Returns the first linked
+    /// object (0 if all were taken) and the number taken.
+    pub(super) fn link_objects(
+        &self,
+        base: *mut u8,
+        objects: usize,
+        take: &mut [*mut u8],
+    ) -> (usize, usize) {
         let size = self.lay.size;
         let addr = |i: usize| {
             // SAFETY: `i < objects`: inside the block.
@@ -142,14 +155,24 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 }
             },
         };
+        let k = take.len().min(objects);
+        for t in &mut take[..k] {
+            // SAFETY: `next() < objects`: inside the block.
+            let p = unsafe { base.add(next() * size) };
+            self.clear_fp(p.expose_provenance());
+            *t = p;
+        }
+        if k == objects {
+            return (0, k);
+        }
         let head = addr(next());
         let mut cur = head;
-        for _ in 1..objects {
+        for _ in k + 1..objects {
             let n = addr(next());
             self.set_fp(cur, n);
             cur = n;
         }
         self.set_fp(cur, 0);
-        head
+        (head, k)
     }
 }

@@ -120,13 +120,36 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// of another node is given back first (`node_match`), and the partial
     /// list and a new slab are first tried on that node only, without
     /// reclaim (`try_thisnode`), then as `gfp` says.
-    #[inline(never)]
+    #[inline(always)]
     pub(super) fn slab_alloc_slow_node<'a>(
+        &'a self,
+        g: Guard<'a, P, N>,
+        gfp: AllocFlags,
+        node: usize,
+    ) -> Option<NonNull<u8>> {
+        let mut one = [core::ptr::null_mut()];
+        if self.slab_alloc_slow_into(g, gfp, node, &mut one) == 0 {
+            return None;
+        }
+        NonNull::new(one[0])
+    }
+
+    /// [`slab_alloc_slow_node`](Self::slab_alloc_slow_node) for up to
+    /// `out.len()` objects (at least one; `out` not empty): one object of
+    /// the CPU slab, a CPU partial or node partial slab, or the first
+    /// `out.len()` objects of a new slab taken without their free pointers
+    /// ([`new_slab_into`](Self::new_slab_into): a sheaf refill takes a new
+    /// slab's objects by address). Returns how many it wrote to `out` (0:
+    /// none, allocation failed).
+    #[inline(never)]
+    pub(super) fn slab_alloc_slow_into<'a>(
         &'a self,
         mut g: Guard<'a, P, N>,
         gfp: AllocFlags,
         node: usize,
-    ) -> Option<NonNull<u8>> {
+        out: &mut [*mut u8],
+    ) -> usize {
+        debug_assert!(!out.is_empty());
         self.stat_cpu(g.cpu(), SlubStat::ALLOC_SLOWPATH);
         let mut try_thisnode = true;
         loop {
@@ -148,14 +171,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if slab != 0 {
                 let fl = self.c_freelist(&g);
                 if fl != 0 {
-                    return Some(self.load_freelist(&mut g, fl));
+                    out[0] = self.load_freelist(&mut g, fl).as_ptr();
+                    return 1;
                 }
                 // SAFETY: the CPU slab is held (frozen) by this CPU.
                 let s = unsafe { Slab::from_addr(slab) };
                 let fl = self.get_freelist(s);
                 if fl != 0 {
                     self.stat_cpu(cpu, SlubStat::ALLOC_REFILL);
-                    return Some(self.load_freelist(&mut g, fl));
+                    out[0] = self.load_freelist(&mut g, fl).as_ptr();
+                    return 1;
                 }
                 // Full: it leaves the CPU (unfrozen, on no list).
                 self.set_cpu_slab(c, 0);
@@ -200,17 +225,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 gfp
             };
             let got = match self.get_partial(node, pc) {
-                Some(x) => Some(x),
-                None => self.new_slab(pc, node),
+                Some((s, fl)) => Some((s, fl, 0)),
+                None => self.new_slab_into(pc, node, out),
             };
-            let (slab, fl) = match got {
+            let (slab, fl, taken) = match got {
                 Some(x) => x,
                 None if thisnode && try_thisnode => {
                     try_thisnode = false;
                     g = self.lock_cpu();
                     continue;
                 }
-                None => return None,
+                None => return 0,
             };
             g = self.lock_cpu();
             // retry_load_slab: another context may have installed a slab.
@@ -229,7 +254,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 g = self.lock_cpu();
             }
             self.set_cpu_slab(self.fast_of(g.cpu()), slab.addr());
-            return Some(self.load_freelist(&mut g, fl));
+            if taken != 0 {
+                // The new slab's first objects were taken by address; the
+                // rest (`fl`, maybe none) is the CPU freelist.
+                self.c_set_freelist(&mut g, fl);
+                return taken;
+            }
+            out[0] = self.load_freelist(&mut g, fl).as_ptr();
+            return 1;
         }
     }
 
@@ -291,6 +323,21 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// page or two, not eight (1 KiB objects: 4 in an order-0 slab instead
     /// of 32 in an order-3 one).
     pub(super) fn new_slab(&self, gfp: AllocFlags, node: usize) -> Option<(Slab<'static>, usize)> {
+        self.new_slab_into(gfp, node, &mut [])
+            .map(|(s, head, _)| (s, head))
+    }
+
+    /// [`new_slab`](Self::new_slab) whose first objects (up to
+    /// `take.len()`) are handed out into `take` rather than linked
+    /// ([`link_objects`](Self::link_objects)): returns the slab (frozen,
+    /// every object counted in use), the first linked object (0 if all
+    /// were taken) and the number taken.
+    pub(super) fn new_slab_into(
+        &self,
+        gfp: AllocFlags,
+        node: usize,
+        take: &mut [*mut u8],
+    ) -> Option<(Slab<'static>, usize, usize)> {
         let oo = if self.young(self.sum_nodes().1) {
             self.lay.min
         } else {
@@ -350,7 +397,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 CoreOrdering::Relaxed,
             );
         }
-        let head = self.link_objects(base, objects);
+        let (head, taken) = self.link_objects(base, objects, take);
         if self.ctor.is_some() {
             // `setup_object`: the constructor on every object, which no
             // one else can reach yet (the free pointers lie after the
@@ -372,7 +419,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         n.total_objects.fetch_add(objects, CoreOrdering::Relaxed);
         self.stat_here(SlubStat::ALLOC_SLAB);
         self.note_active();
-        Some((s, head))
+        Some((s, head, taken))
     }
 
     /// Returns an empty, unlisted, unfrozen slab to the page allocator.
