@@ -49,10 +49,14 @@ total() {
 }
 
 count() {
-    local t1 t2
-    t1=$(total "$1" "$2" "$3" $N1)
-    t2=$(total "$1" "$2" "$3" $N2)
-    echo $(((t2 - t1 + (N2 - N1) / 2) / (N2 - N1)))
+    local t1 t2 n1=$N1 n2=$N2
+    if [[ $3 == cycle ]]; then
+        # whole rounds of 16384 objects (4 and 10)
+        n1=65536 n2=163840
+    fi
+    t1=$(total "$1" "$2" "$3" $n1)
+    t2=$(total "$1" "$2" "$3" $n2)
+    echo $(((t2 - t1 + (n2 - n1) / 2) / (n2 - n1)))
 }
 
 BUDGET=ci/icount-budget.txt

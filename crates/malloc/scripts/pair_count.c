@@ -12,7 +12,8 @@
  * their frees (N a multiple of 1024); "usable": malloc(SIZE),
  * malloc_usable_size, free (sqlite3 asks the size of each of its blocks);
  * "realloc": malloc(SIZE), realloc to 2 * SIZE (a move to another class),
- * free. valgrind does not implement rseq, so
+ * free; "realloc0": realloc(NULL, SIZE), free; "cycle": 16384 mallocs of
+ * SIZE, then their frees (N a multiple of 16384: the slab paths). valgrind does not implement rseq, so
  * the library is told to run its restartable per-CPU paths as CPU 0
  * (mm_malloc_count_as_cpu0, found with dlsym: under any other allocator
  * the program runs and counts that allocator). */
@@ -81,8 +82,30 @@ int main(int argc, char **argv) {
             *(volatile char *)p = 1;
             free(p);
         }
+    } else if (!strcmp(argv[1], "realloc0")) {
+        /* realloc(NULL, SIZE) (a malloc: python makes many), free; the
+         * null through a volatile, or the compiler calls malloc */
+        char *volatile none = NULL;
+        for (long i = 0; i < n; i++) {
+            char *p = realloc(none, size);
+            *(volatile char *)p = 1;
+            free(p);
+        }
+    } else if (!strcmp(argv[1], "cycle")) {
+        /* N objects in rounds of 16384: allocate them, then free them in
+         * allocation order: far more than the sheaves and the barn hold,
+         * so the objects go back to their slabs (sheaf flushes) and come
+         * out of them again (refills, new slabs), as in a program whose
+         * live set swings (one step = one object's malloc + free) */
+        static void *objs[16384];
+        for (long i = 0; i < n; i += 16384) {
+            for (int k = 0; k < 16384; k++)
+                objs[k] = malloc(size);
+            for (int k = 0; k < 16384; k++)
+                free(objs[k]);
+        }
     } else {
-        fputs("pair_count: shape is pair, churn, batch, usable or realloc\n", stderr);
+        fputs("pair_count: shape is pair, churn, batch, usable, realloc, realloc0 or cycle\n", stderr);
         return 2;
     }
     return 0;
