@@ -50,7 +50,7 @@ total() {
 
 count() {
     local t1 t2 n1=$N1 n2=$N2
-    if [[ $3 == cycle ]]; then
+    if [[ $3 == cycle || $3 == batch16384 ]]; then
         # whole rounds of 16384 objects (4 and 10)
         n1=65536 n2=163840
     fi
