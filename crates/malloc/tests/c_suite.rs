@@ -476,7 +476,21 @@ fn hot_code_leads_the_text_segment() {
                 .then(|| u64::from_str_radix(f[0], 16).unwrap())
         })
     };
-    for f in ["malloc", "free", "alloc_object_slow", "refill_sheaf"] {
+    // (and the slab paths a refill and a flush run, by their current
+    // names: `build.rs` lists them by mangled name, so a renamed function
+    // leaves the section silently: session 21's `slab_alloc_slow_into`
+    // and `new_slab_into` put a fork loop's shell 48 KiB over)
+    for f in [
+        "malloc",
+        "free",
+        "alloc_object_slow",
+        "refill_sheaf",
+        "slab_alloc_slow_into",
+        "new_slab_into",
+        "flush_sheaf",
+        "chain_switch",
+        "realloc_impl",
+    ] {
         let a = addr(f).unwrap_or_else(|| panic!("no symbol {f}"));
         assert!(
             (hot.1..hot.1 + hot.2).contains(&a),
