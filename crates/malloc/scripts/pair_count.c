@@ -29,6 +29,18 @@ __attribute__((constructor(101))) static void count_as_cpu0(void) {
         fputs("pair_count: mm_malloc_count_as_cpu0 failed: counting the locked paths\n", stderr);
 }
 
+/* N objects of SIZE in rounds of K: K mallocs, then their frees in
+ * allocation order (K at most 16384) */
+static void rounds(long n, int k, size_t size) {
+    static void *objs[16384];
+    for (long i = 0; i < n; i += k) {
+        for (int j = 0; j < k; j++)
+            objs[j] = malloc(size);
+        for (int j = 0; j < k; j++)
+            free(objs[j]);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fputs("usage: pair_count pair|churn|batch|usable|realloc SIZE N\n", stderr);
@@ -58,13 +70,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[1], "batch")) {
         /* N objects in rounds of 1024: allocate 1024, then free them in
          * allocation order (one step = one object's malloc + free) */
-        static void *objs[1024];
-        for (long i = 0; i < n; i += 1024) {
-            for (int k = 0; k < 1024; k++)
-                objs[k] = malloc(size);
-            for (int k = 0; k < 1024; k++)
-                free(objs[k]);
-        }
+        rounds(n, 1024, size);
     } else if (!strcmp(argv[1], "usable")) {
         size_t sum = 0;
         for (long i = 0; i < n; i++) {
@@ -92,18 +98,11 @@ int main(int argc, char **argv) {
             free(p);
         }
     } else if (!strcmp(argv[1], "cycle")) {
-        /* N objects in rounds of 16384: allocate them, then free them in
-         * allocation order: far more than the sheaves and the barn hold,
-         * so the objects go back to their slabs (sheaf flushes) and come
-         * out of them again (refills, new slabs), as in a program whose
-         * live set swings (one step = one object's malloc + free) */
-        static void *objs[16384];
-        for (long i = 0; i < n; i += 16384) {
-            for (int k = 0; k < 16384; k++)
-                objs[k] = malloc(size);
-            for (int k = 0; k < 16384; k++)
-                free(objs[k]);
-        }
+        /* N objects in rounds of 16384: far more than the sheaves and the
+         * barn hold, so the objects go back to their slabs (sheaf
+         * flushes) and come out of them again (refills, new slabs), as in
+         * a program whose live set swings */
+        rounds(n, 16384, size);
     } else {
         fputs("pair_count: shape is pair, churn, batch, usable, realloc, realloc0 or cycle\n", stderr);
         return 2;

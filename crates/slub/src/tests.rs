@@ -681,6 +681,31 @@ fn interrupts_inside_the_lockless_fast_path() {
     }
 }
 
+/// The end of a test of one cache: its slabs consistent, destroyed with
+/// nothing left allocated (on CPU 0), every page of `m` free again.
+fn end_clean(mut c: Cache<'_>, p: TestPlatform, m: &Mem) {
+    c.validate_exclusive();
+    p.set_cpu(0);
+    assert_eq!(c.destroy_exclusive(), Ok(()));
+    drop(c);
+    assert!(m.all_free());
+}
+
+/// `n` objects of the 200-byte cache `c` by one `alloc_bulk`, all given
+/// and none overlapping another.
+fn bulk_200(c: &Cache<'_>, n: usize) -> Vec<NonNull<u8>> {
+    let mut out = vec![None; n];
+    assert_eq!(c.alloc_bulk(&mut out), n);
+    let objs: Vec<NonNull<u8>> = out.into_iter().map(Option::unwrap).collect();
+    let mut addrs: Vec<usize> = objs.iter().map(|o| o.as_ptr() as usize).collect();
+    addrs.sort_unstable();
+    assert!(
+        addrs.windows(2).all(|w| w[1] - w[0] >= 200),
+        "bulk objects overlap"
+    );
+    objs
+}
+
 #[test]
 #[cfg_attr(
     miri,
@@ -691,15 +716,10 @@ fn bulk_alloc_and_free_across_slabs() {
         let m = Mem::new(16);
         let mut c = cache(&m, 200, p, SlabFlags::NONE);
         let per = c.layout().oo.objects as usize;
-        let mut out = vec![None; per * 5 + 3];
-        assert_eq!(c.alloc_bulk(&mut out), out.len());
-        let out: Vec<*mut u8> = out.into_iter().map(|o| o.unwrap().as_ptr()).collect();
-        let mut addrs: Vec<usize> = out.iter().map(|o| *o as usize).collect();
-        addrs.sort_unstable();
-        assert!(
-            addrs.windows(2).all(|w| w[1] - w[0] >= 200),
-            "bulk objects overlap"
-        );
+        let out: Vec<*mut u8> = bulk_200(&c, per * 5 + 3)
+            .into_iter()
+            .map(NonNull::as_ptr)
+            .collect();
         for (i, o) in out.iter().enumerate() {
             fill(NonNull::new(*o).unwrap(), 200, i as u8);
         }
@@ -723,11 +743,7 @@ fn bulk_alloc_and_free_across_slabs() {
                 < mixed.len() as u64 / 2,
             "grouped per slab: {s}"
         );
-        c.validate_exclusive();
-        p.set_cpu(0);
-        assert_eq!(c.destroy_exclusive(), Ok(()));
-        drop(c);
-        assert!(m.all_free());
+        end_clean(c, p, &m);
     }
 }
 
@@ -746,11 +762,9 @@ fn bulk_free_of_objects_cycling_through_slabs_frees_each_once() {
         let m = Mem::new(16);
         let mut c = cache(&m, 200, p, SlabFlags::NONE);
         let per = c.layout().oo.objects as usize;
-        let mut out = vec![None; per * slabs];
-        assert_eq!(c.alloc_bulk(&mut out), out.len());
-        let out: Vec<usize> = out
+        let out: Vec<usize> = bulk_200(&c, per * slabs)
             .into_iter()
-            .map(|o| o.unwrap().as_ptr() as usize)
+            .map(|o| o.as_ptr() as usize)
             .collect();
         // Group by slab (the slab's block is aligned to its size).
         let span = 4096usize << c.layout().oo.order;
@@ -789,11 +803,7 @@ fn bulk_free_of_objects_cycling_through_slabs_frees_each_once() {
             .collect();
         // SAFETY: as above.
         unsafe { c.free_bulk(&rest) };
-        c.validate_exclusive();
-        p.set_cpu(0);
-        assert_eq!(c.destroy_exclusive(), Ok(()));
-        drop(c);
-        assert!(m.all_free());
+        end_clean(c, p, &m);
     }
 }
 
@@ -805,29 +815,29 @@ fn bulk_free_of_objects_cycling_through_slabs_frees_each_once() {
 /// the slabs consistent, and all of them free again.
 #[test]
 fn bulk_alloc_takes_new_slabs_by_address() {
-    for flags in [SlabFlags::NONE, SlabFlags::RANDOM_FREELIST, SlabFlags::HARDENED] {
+    for flags in [
+        SlabFlags::NONE,
+        SlabFlags::RANDOM_FREELIST,
+        SlabFlags::HARDENED,
+    ] {
         let p = TestPlatform::pinned(CPUS);
         let m = Mem::new(16);
         let mut c = cache(&m, 200, p, flags);
         let per = c.layout().oo.objects as usize;
-        let mut out = vec![None; 2 * per + 3];
-        assert_eq!(c.alloc_bulk(&mut out), out.len());
-        let objs: Vec<NonNull<u8>> = out.into_iter().map(Option::unwrap).collect();
-        let mut addrs: Vec<usize> = objs.iter().map(|o| o.as_ptr() as usize).collect();
-        addrs.sort_unstable();
-        assert!(addrs.windows(2).all(|w| w[1] - w[0] >= 200), "{flags:?}: overlap");
+        let objs = bulk_200(&c, 2 * per + 3);
         for o in &objs {
             // SAFETY: a live object of 200 bytes.
             let b = unsafe { core::slice::from_raw_parts(o.as_ptr(), 200) };
-            assert!(b.iter().all(|x| *x == 0), "{flags:?}: {:p} was written", o.as_ptr());
+            assert!(
+                b.iter().all(|x| *x == 0),
+                "{flags:?}: {:p} was written",
+                o.as_ptr()
+            );
         }
         c.validate_exclusive();
         // SAFETY: each object once, from this cache.
         unsafe { c.free_bulk(&objs) };
-        c.validate_exclusive();
-        assert_eq!(c.destroy_exclusive(), Ok(()));
-        drop(c);
-        assert!(m.all_free());
+        end_clean(c, p, &m);
     }
 }
 
