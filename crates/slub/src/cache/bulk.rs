@@ -22,6 +22,26 @@ use super::{CpuLocked, Guard, KmemCache, Sheaf, NUMA_NO_NODE};
 /// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
 
+/// The last slab a bulk free or a sheaf flush found
+/// ([`slab_of_run`](KmemCache::slab_of_run)): its head, object count and
+/// descriptor; no slab yet while `objects` is 0.
+pub(super) struct LastSlab {
+    base: usize,
+    objects: usize,
+    slab: usize,
+}
+
+impl LastSlab {
+    /// No slab found yet.
+    pub(super) const fn new() -> Self {
+        Self {
+            base: 0,
+            objects: 0,
+            slab: 0,
+        }
+    }
+}
+
 /// Chains parked by [`Chains`] besides the current one.
 const PARKED: usize = 3;
 
@@ -644,23 +664,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         debug_assert!(window.len() <= BULK_WINDOW);
         // Validate the whole window first.
         let mut slabs: [usize; BULK_WINDOW] = [0; BULK_WINDOW];
-        // The last slab found (its head, object count, descriptor): a
-        // sheaf's objects come in runs of one slab, and an object start of
-        // that slab (`obj_index` below the count: exactly the boundaries
-        // in `[head, head + objects * size)`) needs no second lookup
-        // (the block, its kind, owner cache and order are the same).
         // Nothing of the window is freed before the whole of it is
-        // validated, so the slab cannot change in between.
-        let (mut base, mut objects, mut last) = (0usize, 0usize, 0usize);
+        // validated, so a slab cannot change in between (`LastSlab`).
+        let mut last = LastSlab::new();
         for k in 0..window.len() {
-            let a = window[k].as_ptr().addr();
-            if objects != 0 && self.obj_index(a.wrapping_sub(base), objects).is_some() {
-                slabs[k] = last;
-                continue;
-            }
-            let (s, _, b) = self.slab_block_of(window[k])?;
-            (base, objects, last) = (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
-            slabs[k] = last;
+            slabs[k] = self.slab_of_run(&mut last, window[k])?;
         }
         // build_detached_freelist, from the window's end (`Chains`).
         let mut chains = Chains::new();
@@ -673,6 +681,34 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         self.chains_free(&chains)?;
         Ok(())
+    }
+
+    /// The slab of object `p` (validated as an object start of a slab of
+    /// this cache), found once per run of one slab's objects: a sheaf's
+    /// objects come in such runs, and an object start of the last slab
+    /// found (`obj_index` below its count: exactly the boundaries in
+    /// `[head, head + objects * size)`) needs no second lookup (block,
+    /// kind, owner cache and order are the same). The caller frees nothing
+    /// between the calls, so the last slab is still that slab.
+    #[inline(always)]
+    pub(super) fn slab_of_run(
+        &self,
+        last: &mut LastSlab,
+        p: NonNull<u8>,
+    ) -> Result<usize, FreeError> {
+        let a = p.as_ptr().addr();
+        if self
+            .obj_index(a.wrapping_sub(last.base), last.objects)
+            .is_none()
+        {
+            let (s, _, b) = self.slab_block_of(p)?;
+            *last = LastSlab {
+                base: b.head.as_ptr().addr(),
+                objects: self.objects_of(b.order),
+                slab: s.addr(),
+            };
+        }
+        Ok(last.slab)
     }
 
     /// Adds object `o` of slab `slab` to the open chains (see [`Chains`]):

@@ -16,7 +16,7 @@ use crate::error::FreeErrorKind;
 use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
-use super::bulk::Chains;
+use super::bulk::{Chains, LastSlab};
 use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
 /// Bytes between a private sheaf's block and the sheaf (see
@@ -237,7 +237,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // last slab found needs no lookup) and the object added to its
         // slab's chain. A bad entry panics (nothing to hand back).
         let r = self.random.load(CoreOrdering::Relaxed);
-        let (mut base, mut objects, mut slab) = (0usize, 0usize, 0usize);
+        let mut last = LastSlab::new();
         let mut chains = Chains::new();
         for i in (0..n).rev() {
             let o = match self.sheaf_get(sh, i) {
@@ -247,19 +247,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if self.hardened() {
                 self.unmark_with::<false>(o, r);
             }
-            if objects == 0 || self.obj_index(o.wrapping_sub(base), objects).is_none() {
-                let found = NonNull::new(o as *mut u8)
-                    .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
-                    .and_then(|p| self.slab_block_of(p));
-                match found {
-                    Ok((s, _, b)) => {
-                        (base, objects, slab) =
-                            (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr())
-                    }
-                    Err(e) => panic!("{}: corrupted sheaf: {e}", self.name),
-                }
-            }
-            if let Err(e) = self.chain_add(&mut chains, slab, o) {
+            let added = NonNull::new(o as *mut u8)
+                .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
+                .and_then(|p| self.slab_of_run(&mut last, p))
+                .and_then(|slab| self.chain_add(&mut chains, slab, o));
+            if let Err(e) = added {
                 panic!("{}: corrupted sheaf: {e}", self.name)
             }
         }
