@@ -117,7 +117,7 @@ unsafe fn write_image(i: usize, flags: SlabFlags, sheaves: usize) {
     } else {
         8
     };
-    let slot = CACHES[i].cache.get().cast::<Cache>();
+    let slot = CACHES[i + 1].cache.get().cast::<Cache>();
     // SAFETY: the caller's contract: the slot is zero and ours (a `Slot`
     // aligns the cache).
     unsafe {
@@ -156,11 +156,25 @@ unsafe fn write_image(i: usize, flags: SlabFlags, sheaves: usize) {
 /// fast records are then on one page (slub's `repr(C)` layout): one page
 /// of a class that a process uses (two while the sheaf words, the fast
 /// records and the nodes were three arrays, three or five before).
+///
+/// Each slot is [`SLOT_BYTES`] (a power of two) and slot `t` holds the
+/// cache of page-map tag `t` (cache `t - 1`; slot 0 and those past
+/// [`NR_CACHES`] stay zero): `free` finds the cache of a map byte by a
+/// shift and an add, with no range check and no table
+/// ([`slot_of_tag`]). The slots past the caches are never touched: only
+/// address space.
 #[repr(C, align(4096))]
 pub struct Slot {
     _pad: [u8; SLOT_PAD],
     cache: UnsafeCell<MaybeUninit<Cache>>,
+    _tail: [u8; SLOT_TAIL],
 }
+
+/// A [`Slot`]'s size.
+pub const SLOT_BYTES: usize = 32 << 10;
+const SLOT_TAIL: usize = SLOT_BYTES - SLOT_PAD - size_of::<Cache>();
+/// Slots: one per tag a map byte can carry (5 bits).
+const NR_SLOTS: usize = 32;
 
 /// The bytes before the cache in its [`Slot`]: the least (at the cache's
 /// alignment) that puts [`Cache::FIRST_CPUS_AT`] at or after a page
@@ -180,15 +194,18 @@ unsafe impl Sync for Slot {}
 /// The caches, kmalloc's then the intermediate ones: zero until
 /// [`configure`] (hardened, with sheaves, as `GlobalSlub::new`'s, unless the
 /// environment says otherwise).
-static CACHES: [Slot; NR_CACHES] = [const {
+static CACHES: [Slot; NR_SLOTS] = [const {
     Slot {
         _pad: [0; SLOT_PAD],
         cache: UnsafeCell::new(MaybeUninit::zeroed()),
+        _tail: [0; SLOT_TAIL],
     }
-}; NR_CACHES];
+}; NR_SLOTS];
 
-// A slot is whole pages (what `.bss` gives back untouched).
-const _: () = assert!(size_of::<Slot>().is_multiple_of(4096));
+// A slot is whole pages (what `.bss` gives back untouched), of the size
+// `slot_of_tag` scales by; every cache has a slot (tags 1..=NR_CACHES).
+const _: () = assert!(size_of::<Slot>() == SLOT_BYTES);
+const _: () = assert!(NR_CACHES < NR_SLOTS && NR_SLOTS == 1 << 5);
 
 /// Bit `i`: cache `i` was written ([`ensure_built`]); before that its slot
 /// is zero, not a cache, and [`cache`] must not be called for it.
@@ -225,7 +242,7 @@ pub fn built(i: usize) -> bool {
 #[inline(always)]
 pub fn slot(i: usize) -> Option<*const Cache> {
     CACHES
-        .get(i)
+        .get(i.wrapping_add(1))
         .map(|s| s.cache.get().cast::<Cache>().cast_const())
 }
 
@@ -236,7 +253,7 @@ pub fn cache(i: usize) -> &'static Cache {
     // SAFETY: written by `ensure_built` (the only writer) before its bit
     // was set (the callers check `built`, or reach the cache through one
     // of its slabs, or call `ensure_built` first).
-    unsafe { (*CACHES[i].cache.get()).assume_init_ref() }
+    unsafe { (*CACHES[i + 1].cache.get()).assume_init_ref() }
 }
 
 fn build_lock() {
@@ -629,6 +646,22 @@ pub fn cache_of_tag(b: u8) -> Option<&'static Cache> {
     (i < NR_CACHES).then(|| cache(i))
 }
 
+/// Where the cache of page-map byte `b` is or would be: slot `b >> 3`
+/// (see [`Slot`]), all zero unless it holds a built cache with that tag
+/// (for [`Cache::free_fast_tag_in`]). No check, no table: every byte
+/// names a slot.
+#[inline(always)]
+pub fn slot_of_tag(b: u8) -> *const Cache {
+    // (Slot `b >> 3`, below NR_SLOTS (5 bits), at byte `(b & 0xf8) << 12`:
+    // an `and` and a shift. In bounds: a pointer into `CACHES`.)
+    const _: () = assert!(SLOT_BYTES >> 3 == 1 << 12);
+    CACHES
+        .as_ptr()
+        .cast::<u8>()
+        .wrapping_add(((usize::from(b) & 0xf8) << 12) + SLOT_PAD)
+        .cast::<Cache>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,6 +677,11 @@ mod tests {
             let t = crate::pages::pages().page_tag(p.as_ptr());
             let back = cache_of_tag(t).expect("tagged");
             assert!(core::ptr::eq(back, c), "{}", name(i));
+            // `free`'s way: the map byte from its copy of the map's place,
+            // the cache at the slot of the byte's tag.
+            crate::pages::publish_free_map();
+            assert_eq!(crate::pages::page_byte(p.as_ptr()), Some(t), "{}", name(i));
+            assert!(core::ptr::eq(slot_of_tag(t), c), "{}", name(i));
             // The same byte sizes the object (malloc_usable_size's fast
             // path), and refuses an address inside it and another
             // cache's byte.
@@ -665,6 +703,15 @@ mod tests {
             unsafe { c.free(p) };
         }
         assert!(cache_of_tag(0).is_none(), "an untagged page names no cache");
+        // The slots of tag 0 and of the tags past the caches hold no cache
+        // (zero: `free_fast_tag_in` declines at once).
+        for t in (0..32u8).filter(|&t| t == 0 || usize::from(t) > NR_CACHES) {
+            let s = slot_of_tag(t << 3).cast::<u8>();
+            // SAFETY: a slot of `CACHES`, never written.
+            let bytes = unsafe { core::slice::from_raw_parts(s, size_of::<Cache>()) };
+            assert!(bytes.iter().all(|&b| b == 0), "slot {t}");
+        }
+        assert_eq!(crate::pages::page_byte(core::ptr::null()), None);
     }
 
     /// A cache written in place into a zero slot ([`write_image`]'s

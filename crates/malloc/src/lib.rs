@@ -315,7 +315,10 @@ fn alloc_object_slow(i: usize, size: usize) -> *mut u8 {
     if let Some(p) = c.alloc_fast::<true>() {
         return p.as_ptr();
     }
-    match c.alloc() {
+    let p = c.alloc();
+    // (The page map exists once a slab does: `free`'s lookup copy.)
+    pages::publish_free_map();
+    match p {
         Some(p) => p.as_ptr(),
         // The caches found no page: what kmalloc can still do.
         None => alloc_slow(size, MALLOC_ALIGNMENT),
@@ -395,21 +398,39 @@ unsafe fn dealloc(p: *mut u8, what: &str) {
     // the heap read 0: no cache), and the cache's inline free validates
     // the object from the same byte. Every other outcome is a tail call,
     // so this path needs no stack frame.
-    let byte = pages().page_tag(p);
+    let Some(byte) = pages::page_byte(p) else {
+        // SAFETY: as below.
+        return unsafe { dealloc_untagged(p, what) };
+    };
+    let c = caches::slot_of_tag(byte);
+    // (A slot without a built cache, as tag 0's, reads as no restartable
+    // cache: `Slow`, before `p` is used.)
+    // SAFETY: C's contract: `p` is a live allocation of ours (bad input is
+    // refused before any change); `byte` is `p`'s page's byte in the map
+    // of the caches' source (`PAGES`), read after `p`'s allocation; `c` is
+    // the slot of the byte's tag, whose cache (if built) has that tag
+    // (`caches::claim_map_tag`).
+    match unsafe { Cache::free_fast_tag_in(c, p, byte) } {
+        FastFree::Freed => {}
+        // SAFETY: as above.
+        FastFree::Slow => unsafe { dealloc_tag_slow(p, byte, what) },
+        // SAFETY: the object `free_fast_tag_in` left marked (not null),
+        // of the written cache at `byte`'s slot.
+        FastFree::Unpushed => unsafe { dealloc_unpushed_tag(p, byte, what) },
+    }
+}
+
+/// A free the inline free left unchanged: by the page map's byte, the
+/// cache's other paths, else the untagged ones.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only
+unsafe extern "C" fn dealloc_tag_slow(p: *mut u8, byte: u8, what: &str) {
     if let Some(c) = caches::cache_of_tag(byte) {
         // SAFETY: a tagged byte is a heap page's: `p` is not null.
         let nn = unsafe { NonNull::new_unchecked(p) };
-        // SAFETY: C's contract: `p` is a live allocation of ours (bad
-        // input is refused before any change); `byte` is `p`'s page's
-        // byte in the map of `c`'s source (`PAGES`), read after `p`'s
-        // allocation.
-        return match unsafe { c.free_fast_byte(nn, byte) } {
-            FastFree::Freed => {}
-            // SAFETY: as above.
-            FastFree::Slow => unsafe { dealloc_cache_slow(c, nn, what) },
-            // SAFETY: the object `free_fast_byte` left marked.
-            FastFree::Unpushed => unsafe { dealloc_unpushed(c, nn, what) },
-        };
+        // SAFETY: C's contract (as `dealloc`).
+        return unsafe { dealloc_cache_slow(c, nn, what) };
     }
     // SAFETY: as above.
     unsafe { dealloc_untagged(p, what) }
@@ -441,6 +462,16 @@ unsafe extern "C" fn dealloc_unpushed(c: &Cache, p: NonNull<u8>, what: &str) {
     if let Err(e) = unsafe { c.free_unpushed(p) } {
         bad(what, p.as_ptr(), &e)
     }
+}
+
+/// [`dealloc_unpushed`] of the cache at map byte `byte`'s slot.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)] // called from Rust only
+unsafe extern "C" fn dealloc_unpushed_tag(p: *mut u8, byte: u8, what: &str) {
+    // SAFETY: the caller's: the slot holds the written cache whose inline
+    // free left `p` (not null) marked.
+    unsafe { dealloc_unpushed(&*caches::slot_of_tag(byte), NonNull::new_unchecked(p), what) }
 }
 
 /// A free that the page map does not name: null, a slab of a cache

@@ -7,7 +7,7 @@
 
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use buddy::{Config, GlobalBuddy, PurgePolicy, GLOBAL_CONFIG};
 use local_lock::fork::{level, ForkLocks};
@@ -138,6 +138,76 @@ pub unsafe fn init_pages() {
             TAIL.len(),
         )
     };
+}
+
+/// Where `free` reads an address's page-map byte ([`page_byte`]): the
+/// map's place copied from [`pages`] once it exists ([`publish_free_map`]),
+/// the heap's first page as a page number and 4 KiB pages, so that the
+/// lookup is a shift, a subtraction, a compare and a byte load (seven
+/// instructions; the pages' own `page_tag` loads the shift and the
+/// layout's words through the pcp and the buddy: eleven, and a merge for
+/// its "no tag").
+#[repr(C, align(64))]
+struct FreeMap {
+    /// The first covered page's number (address >> 12).
+    first: AtomicUsize,
+    /// Pages covered (0 until published: every address misses).
+    pages: AtomicUsize,
+    /// One byte per covered page.
+    map: AtomicPtr<u8>,
+}
+
+static FREE_MAP: FreeMap = FreeMap {
+    first: AtomicUsize::new(0),
+    pages: AtomicUsize::new(0),
+    map: AtomicPtr::new(core::ptr::null_mut()),
+};
+
+/// The page shift [`FreeMap`] serves (the pages' map must have it).
+const FREE_MAP_SHIFT: u32 = 12;
+
+/// The page-map byte of the page holding `p` (as `pages().page_tag(p)`),
+/// or `None` for an address the map does not cover (null, a direct
+/// mapping, anything not ours) or before [`publish_free_map`] ran.
+#[inline(always)]
+pub fn page_byte(p: *const u8) -> Option<u8> {
+    let m = &FREE_MAP;
+    let i = (p.addr() >> FREE_MAP_SHIFT).wrapping_sub(m.first.load(Ordering::Relaxed));
+    // Acquire: pairs with the publication (the other words before it).
+    if i >= m.pages.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: `i` is below the covered pages, whose map is mapped for the
+    // rest of the process (`PageAlloc::page_map`); its bytes are only
+    // accessed atomically.
+    Some(
+        unsafe { AtomicU8::from_ptr(m.map.load(Ordering::Relaxed).add(i)) }.load(Ordering::Relaxed),
+    )
+}
+
+/// Copies the pages' map place into [`FreeMap`] once the map exists
+/// (called by the allocation slow path until then: the map is made with
+/// the heap's first reservation). Racing callers store the same words.
+#[inline(always)]
+pub fn publish_free_map() {
+    if FREE_MAP.pages.load(Ordering::Relaxed) == 0 {
+        publish_free_map_slow();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn publish_free_map_slow() {
+    use buddy::PageAlloc;
+    let Some(v) = pages().page_map() else { return };
+    if v.shift != FREE_MAP_SHIFT || v.base % (1 << FREE_MAP_SHIFT) != 0 {
+        return;
+    }
+    FREE_MAP
+        .first
+        .store(v.base >> FREE_MAP_SHIFT, Ordering::Relaxed);
+    FREE_MAP.map.store(v.map.cast_mut(), Ordering::Relaxed);
+    FREE_MAP.pages.store(v.pages, Ordering::Release);
 }
 
 /// The buddy under [`pages`]: direct mappings, purge, statistics.

@@ -353,3 +353,116 @@ fn slabs_above_the_inline_orders_are_freed_by_the_descriptor_path() {
     let again: std::collections::BTreeSet<_> = (0..40).map(|_| c.alloc().unwrap()).collect();
     assert_eq!(again.len(), 40, "every object handed out once");
 }
+
+/// The inline free from a slot the byte's tag names
+/// (`free_fast_tag_in`: mm-malloc's `free`, whose caches sit at the slot
+/// of their tag, reads no tag to compare) takes the cache's objects and
+/// declines an interior pointer, a double free and storage with no cache
+/// yet (all zero), each before any change.
+#[test]
+fn inline_frees_from_the_tags_slot() {
+    use slub::FastFree;
+    let Some(c) = tagged_rseq_cache("pagemap_slot", 192) else {
+        eprintln!("no rseq or no tag left here: nothing to test");
+        return;
+    };
+    let at: *const KmemCache<GlobalPages, RseqCpu> = &c;
+    let inline = |p: NonNull<u8>| {
+        // SAFETY: objects of `c` (or pointers declined before any change),
+        // the byte read from `c`'s source's map after the allocation; the
+        // byte of `c`'s slabs carries `c`'s tag.
+        unsafe { KmemCache::free_fast_tag_in(at, p.as_ptr(), GlobalPages.page_tag(p.as_ptr())) }
+    };
+    let objs: Vec<_> = (0..500).map(|_| c.alloc().unwrap()).collect();
+    let inner = NonNull::new(objs[3].as_ptr().wrapping_add(16)).unwrap();
+    assert_eq!(inline(inner), FastFree::Slow, "an interior pointer");
+    let zero =
+        std::boxed::Box::new(core::mem::MaybeUninit::<KmemCache<GlobalPages, RseqCpu>>::zeroed());
+    // SAFETY: all-zero storage (no cache): declined, nothing else read.
+    let r = unsafe {
+        KmemCache::free_fast_tag_in(
+            zero.as_ptr(),
+            objs[0].as_ptr(),
+            GlobalPages.page_tag(objs[0].as_ptr()),
+        )
+    };
+    assert_eq!(r, FastFree::Slow, "storage without a cache");
+    for &p in &objs {
+        match inline(p) {
+            FastFree::Freed => {}
+            // SAFETY: the object just marked.
+            FastFree::Unpushed => unsafe { c.free_unpushed(p) }.unwrap(),
+            FastFree::Slow => panic!("{p:p} sent to the slow path"),
+        }
+    }
+    assert_eq!(inline(objs[1]), FastFree::Slow, "a double free is declined");
+    let again: std::collections::BTreeSet<_> = (0..500).map(|_| c.alloc().unwrap()).collect();
+    assert_eq!(again.len(), 500, "every object handed out once");
+}
+
+/// A cache whose slabs are of orders below and above the inline check's
+/// four (the minimum order 0, the preferred one 4, with a
+/// `slub_max_order` of 4) gets no inline check at all: otherwise a byte of
+/// an order-4 slab, whose low two bits read 0, would be checked against
+/// the order-0 geometry by the tag slot's free (which does not compare
+/// the tag's order with 4), and the start of an inner page of the slab
+/// (an object boundary in an order-0 slab of one object) would be taken
+/// as an object.
+#[test]
+fn a_cache_with_orders_above_the_inline_ones_has_no_inline_check() {
+    use slub::FastFree;
+    let g = slub::Geometry {
+        max_order: 4,
+        ..slub::Geometry::new(64)
+    };
+    let c = KmemCache::<GlobalPages, RseqCpu>::create_with(
+        "pagemap_mixed",
+        3000,
+        8,
+        SlabFlags::HARDENED,
+        g,
+        GlobalPages,
+        RseqCpu::new(),
+    )
+    .unwrap()
+    .with_sheaves(32);
+    use local_lock::Platform;
+    if !RseqCpu::new().restartable() || c.claim_map_tag().is_none() {
+        eprintln!("no rseq or no tag left here: nothing to test");
+        return;
+    }
+    let lay = *c.layout();
+    assert!(
+        lay.min.order < 4 && lay.oo.order >= 4,
+        "orders on both sides of 4: {lay:?}"
+    );
+    let objs: Vec<_> = (0..200).map(|_| c.alloc().unwrap()).collect();
+    let at: *const KmemCache<GlobalPages, RseqCpu> = &c;
+    let mut inner_pages = 0;
+    for &p in &objs {
+        let b = GlobalPages.block_of(p.as_ptr()).unwrap();
+        if b.order.get() < 4 {
+            continue;
+        }
+        let q = b.head.as_ptr().wrapping_add(4096);
+        if (q.addr() - b.head.as_ptr().addr()) % lay.size == 0 {
+            continue;
+        }
+        inner_pages += 1;
+        let byte = GlobalPages.page_tag(q);
+        // SAFETY: not an object start: declined before any change; the
+        // byte is of `c`'s slab.
+        let r = unsafe { KmemCache::free_fast_tag_in(at, q, byte) };
+        assert_eq!(
+            r,
+            FastFree::Slow,
+            "{q:p}, inside an order-{} slab",
+            b.order.get()
+        );
+    }
+    assert!(inner_pages > 0, "objects in order-4+ slabs");
+    for p in objs {
+        // SAFETY: ours, freed once.
+        unsafe { c.free(p) };
+    }
+}

@@ -72,8 +72,9 @@ pub(super) struct MapCheck {
 }
 
 /// Slab orders [`MapCheck`] validates inline (0..4: the kernel's
-/// `slub_max_order` default is 3); a slab of a higher order is validated
-/// by its descriptor. With 4, the whole check is one cache line.
+/// `slub_max_order` default is 3); a cache with a slab of a higher order
+/// has no check (its objects are validated by their descriptors). With 4,
+/// the whole check is one cache line.
 const GEOM_ORDERS: usize = 4;
 
 #[cfg(target_pointer_width = "64")]
@@ -138,10 +139,32 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(g) = m.geom.get(o) else {
             return false;
         };
-        let g = g.load(Ordering::Relaxed);
+        self.mapped_object_geom(a, g.load(Ordering::Relaxed))
+    }
+
+    /// [`mapped_object_byte`](Self::mapped_object_byte) for a byte the
+    /// caller knows to carry this cache's tag if it names any slab of
+    /// this cache's (it found the cache from the byte's tag:
+    /// [`free_fast_tag_in`](Self::free_fast_tag_in)): no compare with the
+    /// tag, the byte's low bits are the slab's order. Exact because
+    /// [`fill_map_check`](Self::fill_map_check) fills the check only for a
+    /// cache whose slab orders are all below [`GEOM_ORDERS`] (4): a byte
+    /// of this cache's slab carries one of them, and a cache without the
+    /// check has no geometry (`false`).
+    #[inline(always)]
+    pub(super) fn mapped_object_own_byte(&self, a: usize, b: u8) -> bool {
+        const _: () = assert!(GEOM_ORDERS == 4);
+        let g = self.mcheck.geom[usize::from(b & 3)].load(Ordering::Relaxed);
+        self.mapped_object_geom(a, g)
+    }
+
+    /// The boundary test of [`mapped_object_byte`](Self::mapped_object_byte)
+    /// with a [`geom`](MapCheck::geom) word.
+    #[inline(always)]
+    fn mapped_object_geom(&self, a: usize, g: u64) -> bool {
         let off = (a as u64) & (g as u32 as u64);
         let q = off
-            .wrapping_mul(m.inv.load(Ordering::Relaxed))
+            .wrapping_mul(self.mcheck.inv.load(Ordering::Relaxed))
             .rotate_right((g >> 48) as u32 & 63);
         q < (g >> 32) as u16 as u64
     }
@@ -153,7 +176,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(v) = self.source.page_map() else {
             return;
         };
-        if oo.order.max(min.order) > MAX_MAP_ORDER
+        // (Orders from GEOM_ORDERS on: no check at all, not one for some
+        // orders only, so that a byte of this cache's with its tag always
+        // names its order's geometry: `mapped_object_own_byte`.)
+        if usize::from(oo.order.max(min.order)) >= GEOM_ORDERS
             || v.shift != MAP_SHIFT
             || self.geometry.page_size != 1 << MAP_SHIFT
         {
@@ -166,12 +192,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         m.tag.store(t, Ordering::Relaxed);
         let bytes = |order: u8| self.geometry.page_size << order;
         for l in [min, oo] {
-            if let Some(g) = m.geom.get(usize::from(l.order)) {
-                g.store(
-                    MapCheck::pack(bytes(l.order), l.objects, k),
-                    Ordering::Relaxed,
-                );
-            }
+            m.geom[usize::from(l.order)].store(
+                MapCheck::pack(bytes(l.order), l.objects, k),
+                Ordering::Relaxed,
+            );
         }
         m.inv.store(self.lay.odd_inverse, Ordering::Relaxed);
         // Published last (pairs with `map_slab`'s acquire, so a thread

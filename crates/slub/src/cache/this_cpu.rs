@@ -340,6 +340,38 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         self.check_mark_push(obj, area)
     }
 
+    /// [`free_fast_byte`](Self::free_fast_byte) of the cache stored at
+    /// `c`, or of storage not yet written, all zero (then
+    /// [`FastFree::Slow`], nothing else read), for a front end that finds
+    /// the cache from the byte's tag by arithmetic, with no range check (a
+    /// slot for every tag, as mm-malloc's `free`): the byte is not
+    /// compared with the cache's tag (its order bits index the geometry:
+    /// three instructions less).
+    ///
+    /// # Safety
+    ///
+    /// As [`free_fast_byte`](Self::free_fast_byte) (`ptr` may be null: a
+    /// null pointer's byte names no slab), `c` as
+    /// [`alloc_fast_checked_in`](Self::alloc_fast_checked_in) requires;
+    /// and the cache at `c`, once written, has map tag `byte >> 3`
+    /// ([`set_map_tag`](Self::set_map_tag)) or none: the caller owns its
+    /// source's tags and keeps each cache at the slot its tag names.
+    #[inline(always)]
+    pub unsafe fn free_fast_tag_in(c: *const Self, ptr: *mut u8, byte: u8) -> FastFree {
+        // SAFETY: as in `alloc_fast_checked_in`.
+        let area = unsafe { (*core::ptr::addr_of!((*c).fast_area))[2].load(CoreOrdering::Acquire) };
+        if area == 0 {
+            return FastFree::Slow;
+        }
+        // SAFETY: a non-zero word was stored after the cache was written.
+        let c = unsafe { &*c };
+        let obj = ptr.expose_provenance();
+        if !c.mapped_object_own_byte(obj, byte) {
+            return FastFree::Slow;
+        }
+        c.check_mark_push(obj, area)
+    }
+
     /// The rest of the checked slot's inline free, for an object the page
     /// map vouched for: refused (`Slow`) if it holds the free marker,
     /// else marked and pushed (`Freed`), or only marked (`Unpushed`).
