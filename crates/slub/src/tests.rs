@@ -1444,3 +1444,37 @@ fn concurrent_first_use_agrees_on_the_secret() {
         c.validate_exclusive();
     }
 }
+
+/// A sheaf flush finds an object that is in its sheaf twice (freed, its
+/// free marker overwritten by a write after free, freed again) when the
+/// copy it meets first opened its slab's chain: that copy's marker is
+/// cleared (its word is written only when the chain is freed), so the
+/// second copy reads no marker, even with an object of the same slab and
+/// one of another slab between (neither the chain's head check nor a
+/// neighbour's link sees it). Without the clear the chain closed on
+/// itself.
+#[test]
+#[should_panic(expected = "double free")]
+fn a_flush_finds_an_object_twice_in_its_sheaf() {
+    let m = Mem::new(16);
+    let c = cache(&m, 64, TestPlatform::pinned(CPUS), SlabFlags::HARDENED).with_sheaves(32);
+    let slab_bytes = 4096usize << c.layout().oo.order;
+    let objs: Vec<_> = (0..300).map(|_| c.alloc().unwrap()).collect();
+    let slab = |p: NonNull<u8>| p.as_ptr() as usize / slab_bytes;
+    let a = objs[0];
+    let x = *objs
+        .iter()
+        .find(|&&p| p != a && slab(p) == slab(a))
+        .unwrap();
+    let b = *objs.iter().find(|&&p| slab(p) != slab(a)).unwrap();
+    // SAFETY: the bug under test: `a` freed, written after free (its
+    // marker gone), freed again; the others freed once.
+    unsafe {
+        c.free(a);
+        a.as_ptr().cast::<usize>().write(0);
+        c.free(x);
+        c.free(b);
+        c.free(a);
+    }
+    c.shrink();
+}

@@ -18,6 +18,7 @@ use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
 use super::{CpuLocked, Guard, KmemCache, Sheaf, NUMA_NO_NODE};
+use crate::layout::CacheLayout;
 
 /// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
@@ -39,6 +40,20 @@ impl LastSlab {
             objects: 0,
             slab: 0,
         }
+    }
+
+    /// Whether `a` is an object start of the slab last found (by a copy
+    /// of the cache's layout, `lay`).
+    #[inline(always)]
+    pub(super) fn has(&self, lay: &CacheLayout, a: usize) -> bool {
+        lay.object_index(a.wrapping_sub(self.base), self.objects)
+            .is_some()
+    }
+
+    /// The slab last found.
+    #[inline(always)]
+    pub(super) fn slab(&self) -> usize {
+        self.slab
     }
 }
 
@@ -69,6 +84,32 @@ pub(super) struct Chains {
 }
 
 impl Chains {
+    /// Whether the current chain is open and of slab `slab`.
+    #[inline(always)]
+    pub(super) fn is_current(&self, slab: usize) -> bool {
+        self.cur.count != 0 && self.cur.slab == slab
+    }
+
+    /// The current chain's head (its latest object).
+    #[inline(always)]
+    pub(super) fn head(&self) -> usize {
+        self.cur.head
+    }
+
+    /// Makes `o`, linked to the current head already, the current chain's
+    /// head.
+    #[inline(always)]
+    pub(super) fn push_current(&mut self, o: usize) {
+        self.cur.head = o;
+        self.cur.count += 1;
+    }
+
+    /// The current chain's length.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.cur.count
+    }
+
     /// No chain open.
     pub(super) const fn new() -> Self {
         const NONE: Chain = Chain {

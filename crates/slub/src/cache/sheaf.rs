@@ -231,35 +231,103 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         if n > self.sheaf_capacity {
             self.bad_sheaf_size(sh, n);
         }
-        // One pass from the top: each entry decoded and checked, its marker
-        // checked and cleared (a second copy of an object is found), its
-        // slab found (once per run of one slab: an object start of the
-        // last slab found needs no lookup) and the object added to its
-        // slab's chain. A bad entry panics (nothing to hand back).
-        let r = self.random.load(CoreOrdering::Relaxed);
-        let mut last = LastSlab::new();
-        let mut chains = Chains::new();
-        for i in (0..n).rev() {
-            let o = match self.sheaf_get(sh, i) {
-                Ok(o) => o,
-                Err(o) => self.bad_sheaf(sh, i, o),
-            };
-            if self.hardened() {
-                self.unmark_with::<false>(o, r);
-            }
-            let added = NonNull::new(o as *mut u8)
-                .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
-                .and_then(|p| self.slab_of_run(&mut last, p))
-                .and_then(|slab| self.chain_add(&mut chains, slab, o));
-            if let Err(e) = added {
-                panic!("{}: corrupted sheaf: {e}", self.name)
-            }
-        }
-        if let Err(e) = self.chains_free(&chains) {
-            panic!("{}: corrupted sheaf: {e}", self.name)
+        if self.hardened() {
+            self.flush_entries::<true>(sh, n)
+        } else {
+            self.flush_entries::<false>(sh, n)
         }
         sh.set_size(0);
         self.stat_here(SlubStat::SHEAF_FLUSH);
+    }
+
+    /// [`flush_sheaf`](Self::flush_sheaf)'s pass over its `n` entries
+    /// (`H`: the cache is hardened), from the top: each entry decoded and
+    /// checked, its free marker checked (a second copy of an object is
+    /// found: the first one's marker is gone, overwritten by its link, or
+    /// cleared when it opened a chain), its slab found (once per run of
+    /// one slab: an object start of the last slab found needs no lookup)
+    /// and the object added to its slab's chain. A bad entry panics
+    /// (nothing to hand back).
+    ///
+    /// The cache's words it needs are read once, before the loop: the
+    /// stores into the objects might alias the cache for the compiler,
+    /// which otherwise reads each of them again for every entry (measured,
+    /// callgrind: 51 instructions per entry in python's flushes, 36 now).
+    #[inline(always)]
+    fn flush_entries<const H: bool>(&self, sh: Sheaf, n: usize) {
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let key = self.entry_key();
+        let (slab_ref, slab_mask) = (
+            self.slab_ref.load(CoreOrdering::Relaxed),
+            self.slab_mask.load(CoreOrdering::Relaxed),
+        );
+        let lay = self.lay;
+        let fp_at = |o: usize| {
+            // SAFETY: the free-pointer word of an object of ours (checked
+            // below before any access), accessed atomically.
+            unsafe {
+                core::sync::atomic::AtomicUsize::from_ptr(core::ptr::with_exposed_provenance_mut(
+                    o + lay.offset,
+                ))
+            }
+        };
+        let mut last = LastSlab::new();
+        let mut chains = Chains::new();
+        for i in (0..n).rev() {
+            let e = sh.get(i);
+            let o = if H { e ^ key } else { e };
+            if H && (o ^ slab_ref) & slab_mask != 0 {
+                self.bad_sheaf(sh, i, o)
+            }
+            if H {
+                let w = fp_at(o).load(CoreOrdering::Relaxed);
+                if w != r {
+                    self.bad_marker(o, w)
+                }
+            }
+            let slab = if last.has(&lay, o) {
+                last.slab()
+            } else {
+                match NonNull::new(o as *mut u8)
+                    .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
+                    .and_then(|p| self.slab_of_run(&mut last, p))
+                {
+                    Ok(s) => s,
+                    Err(e) => self.bad_flush(e),
+                }
+            };
+            let c = &mut chains;
+            if c.is_current(slab) {
+                let head = c.head();
+                if o == head {
+                    self.bad_flush(FreeError::new(o, FreeErrorKind::DoubleFree))
+                }
+                let w = if H {
+                    head ^ r ^ (o + lay.offset).swap_bytes()
+                } else {
+                    head
+                };
+                fp_at(o).store(w, CoreOrdering::Relaxed);
+                c.push_current(o);
+            } else if let Err(e) = self.chain_add(c, slab, o) {
+                self.bad_flush(e)
+            } else if H && c.len() == 1 {
+                // It opened a chain (its tail, whose word is written when
+                // the chain is freed): cleared, so that a second copy of
+                // it in this sheaf is found.
+                fp_at(o).store(0, CoreOrdering::Relaxed);
+            }
+        }
+        if let Err(e) = self.chains_free(&chains) {
+            self.bad_flush(e)
+        }
+    }
+
+    /// Reports a sheaf whose flush found a bad entry.
+    #[cold]
+    #[inline(never)]
+    fn bad_flush(&self, e: FreeError) -> ! {
+        panic!("{}: corrupted sheaf: {e}", self.name)
     }
 
     /// Restartable sheaves (user space): moves the top `k` entries of the
@@ -326,11 +394,29 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), want) };
         if self.alloc_bulk_slab(out) == want {
             if self.hardened() {
-                // Marked free and encoded in place.
-                for i in 0..want {
-                    let o = sh.get(i);
-                    self.mark_free(o);
-                    self.sheaf_set(sh, i, o);
+                // Marked free and encoded in place; the cache's words read
+                // once (the stores into the objects would make the
+                // compiler read them again for each: 10 instructions per
+                // object in python's refills, 5 now), and the entries
+                // written back only when encoding changes them.
+                let (r, key, off) = (
+                    self.random.load(CoreOrdering::Relaxed),
+                    self.entry_key(),
+                    self.lay.offset,
+                );
+                for e in out.iter_mut() {
+                    let o = e.addr();
+                    // SAFETY: the free-pointer word of an object just
+                    // allocated (ours), accessed atomically.
+                    unsafe {
+                        core::sync::atomic::AtomicUsize::from_ptr(
+                            core::ptr::with_exposed_provenance_mut(o + off),
+                        )
+                    }
+                    .store(r, CoreOrdering::Relaxed);
+                    if key != 0 {
+                        *e = core::ptr::with_exposed_provenance_mut(o ^ key);
+                    }
                 }
             }
             sh.set_size(want);
