@@ -14,7 +14,9 @@
 //! without (and lose only the shortcut).
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 use buddy::Order;
 use local_lock::Platform;
@@ -60,15 +62,29 @@ pub(super) struct MapCheck {
     /// [`CacheLayout::odd_inverse`](crate::layout::CacheLayout::odd_inverse).
     inv: AtomicU64,
     /// By slab order (below [`GEOM_ORDERS`]): for this cache's two orders
-    /// (`oo`, `min`), `slab bytes - 1` (bits 0..32), the object count
-    /// (bits 32..48) and the stride's trailing zero bits (48..56); 0 for
-    /// the orders it does not use (no object passes: the count is 0).
+    /// (`oo`, `min`), the slab mask, the object count and the stride's
+    /// trailing zero bits ([`Geom`]); 0 for the orders it does not use
+    /// (no object passes: the count is 0).
     /// Indexed by the map byte's order, not chosen by comparing the byte
     /// with each order's: which order an object's slab has follows no
     /// pattern when sizes vary (a cache's first slab is of the minimum
     /// order, later ones of `oo`), and those compares' mispredictions
     /// were a tenth of the free's samples in `threads_churn` (issue #16).
-    geom: [AtomicU64; GEOM_ORDERS],
+    geom: [Geom; GEOM_ORDERS],
+}
+
+/// One slab order's geometry in [`MapCheck`]: three fields of one word,
+/// read one by one (each an operand of the instruction that uses it:
+/// four instructions fewer than unpacking one word's bit fields).
+#[repr(C, align(8))]
+struct Geom {
+    /// `slab bytes - 1`.
+    mask: AtomicU32,
+    /// Objects in a slab of this order (0: an order the cache does not
+    /// use; no object passes).
+    objects: AtomicU16,
+    /// The stride's trailing zero bits.
+    shift: AtomicU8,
 }
 
 /// Slab orders [`MapCheck`] validates inline (0..4: the kernel's
@@ -92,13 +108,14 @@ impl MapCheck {
             pages: AtomicU32::new(0),
             tag: AtomicU8::new(0),
             inv: AtomicU64::new(0),
-            geom: [const { AtomicU64::new(0) }; GEOM_ORDERS],
+            geom: [const {
+                Geom {
+                    mask: AtomicU32::new(0),
+                    objects: AtomicU16::new(0),
+                    shift: AtomicU8::new(0),
+                }
+            }; GEOM_ORDERS],
         }
-    }
-
-    /// A [`geom`](Self::geom) word.
-    const fn pack(slab_bytes: usize, objects: u16, stride_shift: u32) -> u64 {
-        (slab_bytes as u64 - 1) | (objects as u64) << 32 | (stride_shift as u64) << 48
     }
 }
 
@@ -139,7 +156,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let Some(g) = m.geom.get(o) else {
             return false;
         };
-        self.mapped_object_geom(a, g.load(Ordering::Relaxed))
+        self.mapped_object_geom(a, g)
     }
 
     /// [`mapped_object_byte`](Self::mapped_object_byte) for a byte the
@@ -154,19 +171,18 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[inline(always)]
     pub(super) fn mapped_object_own_byte(&self, a: usize, b: u8) -> bool {
         const _: () = assert!(GEOM_ORDERS == 4);
-        let g = self.mcheck.geom[usize::from(b & 3)].load(Ordering::Relaxed);
-        self.mapped_object_geom(a, g)
+        self.mapped_object_geom(a, &self.mcheck.geom[usize::from(b & 3)])
     }
 
     /// The boundary test of [`mapped_object_byte`](Self::mapped_object_byte)
-    /// with a [`geom`](MapCheck::geom) word.
+    /// with a [`geom`](MapCheck::geom) entry.
     #[inline(always)]
-    fn mapped_object_geom(&self, a: usize, g: u64) -> bool {
-        let off = (a as u64) & (g as u32 as u64);
+    fn mapped_object_geom(&self, a: usize, g: &Geom) -> bool {
+        let off = (a as u64) & u64::from(g.mask.load(Ordering::Relaxed));
         let q = off
             .wrapping_mul(self.mcheck.inv.load(Ordering::Relaxed))
-            .rotate_right((g >> 48) as u32 & 63);
-        q < (g >> 32) as u16 as u64
+            .rotate_right(u32::from(g.shift.load(Ordering::Relaxed)));
+        q < u64::from(g.objects.load(Ordering::Relaxed))
     }
 
     /// Fills [`MapCheck`] at the cache's first tagged slab (tag `t`).
@@ -192,10 +208,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         m.tag.store(t, Ordering::Relaxed);
         let bytes = |order: u8| self.geometry.page_size << order;
         for l in [min, oo] {
-            m.geom[usize::from(l.order)].store(
-                MapCheck::pack(bytes(l.order), l.objects, k),
-                Ordering::Relaxed,
-            );
+            let g = &m.geom[usize::from(l.order)];
+            g.mask.store((bytes(l.order) - 1) as u32, Ordering::Relaxed);
+            g.objects.store(l.objects, Ordering::Relaxed);
+            g.shift.store(k as u8, Ordering::Relaxed);
         }
         m.inv.store(self.lay.odd_inverse, Ordering::Relaxed);
         // Published last (pairs with `map_slab`'s acquire, so a thread
