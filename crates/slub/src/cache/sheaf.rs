@@ -273,11 +273,20 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         let mut last = LastSlab::new();
         let mut chains = Chains::new();
-        for i in (0..n).rev() {
-            let e = sh.get(i);
+        // The current chain's slab, head and length in locals (`chains`
+        // has them only around a change of chain).
+        let (mut cur_slab, mut head, mut len) = (0, 0, 0);
+        let first = sh.objects();
+        let mut at = first.wrapping_add(n);
+        while at != first {
+            at = at.wrapping_sub(1);
+            // SAFETY: an entry below the sheaf's size (checked by the
+            // caller against its capacity).
+            let e = unsafe { at.read() }.addr();
             let o = if H { e ^ key } else { e };
             if H && (o ^ slab_ref) & slab_mask != 0 {
-                self.bad_sheaf(sh, i, o)
+                // SAFETY: `at` is within the sheaf's entries.
+                self.bad_sheaf(sh, unsafe { at.offset_from(first) } as usize, o)
             }
             if H {
                 let w = fp_at(o).load(CoreOrdering::Relaxed);
@@ -296,9 +305,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     Err(e) => self.bad_flush(e),
                 }
             };
-            let c = &mut chains;
-            if c.is_current(slab) {
-                let head = c.head();
+            if len != 0 && cur_slab == slab {
                 if o == head {
                     self.bad_flush(FreeError::new(o, FreeErrorKind::DoubleFree))
                 }
@@ -308,16 +315,23 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     head
                 };
                 fp_at(o).store(w, CoreOrdering::Relaxed);
-                c.push_current(o);
-            } else if let Err(e) = self.chain_add(c, slab, o) {
+                head = o;
+                len += 1;
+                continue;
+            }
+            chains.set_current(head, len);
+            if let Err(e) = self.chain_add(&mut chains, slab, o) {
                 self.bad_flush(e)
-            } else if H && c.len() == 1 {
+            }
+            (cur_slab, head, len) = chains.current();
+            if H && len == 1 {
                 // It opened a chain (its tail, whose word is written when
                 // the chain is freed): cleared, so that a second copy of
                 // it in this sheaf is found.
                 fp_at(o).store(0, CoreOrdering::Relaxed);
             }
         }
+        chains.set_current(head, len);
         if let Err(e) = self.chains_free(&chains) {
             self.bad_flush(e)
         }
