@@ -412,7 +412,16 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 // let the slow path refill and take one object.
                 self.c_set_freelist(&mut g, 0);
                 // (A new slab's objects come by address, as many as fit.)
-                match self.slab_alloc_slow_into(g, AllocFlags::NONE, NUMA_NO_NODE, &mut out[i..]) {
+                // (Without clearing a new slab's words: every caller
+                // writes each object's word, `refill_sheaf` marking them
+                // free, `alloc_bulk_raw` clearing them.)
+                match self.slab_alloc_slow_into(
+                    g,
+                    AllocFlags::NONE,
+                    NUMA_NO_NODE,
+                    &mut out[i..],
+                    false,
+                ) {
                     0 => {
                         // SAFETY: taken from this cache just above.
                         unsafe { self.undo_bulk_slab(&mut out[..i], true) };

@@ -15,7 +15,7 @@ use local_lock::Platform;
 use crate::layout::SlabFlags;
 use crate::source::SlabSource;
 
-use super::KmemCache;
+use super::{FreePtr, KmemCache};
 
 /// Owner tag of the page block holding a cache's random sequence.
 pub(crate) const TAG_RANDOM_SEQ: u32 = 0x5e90_0000;
@@ -114,8 +114,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     ///
     /// The first `take.len()` objects of that order (at most `objects`)
     /// are not linked but written to `take`, as the caller's allocations
-    /// (their free-pointer words cleared in hardened caches, as
-    /// `load_freelist` clears an object it hands out): a bulk allocation
+    /// (with `clear`, their free-pointer words cleared in hardened caches,
+    /// as `load_freelist` clears an object it hands out; without, for a
+    /// caller that writes every word itself, a sheaf refill marking them
+    /// free): a bulk allocation
     /// that wants a whole new slab's objects takes them without a free
     /// pointer written and read back for each. Returns the first linked
     /// object (0 if all were taken) and the number taken.
@@ -124,6 +126,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         base: *mut u8,
         objects: usize,
         take: &mut [*mut u8],
+        clear: bool,
     ) -> (usize, usize) {
         let size = self.lay.size;
         let addr = |i: usize| {
@@ -141,27 +144,53 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         } else {
             0
         };
+        // The sequence's next index below `objects`.
+        let in_seq = |seq: *const u16, pos: &mut usize| loop {
+            // SAFETY: `pos < count`, the sequence's length.
+            let i = unsafe { seq.add(*pos).read() } as usize;
+            *pos = if *pos + 1 >= count { 0 } else { *pos + 1 };
+            if i < objects {
+                break i;
+            }
+        };
+        let k = take.len().min(objects);
+        // (The cache's words read once: the stores into the objects would
+        // make the compiler read them again for each.)
+        let (clear, off) = (clear && self.hardened(), self.lay.offset);
+        let put = |i: usize| {
+            let p = addr(i);
+            if clear {
+                // SAFETY: the free-pointer word of an object of the new
+                // block (ours), word aligned, accessed atomically.
+                unsafe {
+                    core::sync::atomic::AtomicUsize::from_ptr(
+                        core::ptr::with_exposed_provenance_mut(p + off),
+                    )
+                }
+                .store(FreePtr::NULL.0, CoreOrdering::Relaxed);
+            }
+            core::ptr::with_exposed_provenance_mut::<u8>(p)
+        };
+        match seq {
+            None => {
+                for (i, t) in take[..k].iter_mut().enumerate() {
+                    *t = put(i);
+                }
+                pos = k;
+            }
+            Some(seq) => {
+                for t in &mut take[..k] {
+                    *t = put(in_seq(seq, &mut pos));
+                }
+            }
+        }
         let mut next = || match seq {
             None => {
                 pos += 1;
                 pos - 1
             }
-            Some(seq) => loop {
-                // SAFETY: `pos < count`, the sequence's length.
-                let i = unsafe { seq.add(pos).read() } as usize;
-                pos = if pos + 1 >= count { 0 } else { pos + 1 };
-                if i < objects {
-                    break i;
-                }
-            },
+            Some(seq) => in_seq(seq, &mut pos),
         };
-        let k = take.len().min(objects);
-        for t in &mut take[..k] {
-            // SAFETY: `next() < objects`: inside the block.
-            let p = unsafe { base.add(next() * size) };
-            self.clear_fp(p.expose_provenance());
-            *t = p;
-        }
         if k == objects {
             return (0, k);
         }

@@ -128,14 +128,15 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         node: usize,
     ) -> Option<NonNull<u8>> {
         let mut one = [core::ptr::null_mut()];
-        if self.slab_alloc_slow_into(g, gfp, node, &mut one) == 0 {
+        if self.slab_alloc_slow_into(g, gfp, node, &mut one, true) == 0 {
             return None;
         }
         NonNull::new(one[0])
     }
 
     /// [`slab_alloc_slow_node`](Self::slab_alloc_slow_node) for up to
-    /// `out.len()` objects (at least one; `out` not empty): one object of
+    /// `out.len()` objects (at least one; `out` not empty; `clear`: as
+    /// [`link_objects`](Self::link_objects)'s): one object of
     /// the CPU slab, a CPU partial or node partial slab, or the first
     /// `out.len()` objects of a new slab taken without their free pointers
     /// ([`new_slab_into`](Self::new_slab_into): a sheaf refill takes a new
@@ -148,6 +149,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         gfp: AllocFlags,
         node: usize,
         out: &mut [*mut u8],
+        clear: bool,
     ) -> usize {
         debug_assert!(!out.is_empty());
         self.stat_cpu(g.cpu(), SlubStat::ALLOC_SLOWPATH);
@@ -226,7 +228,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             };
             let got = match self.get_partial(node, pc) {
                 Some((s, fl)) => Some((s, fl, 0)),
-                None => self.new_slab_into(pc, node, out),
+                None => self.new_slab_into(pc, node, out, clear),
             };
             let (slab, fl, taken) = match got {
                 Some(x) => x,
@@ -323,7 +325,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// page or two, not eight (1 KiB objects: 4 in an order-0 slab instead
     /// of 32 in an order-3 one).
     pub(super) fn new_slab(&self, gfp: AllocFlags, node: usize) -> Option<(Slab<'static>, usize)> {
-        self.new_slab_into(gfp, node, &mut [])
+        self.new_slab_into(gfp, node, &mut [], true)
             .map(|(s, head, _)| (s, head))
     }
 
@@ -331,12 +333,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// `take.len()`) are handed out into `take` rather than linked
     /// ([`link_objects`](Self::link_objects)): returns the slab (frozen,
     /// every object counted in use), the first linked object (0 if all
-    /// were taken) and the number taken.
+    /// were taken) and the number taken. `clear`: as
+    /// [`link_objects`](Self::link_objects)'s.
     pub(super) fn new_slab_into(
         &self,
         gfp: AllocFlags,
         node: usize,
         take: &mut [*mut u8],
+        clear: bool,
     ) -> Option<(Slab<'static>, usize, usize)> {
         let oo = if self.young(self.sum_nodes().1) {
             self.lay.min
@@ -397,7 +401,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 CoreOrdering::Relaxed,
             );
         }
-        let (head, taken) = self.link_objects(base, objects, take);
+        let (head, taken) = self.link_objects(base, objects, take, clear);
         if self.ctor.is_some() {
             // `setup_object`: the constructor on every object, which no
             // one else can reach yet (the free pointers lie after the
