@@ -382,30 +382,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             )
         };
         let (mut base, mut objects) = cpu_slab(&g);
-        // The words the walk needs, read once (the stores into `out`
-        // might alias the cache for the compiler, which otherwise reads
-        // each again for every object: 22 instructions per object in
-        // python's refills, 15 now); `get_fp` and `fp_ok` on them.
-        let (hard, secret, lay) = (
-            self.hardened(),
-            self.random.load(CoreOrdering::Relaxed),
-            self.lay,
-        );
-        let next_of = |o: usize| {
-            let slot = o + lay.offset;
-            // SAFETY: as in `get_fp`: a free object of the CPU slab.
-            let v = unsafe {
-                core::sync::atomic::AtomicUsize::from_ptr(core::ptr::with_exposed_provenance_mut(
-                    slot,
-                ))
-            }
-            .load(CoreOrdering::Relaxed);
-            if hard {
-                v ^ secret ^ slot.swap_bytes()
-            } else {
-                v
-            }
-        };
+        // The words the walk needs, read once (`FpKeys`).
+        let (k, lay) = (self.fp_keys(), self.lay);
         while i < n {
             if fl == 0 {
                 // Hand the (empty) freelist back with one tid bump, then
@@ -435,8 +413,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 continue;
             }
             out[i] = Self::obj_ptr(fl).as_ptr();
-            let next = next_of(fl);
-            if hard && next != 0 && lay.object_index(next.wrapping_sub(base), objects).is_none() {
+            let next = k.next(fl);
+            if k.hardened
+                && next != 0
+                && lay.object_index(next.wrapping_sub(base), objects).is_none()
+            {
                 // Nothing taken so far is lost: the freelist is handed
                 // back up to `fl`, whose pointer is bad.
                 self.c_set_freelist(&mut g, fl);

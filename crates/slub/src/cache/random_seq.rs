@@ -154,20 +154,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
         };
         let k = take.len().min(objects);
-        // (The cache's words read once: the stores into the objects would
-        // make the compiler read them again for each.)
-        let (clear, off) = (clear && self.hardened(), self.lay.offset);
+        // (The cache's words read once: `FpKeys`.)
+        let (keys, clear) = (self.fp_keys(), clear && self.hardened());
         let put = |i: usize| {
             let p = addr(i);
             if clear {
-                // SAFETY: the free-pointer word of an object of the new
-                // block (ours), word aligned, accessed atomically.
-                unsafe {
-                    core::sync::atomic::AtomicUsize::from_ptr(
-                        core::ptr::with_exposed_provenance_mut(p + off),
-                    )
-                }
-                .store(FreePtr::NULL.0, CoreOrdering::Relaxed);
+                keys.word(p).store(FreePtr::NULL.0, CoreOrdering::Relaxed);
             }
             core::ptr::with_exposed_provenance_mut::<u8>(p)
         };

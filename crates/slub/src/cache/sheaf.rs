@@ -17,6 +17,7 @@ use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
 use super::bulk::{Chains, LastSlab};
+use super::freeptr::FpKeys;
 use super::{Barn, CpuLocked, Guard, KmemCache, Sheaf};
 
 /// Bytes between a private sheaf's block and the sheaf (see
@@ -249,10 +250,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// and the object added to its slab's chain. A bad entry panics
     /// (nothing to hand back).
     ///
-    /// The cache's words it needs are read once, before the loop: the
-    /// stores into the objects might alias the cache for the compiler,
-    /// which otherwise reads each of them again for every entry (measured,
-    /// callgrind: 51 instructions per entry in python's flushes, 36 now).
+    /// The cache's words it needs are read once, before the loop
+    /// ([`FpKeys`]).
     #[inline(always)]
     fn flush_entries<const H: bool>(&self, sh: Sheaf, n: usize) {
         let r = self.random.load(CoreOrdering::Relaxed);
@@ -262,14 +261,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.slab_mask.load(CoreOrdering::Relaxed),
         );
         let lay = self.lay;
-        let fp_at = |o: usize| {
-            // SAFETY: the free-pointer word of an object of ours (checked
-            // below before any access), accessed atomically.
-            unsafe {
-                core::sync::atomic::AtomicUsize::from_ptr(core::ptr::with_exposed_provenance_mut(
-                    o + lay.offset,
-                ))
-            }
+        // (From the same copies: `H` known to the compiler in the loop,
+        // the offset one value with the layout's.)
+        let k = FpKeys {
+            offset: lay.offset,
+            secret: r,
+            hardened: H,
         };
         let mut last = LastSlab::new();
         let mut chains = Chains::new();
@@ -289,7 +286,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.bad_sheaf(sh, unsafe { at.offset_from(first) } as usize, o)
             }
             if H {
-                let w = fp_at(o).load(CoreOrdering::Relaxed);
+                let w = k.word(o).load(CoreOrdering::Relaxed);
                 if w != r {
                     self.bad_marker(o, w)
                 }
@@ -309,12 +306,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 if o == head {
                     self.bad_flush(FreeError::new(o, FreeErrorKind::DoubleFree))
                 }
-                let w = if H {
-                    head ^ r ^ (o + lay.offset).swap_bytes()
-                } else {
-                    head
-                };
-                fp_at(o).store(w, CoreOrdering::Relaxed);
+                k.word(o).store(k.encode(head, o), CoreOrdering::Relaxed);
                 head = o;
                 len += 1;
                 continue;
@@ -328,7 +320,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 // It opened a chain (its tail, whose word is written when
                 // the chain is freed): cleared, so that a second copy of
                 // it in this sheaf is found.
-                fp_at(o).store(0, CoreOrdering::Relaxed);
+                k.word(o).store(0, CoreOrdering::Relaxed);
             }
         }
         chains.set_current(head, len);
@@ -408,26 +400,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let out = unsafe { core::slice::from_raw_parts_mut(sh.objects(), want) };
         if self.alloc_bulk_slab(out) == want {
             if self.hardened() {
-                // Marked free and encoded in place; the cache's words read
-                // once (the stores into the objects would make the
-                // compiler read them again for each: 10 instructions per
-                // object in python's refills, 5 now), and the entries
-                // written back only when encoding changes them.
-                let (r, key, off) = (
-                    self.random.load(CoreOrdering::Relaxed),
-                    self.entry_key(),
-                    self.lay.offset,
-                );
+                // Marked free and encoded in place (the cache's words read
+                // once: `FpKeys`), the entries written back only when
+                // encoding changes them.
+                let (k, key) = (self.fp_keys(), self.entry_key());
                 for e in out.iter_mut() {
                     let o = e.addr();
-                    // SAFETY: the free-pointer word of an object just
-                    // allocated (ours), accessed atomically.
-                    unsafe {
-                        core::sync::atomic::AtomicUsize::from_ptr(
-                            core::ptr::with_exposed_provenance_mut(o + off),
-                        )
-                    }
-                    .store(r, CoreOrdering::Relaxed);
+                    k.word(o).store(k.secret, CoreOrdering::Relaxed);
                     if key != 0 {
                         *e = core::ptr::with_exposed_provenance_mut(o ^ key);
                     }
