@@ -99,9 +99,10 @@ fn as_limit() -> Option<usize> {
 struct Reservation {
     /// Start of the reservation (the memmap).
     base: *mut u8,
-    /// Memmap bytes reserved at `base` (the alignment pad between them and
-    /// the heap, and the slack after the heap, are unmapped again).
-    mm_len: usize,
+    /// Bytes reserved at `base`: the memmap, the alignment pad, the heap
+    /// and the slack after it (the pad and the slack never mapped; unmapped
+    /// at once under `RLIMIT_AS`: `munmap` of the whole skips them).
+    len: usize,
     /// First heap byte (the span start).
     heap: *mut u8,
     /// Heap bytes reserved.
@@ -695,8 +696,8 @@ impl GlobalBuddy {
     /// `RLIMIT_AS`, to the larger of the `heap` bytes mapped so far and
     /// 1/64 of the limit, at most 1/[`RLIMIT_SHARE`] of it (halved until it
     /// fits); only `need` when `min_only` (after a refusal). The alignment
-    /// pad is unmapped again, so a reservation costs its memmap and heap
-    /// only.
+    /// pad and the slack stay reserved (address space only) unless an
+    /// address-space limit counts them.
     fn reserve(
         &self,
         cfg: &Config,
@@ -706,7 +707,8 @@ impl GlobalBuddy {
     ) -> Option<Reservation> {
         let unit = cfg.max_block_size().max(os::page_size());
         let desc = core::mem::size_of::<crate::desc::PageDesc>();
-        let top = match as_limit() {
+        let limit = as_limit();
+        let top = match limit {
             // Geometric: as large as the heap so far, between 1/64 and
             // 1/RLIMIT_SHARE of the limit.
             Some(l) => (l / 64).max(heap).min(l / RLIMIT_SHARE) & !(unit - 1),
@@ -723,16 +725,24 @@ impl GlobalBuddy {
             if !base.is_null() {
                 let heap_addr = checked_align_up(base as usize + mm, unit)?;
                 let heap = base.wrapping_add(heap_addr - base as usize);
-                let pad = heap_addr - (base as usize + mm);
-                let tail = len - mm - pad - cap;
-                // SAFETY: trimming our own fresh reservation (page-aligned
-                // pieces outside the memmap and the heap).
-                unsafe {
-                    if pad > 0 {
-                        os::unmap(base.add(mm), pad);
-                    }
-                    if tail > 0 {
-                        os::unmap(heap.add(cap), tail);
+                // Without an address-space limit the alignment pad and the
+                // slack after the heap stay in the reservation (PROT_NONE,
+                // MAP_NORESERVE: address space only): unmapping them took
+                // two system calls of every process's start, about 4 us
+                // each here. Under `RLIMIT_AS` they count: unmapped.
+                if limit.is_some() {
+                    let pad = heap_addr - (base as usize + mm);
+                    let tail = len - mm - pad - cap;
+                    // SAFETY: trimming our own fresh reservation
+                    // (page-aligned pieces outside the memmap and the
+                    // heap).
+                    unsafe {
+                        if pad > 0 {
+                            os::unmap(base.add(mm), pad);
+                        }
+                        if tail > 0 {
+                            os::unmap(heap.add(cap), tail);
+                        }
                     }
                 }
                 // SAFETY: the memmap will be mapped before the span covers
@@ -742,16 +752,14 @@ impl GlobalBuddy {
                         .add_reserved_span(heap, cap >> cfg.page_shift(), base)
                 };
                 let Some(span) = span else {
-                    // SAFETY: our own fresh mapping.
-                    unsafe {
-                        os::unmap(base, mm);
-                        os::unmap(heap, cap);
-                    }
+                    // SAFETY: our own fresh mapping (pieces of it already
+                    // unmapped are skipped by `munmap`).
+                    unsafe { os::unmap(base, len) };
                     return None;
                 };
                 return Some(Reservation {
                     base,
-                    mm_len: mm,
+                    len,
                     heap,
                     cap,
                     populated: 0,
@@ -910,10 +918,7 @@ impl Drop for GlobalBuddy {
             // SAFETY: our own reservation (memmap and heap); `&mut self`
             // means no allocator call is running, and blocks handed out die
             // with the heap.
-            unsafe {
-                os::unmap(r.base, r.mm_len);
-                os::unmap(r.heap, r.cap);
-            }
+            unsafe { os::unmap(r.base, r.len) };
         }
     }
 }
