@@ -43,12 +43,8 @@ impl FpKeys {
     /// The free pointer of the free object `obj`, decoded (as `get_fp`).
     #[inline(always)]
     pub(super) fn next(self, obj: usize) -> usize {
-        let v = self.word(obj).load(CoreOrdering::Relaxed);
-        if self.hardened {
-            v ^ self.secret ^ (obj + self.offset).swap_bytes()
-        } else {
-            v
-        }
+        // (The encoding is an XOR: decoding is encoding the stored word.)
+        self.encode(self.word(obj).load(CoreOrdering::Relaxed), obj)
     }
 }
 
