@@ -529,3 +529,56 @@ fn young_slabs_are_of_the_minimum_order() {
         check(RseqCpu);
     }
 }
+
+/// A plain `GlobalSlub` (no hardening: its inline free pushes with no
+/// marker and no check of the sheaf's top, as the kernel's unhardened
+/// free) freeing an object twice in a row: both copies reach the sheaf,
+/// and its flush finds the second as the head of the run's chain. Without
+/// that check the object was linked to itself, and only a later walk of
+/// the slab's freelist found the cycle (the freelist already corrupt).
+#[test]
+fn a_plain_flush_finds_an_object_freed_twice_in_a_row() {
+    use std::alloc::{GlobalAlloc, Layout};
+    if !RseqCpu.restartable() {
+        return;
+    }
+    // (A 64 MiB stack: a `GlobalSlub` is over 400 KiB.)
+    let r = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| {
+            pin_here();
+            let h = GlobalSlub::with_flags(SlabFlags::NONE);
+            let l = Layout::from_size_align(64, 8).unwrap();
+            // SAFETY: the bug under test: objs[3] freed twice, the others once.
+            unsafe {
+                let objs: Vec<*mut u8> = (0..8).map(|_| h.alloc(l)).collect();
+                for &o in &objs[..4] {
+                    h.dealloc(o, l);
+                }
+                h.dealloc(objs[3], l);
+                for &o in &objs[4..] {
+                    h.dealloc(o, l);
+                }
+            }
+            h.trim();
+            // Without the check: the object comes back twice.
+            // SAFETY: a valid layout.
+            let again: Vec<*mut u8> = (0..64).map(|_| unsafe { h.alloc(l) }).collect();
+            let mut sorted = again.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), again.len(), "an object handed out twice");
+        })
+        .unwrap()
+        .join();
+    let e = r.expect_err("the flush must refuse the double free");
+    let msg = e
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| e.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(
+        msg.contains("corrupted sheaf") && msg.contains("double free"),
+        "{msg}"
+    );
+}

@@ -18,7 +18,6 @@ use crate::source::SlabSource;
 use crate::stats::SlubStat;
 
 use super::{CpuLocked, Guard, KmemCache, Sheaf, NUMA_NO_NODE};
-use crate::layout::CacheLayout;
 
 /// Objects per window of a bulk free (validated as a whole before any change).
 const BULK_WINDOW: usize = 64;
@@ -42,18 +41,16 @@ impl LastSlab {
         }
     }
 
-    /// Whether `a` is an object start of the slab last found (by a copy
-    /// of the cache's layout, `lay`).
+    /// The first object of the slab last found.
     #[inline(always)]
-    pub(super) fn has(&self, lay: &CacheLayout, a: usize) -> bool {
-        lay.object_index(a.wrapping_sub(self.base), self.objects)
-            .is_some()
+    pub(super) fn base(&self) -> usize {
+        self.base
     }
 
-    /// The slab last found.
+    /// The object count of the slab last found.
     #[inline(always)]
-    pub(super) fn slab(&self) -> usize {
-        self.slab
+    pub(super) fn objects(&self) -> usize {
+        self.objects
     }
 }
 

@@ -270,12 +270,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         let mut last = LastSlab::new();
         let mut chains = Chains::new();
-        // The current chain's slab, head and length in locals (`chains`
-        // has them only around a change of chain).
-        let (mut cur_slab, mut head, mut len) = (0, 0, 0);
         let first = sh.objects();
         let mut at = first.wrapping_add(n);
         while at != first {
+            // An entry that starts a run: checked against the heap, its
+            // slab found and its chain opened or taken back.
             at = at.wrapping_sub(1);
             // SAFETY: an entry below the sheaf's size (checked by the
             // caller against its capacity).
@@ -291,39 +290,50 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                     self.bad_marker(o, w)
                 }
             }
-            let slab = if last.has(&lay, o) {
-                last.slab()
-            } else {
-                match NonNull::new(o as *mut u8)
-                    .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
-                    .and_then(|p| self.slab_of_run(&mut last, p))
-                {
-                    Ok(s) => s,
-                    Err(e) => self.bad_flush(e),
-                }
+            let slab = match NonNull::new(o as *mut u8)
+                .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
+                .and_then(|p| self.slab_of_run(&mut last, p))
+            {
+                Ok(s) => s,
+                Err(e) => self.bad_flush(e),
             };
-            if len != 0 && cur_slab == slab {
-                if o == head {
-                    self.bad_flush(FreeError::new(o, FreeErrorKind::DoubleFree))
-                }
-                k.word(o).store(k.encode(head, o), CoreOrdering::Relaxed);
-                head = o;
-                len += 1;
-                continue;
-            }
-            chains.set_current(head, len);
             if let Err(e) = self.chain_add(&mut chains, slab, o) {
                 self.bad_flush(e)
             }
-            (cur_slab, head, len) = chains.current();
+            let (_, mut head, mut len) = chains.current();
             if H && len == 1 {
                 // It opened a chain (its tail, whose word is written when
                 // the chain is freed): cleared, so that a second copy of
                 // it in this sheaf is found.
                 k.word(o).store(0, CoreOrdering::Relaxed);
             }
+            // The rest of the run: the entries below that are object
+            // starts of the same slab (in it: no heap check, no lookup),
+            // linked onto the current chain with everything in locals.
+            let (base, objects) = (last.base(), last.objects());
+            while at != first {
+                // SAFETY: as above.
+                let e = unsafe { at.wrapping_sub(1).read() }.addr();
+                let o = if H { e ^ key } else { e };
+                if lay.object_index(o.wrapping_sub(base), objects).is_none() {
+                    break;
+                }
+                at = at.wrapping_sub(1);
+                if H {
+                    let w = k.word(o).load(CoreOrdering::Relaxed);
+                    if w != r {
+                        self.bad_marker(o, w)
+                    }
+                }
+                if o == head {
+                    self.bad_flush(FreeError::new(o, FreeErrorKind::DoubleFree))
+                }
+                k.word(o).store(k.encode(head, o), CoreOrdering::Relaxed);
+                head = o;
+                len += 1;
+            }
+            chains.set_current(head, len);
         }
-        chains.set_current(head, len);
         if let Err(e) = self.chains_free(&chains) {
             self.bad_flush(e)
         }
