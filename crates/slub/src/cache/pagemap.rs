@@ -57,14 +57,13 @@ pub(super) struct MapCheck {
     /// This cache's tag shifted left by 3 (a map byte's order bits 0):
     /// `byte ^ tag` is the byte's slab order if the byte is this cache's.
     tag: AtomicU8,
-    /// The stride's trailing zero bits (the same for both orders).
-    shift: AtomicU8,
-    /// [`CacheLayout::odd_inverse`](crate::layout::CacheLayout::odd_inverse).
-    inv: AtomicU64,
+    /// The stride's divisibility multiplier, `ceil(2^64 / stride)`
+    /// ([`stride_multiplier`]): an offset `off < 2^32` is a multiple of
+    /// the stride exactly when `off * div` (mod 2^64) is below `div`.
+    div: AtomicU64,
     /// By slab order (below [`GEOM_ORDERS`]): for this cache's two orders
-    /// (`oo`, `min`), the slab mask, the object count and the stride's
-    /// trailing zero bits ([`Geom`]); 0 for the orders it does not use
-    /// (no object passes: the count is 0).
+    /// (`oo`, `min`), the slab mask and the objects' span ([`Geom`]); 0
+    /// for the orders it does not use (no object passes: the span is 0).
     /// Indexed by the map byte's order, not chosen by comparing the byte
     /// with each order's: which order an object's slab has follows no
     /// pattern when sizes vary (a cache's first slab is of the minimum
@@ -80,9 +79,28 @@ pub(super) struct MapCheck {
 struct Geom {
     /// `slab bytes - 1`.
     mask: AtomicU32,
-    /// Objects in a slab of this order (0: an order the cache does not
-    /// use; no object passes).
-    objects: AtomicU32,
+    /// The bytes a slab of this order gives its objects, `objects *
+    /// stride` (0: an order the cache does not use; no object passes).
+    span: AtomicU32,
+}
+
+/// `ceil(2^64 / stride)`: [`MapCheck::div`], for a stride of at least 2.
+pub(crate) const fn stride_multiplier(stride: u64) -> u64 {
+    u64::MAX / stride + 1
+}
+
+/// Whether `off` is an object boundary below `span` for the stride whose
+/// [`stride_multiplier`] is `div`: Lemire, Kaser and Kurz's divisibility
+/// test ("Faster remainder by direct computation", 2019: for a 32-bit
+/// `off` and `div = ceil(2^64 / d)`, `d` divides `off` exactly when the
+/// low 64 bits of `off * div` are below `div`), then one compare with the
+/// span. One multiply and two compares with no shift: the odd inverse's
+/// test (`CacheLayout::object_index`) also rotates by the stride's
+/// trailing zero bits, whose count must sit in `cl` (three more
+/// instructions in the inline frees, with the moves around it).
+#[inline(always)]
+pub(crate) const fn boundary_below(off: u32, div: u64, span: u32) -> bool {
+    (off as u64).wrapping_mul(div) < div && off < span
 }
 
 /// Slab orders [`MapCheck`] validates inline (0..4: the kernel's
@@ -105,12 +123,11 @@ impl MapCheck {
             base: AtomicUsize::new(0),
             pages: AtomicU32::new(0),
             tag: AtomicU8::new(0),
-            shift: AtomicU8::new(0),
-            inv: AtomicU64::new(0),
+            div: AtomicU64::new(0),
             geom: [const {
                 Geom {
                     mask: AtomicU32::new(0),
-                    objects: AtomicU32::new(0),
+                    span: AtomicU32::new(0),
                 }
             }; GEOM_ORDERS],
         }
@@ -176,11 +193,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// with a [`geom`](MapCheck::geom) entry.
     #[inline(always)]
     fn mapped_object_geom(&self, a: usize, g: &Geom) -> bool {
-        let off = (a as u64) & u64::from(g.mask.load(Ordering::Relaxed));
-        let q = off
-            .wrapping_mul(self.mcheck.inv.load(Ordering::Relaxed))
-            .rotate_right(u32::from(self.mcheck.shift.load(Ordering::Relaxed)));
-        q < u64::from(g.objects.load(Ordering::Relaxed))
+        let off = (a as u32) & g.mask.load(Ordering::Relaxed);
+        boundary_below(
+            off,
+            self.mcheck.div.load(Ordering::Relaxed),
+            g.span.load(Ordering::Relaxed),
+        )
     }
 
     /// Fills [`MapCheck`] at the cache's first tagged slab (tag `t`).
@@ -200,7 +218,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return;
         }
         let m = &self.mcheck;
-        let k = self.lay.stride_shift;
         m.map.store(v.map.cast_mut(), Ordering::Relaxed);
         m.base.store(v.base, Ordering::Relaxed);
         m.tag.store(t, Ordering::Relaxed);
@@ -208,10 +225,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         for l in [min, oo] {
             let g = &m.geom[usize::from(l.order)];
             g.mask.store((bytes(l.order) - 1) as u32, Ordering::Relaxed);
-            g.objects.store(u32::from(l.objects), Ordering::Relaxed);
+            // (Within the slab: at most its bytes, below 2^32 for the
+            // orders checked here.)
+            let span = usize::from(l.objects) * self.lay.size;
+            g.span.store(span as u32, Ordering::Relaxed);
         }
-        m.inv.store(self.lay.odd_inverse, Ordering::Relaxed);
-        m.shift.store(k as u8, Ordering::Relaxed);
+        m.div
+            .store(stride_multiplier(self.lay.size as u64), Ordering::Relaxed);
         // Published last (pairs with `map_slab`'s acquire, so a thread
         // that skips the fill sees it whole; see `mapped_object`).
         m.pages.store(
@@ -358,6 +378,40 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         match self.slab_by_map(ptr) {
             Some(r) => Ok(r),
             None => self.validate_range(ptr),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{boundary_below, stride_multiplier};
+
+    /// The divisibility test agrees with `%` and `/` for every offset of
+    /// slabs up to 32 KiB (the inline check's orders), and beyond, for
+    /// every stride a cache can have (8-byte steps, the odd ones of debug
+    /// layouts, powers of two) and offsets up to `u32::MAX`.
+    #[test]
+    fn boundary_below_is_exactly_the_object_starts_below_the_span() {
+        let strides = (8..=8192u32)
+            .step_by(8)
+            .chain([24, 40, 72, 100, 3000, 4104, 12345, 65536]);
+        for d in strides {
+            let div = stride_multiplier(u64::from(d));
+            for slab in [4096u32, 8192, 16384, 32768] {
+                if d > slab {
+                    continue;
+                }
+                let span = slab / d * d;
+                let offs = if cfg!(miri) { 0..64 } else { 0..slab };
+                for off in offs.chain([u32::MAX, u32::MAX - 1, u32::MAX / d * d, slab + d]) {
+                    let want = off % d == 0 && off / d < span / d;
+                    assert_eq!(
+                        boundary_below(off, div, span),
+                        want,
+                        "stride {d} slab {slab} off {off}"
+                    );
+                }
+            }
         }
     }
 }
