@@ -741,13 +741,22 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             .obj_index(a.wrapping_sub(last.base), last.objects)
             .is_none()
         {
-            let (s, _, b) = self.slab_block_of(p)?;
-            *last = LastSlab {
-                base: b.head.as_ptr().addr(),
-                objects: self.objects_of(b.order),
-                slab: s.addr(),
-            };
+            self.find_slab(last, p)?;
         }
+        Ok(last.slab)
+    }
+
+    /// Looks up the slab of object `p` into `last` (for a caller that knows
+    /// `p` is not an object of the slab `last` holds: the flush's run
+    /// starts) and returns it.
+    #[inline(always)]
+    pub(super) fn find_slab(&self, last: &mut LastSlab, p: NonNull<u8>) -> Result<usize, FreeError> {
+        let (s, _, b) = self.slab_block_of(p)?;
+        *last = LastSlab {
+            base: b.head.as_ptr().addr(),
+            objects: self.objects_of(b.order),
+            slab: s.addr(),
+        };
         Ok(last.slab)
     }
 
@@ -775,7 +784,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     }
 
     /// [`chain_add`](Self::chain_add)'s change of slab.
-    #[inline(never)]
+    #[inline(always)]
     fn chain_switch(&self, c: &mut Chains, slab: usize, o: usize) -> Result<(), FreeError> {
         let n = c.parked_len;
         let mut j = 0;

@@ -273,8 +273,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let first = sh.objects();
         let mut at = first.wrapping_add(n);
         while at != first {
-            // An entry that starts a run: checked against the heap, its
-            // slab found and its chain opened or taken back.
+            // An entry that starts a run (not an object of the slab
+            // `last` holds: the first entry, or the one the run below
+            // stopped at): checked against the heap, its slab looked up
+            // and its chain opened or taken back.
             at = at.wrapping_sub(1);
             // SAFETY: an entry below the sheaf's size (checked by the
             // caller against its capacity).
@@ -292,7 +294,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             }
             let slab = match NonNull::new(o as *mut u8)
                 .ok_or(FreeError::new(o, FreeErrorKind::NotAllocated))
-                .and_then(|p| self.slab_of_run(&mut last, p))
+                .and_then(|p| self.find_slab(&mut last, p))
             {
                 Ok(s) => s,
                 Err(e) => self.bad_flush(e),
