@@ -406,6 +406,40 @@ pub unsafe trait Platform: Sync {
         this_cpu_generic(self, s, |r| this_cpu::push_in(r, s.cap(), v)).unwrap_or(false)
     }
 
+    /// `this_cpu` pop of up to `out.len()` entries of the running CPU's
+    /// main sheaf, the last one first, in one operation (the kernel's
+    /// `alloc_from_pcs_bulk` under one local lock); returns how many were
+    /// popped (0 when it has none, or is empty).
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_sheaf_pop`](Self::this_cpu_sheaf_pop).
+    #[inline(always)]
+    unsafe fn this_cpu_sheaf_pop_many<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        out: &mut [usize],
+    ) -> usize {
+        this_cpu_generic(self, s, |r| this_cpu::pop_many_in(r, s.cap(), out)).unwrap_or(0)
+    }
+
+    /// `this_cpu` push of the entries of `src`, in order, onto the running
+    /// CPU's main sheaf as far as it has room, in one operation (the
+    /// kernel's `free_to_pcs_bulk`); returns how many were pushed (0 when
+    /// it has none, or is full).
+    ///
+    /// # Safety
+    ///
+    /// As [`this_cpu_sheaf_push`](Self::this_cpu_sheaf_push).
+    #[inline(always)]
+    unsafe fn this_cpu_sheaf_push_many<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        src: &[usize],
+    ) -> usize {
+        this_cpu_generic(self, s, |r| this_cpu::push_many_in(r, s.cap(), src)).unwrap_or(0)
+    }
+
     /// Way `way` of the running CPU's validated ranges `(base, span,
     /// vgen)`, read as one snapshot; `None` when the CPU has no record.
     ///

@@ -498,6 +498,141 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
     true
 }
 
+/// `this_cpu` pop of up to `out.len()` entries (see
+/// [`Platform::this_cpu_sheaf_pop_many`](crate::Platform::this_cpu_sheaf_pop_many)):
+/// one section copies them out, the last one first, and commits the new
+/// size with its last store. A restart copies them again (into the
+/// caller's own memory, from the new CPU's sheaf).
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) -> usize {
+    debug_assert_eq!(s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
+    let k: usize;
+    // SAFETY: caller's contract; before the commit (the size store, the
+    // section's last instruction) the section writes only `out`.
+    unsafe {
+        asm!(
+            "2:",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "xor {k:e}, {k:e}",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 9",
+            "mov {sh}, qword ptr [{base} + {c}]",
+            "test {sh}, {sh}",
+            "jz 5f",
+            // n = size, refused above the capacity; c = min(n, len)
+            "mov {t}, qword ptr [{sh}]",
+            "cmp {t}, {cap}",
+            "ja 5f",
+            "mov {c}, {t}",
+            "cmp {c}, {len}",
+            "cmova {c}, {len}",
+            "test {c}, {c}",
+            "jz 5f",
+            "7:",
+            "sub {t}, 1",
+            "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
+            "mov qword ptr [{out} + 8*{k}], {v}",
+            "add {k}, 1",
+            "cmp {k}, {c}",
+            "jb 7b",
+            "mov qword ptr [{sh}], {t}",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) s.area(),
+            base = in(reg) s.base(),
+            nr = const N,
+            cap = in(reg) s.cap(),
+            out = in(reg) out.as_mut_ptr(),
+            len = in(reg) out.len(),
+            rcs = const RSEQ_CS,
+            cpu = const ID,
+            k = out(reg) k,
+            t = out(reg) _,
+            c = out(reg) _,
+            sh = out(reg) _,
+            v = out(reg) _,
+            options(nostack)
+        )
+    };
+    k
+}
+
+/// `this_cpu` push of the entries of `src` (see
+/// [`Platform::this_cpu_sheaf_push_many`](crate::Platform::this_cpu_sheaf_push_many)):
+/// one section copies as many as fit beyond the sheaf's size and commits
+/// the new size with its last store.
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> usize {
+    debug_assert_eq!(s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
+    let k: usize;
+    // SAFETY: caller's contract; the entries beyond the size are invisible
+    // until the commit (the size store, the section's last instruction).
+    unsafe {
+        asm!(
+            "2:",
+            "lea {t}, [rip + 3f]",
+            "mov qword ptr fs:[{off} + {rcs}], {t}",
+            "4:",
+            "xor {k:e}, {k:e}",
+            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
+            "cmp {c}, {nr}",
+            "jae 5f",
+            "shl {c}, 9",
+            "mov {sh}, qword ptr [{base} + {c}]",
+            "test {sh}, {sh}",
+            "jz 5f",
+            // n = size; c = min(cap - n, len), nothing when full
+            "mov {t}, qword ptr [{sh}]",
+            "mov {c}, {cap}",
+            "sub {c}, {t}",
+            "jbe 5f",
+            "cmp {c}, {len}",
+            "cmova {c}, {len}",
+            "test {c}, {c}",
+            "jz 5f",
+            "7:",
+            "mov {v}, qword ptr [{src} + 8*{k}]",
+            "mov qword ptr [{sh} + 8*{t} + 16], {v}",
+            "add {t}, 1",
+            "add {k}, 1",
+            "cmp {k}, {c}",
+            "jb 7b",
+            "mov qword ptr [{sh}], {t}",
+            "5:",
+            rseq_tail!(),
+            off = in(reg) s.area(),
+            base = in(reg) s.base(),
+            nr = const N,
+            cap = in(reg) s.cap(),
+            src = in(reg) src.as_ptr(),
+            len = in(reg) src.len(),
+            rcs = const RSEQ_CS,
+            cpu = const ID,
+            k = out(reg) k,
+            t = out(reg) _,
+            c = out(reg) _,
+            sh = out(reg) _,
+            v = out(reg) _,
+            options(nostack)
+        )
+    };
+    k
+}
+
 /// The section of [`free_push`], [`free_push_plain`] and
 /// [`free_push_unmarked`]: `$mark` stores the free marker (or nothing),
 /// `$entry` names the register holding the sheaf entry (`rax` after

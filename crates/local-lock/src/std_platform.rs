@@ -372,6 +372,26 @@ unsafe impl Platform for RseqCpu {
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[inline(always)]
+    unsafe fn this_cpu_sheaf_pop_many<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        out: &mut [usize],
+    ) -> usize {
+        // SAFETY: as above.
+        unsafe { rseq::pop_many(s, out) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
+    unsafe fn this_cpu_sheaf_push_many<const N: usize>(
+        &self,
+        s: SheafSlots<'_, N>,
+        src: &[usize],
+    ) -> usize {
+        // SAFETY: as above.
+        unsafe { rseq::push_many(s, src) }
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[inline(always)]
     unsafe fn this_cpu_range<const N: usize>(
         &self,
         s: SheafSlots<'_, N>,

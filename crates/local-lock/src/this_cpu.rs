@@ -416,6 +416,48 @@ pub fn pop_in(r: &CpuSheaves, cap: usize) -> usize {
     v
 }
 
+/// Pops up to `out.len()` entries of `r`'s main sheaf into `out`, the
+/// last one first (as that many [`pop_in`]s); returns how many (0 when
+/// it has none or its size word exceeds `cap`).
+#[inline(always)]
+pub fn pop_many_in(r: &CpuSheaves, cap: usize, out: &mut [usize]) -> usize {
+    let sh = r.main.load(Ordering::Relaxed);
+    if sh == 0 {
+        return 0;
+    }
+    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
+    if n > cap {
+        return 0;
+    }
+    let k = n.min(out.len());
+    for (j, o) in out[..k].iter_mut().enumerate() {
+        *o = sheaf_word(sh, SHEAF_HDR_WORDS + n - 1 - j).load(Ordering::Relaxed);
+    }
+    sheaf_word(sh, 0).store(n - k, Ordering::Relaxed);
+    k
+}
+
+/// Pushes the entries of `src` in order onto `r`'s main sheaf as far as
+/// it has room (as that many [`push_in`]s); returns how many (0 when it
+/// has none or it is full).
+#[inline(always)]
+pub fn push_many_in(r: &CpuSheaves, cap: usize, src: &[usize]) -> usize {
+    let sh = r.main.load(Ordering::Relaxed);
+    if sh == 0 {
+        return 0;
+    }
+    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
+    if n >= cap {
+        return 0;
+    }
+    let k = (cap - n).min(src.len());
+    for (j, &v) in src[..k].iter().enumerate() {
+        sheaf_word(sh, SHEAF_HDR_WORDS + n + j).store(v, Ordering::Relaxed);
+    }
+    sheaf_word(sh, 0).store(n + k, Ordering::Relaxed);
+    k
+}
+
 /// Pushes `v` onto `r`'s main sheaf; false if there is none or it is full.
 #[inline(always)]
 pub fn push_in(r: &CpuSheaves, cap: usize, v: usize) -> bool {

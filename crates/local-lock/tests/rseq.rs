@@ -101,18 +101,35 @@ fn tokens_survive_contention_migration_and_remote_drains() {
                             migrate(rng as usize);
                         }
                         match rng % 16 {
-                            0..=6 => {
+                            0..=5 => {
                                 let v = this_cpu!(p.this_cpu_sheaf_pop(s));
                                 if v != 0 {
                                     mine.push(v);
                                 }
                             }
-                            7..=13 => {
+                            6 => {
+                                // Several in one section (a bulk alloc).
+                                let mut out = [0usize; 5];
+                                let want = 1 + (rng >> 8) as usize % out.len();
+                                let k = this_cpu!(p.this_cpu_sheaf_pop_many(s, &mut out[..want]));
+                                assert!(k <= want);
+                                assert!(out[..k].iter().all(|&v| v != 0), "{out:?}");
+                                mine.extend_from_slice(&out[..k]);
+                            }
+                            7..=11 => {
                                 if let Some(v) = mine.pop() {
                                     if !this_cpu!(p.this_cpu_sheaf_push(s, v)) {
                                         mine.push(v);
                                     }
                                 }
+                            }
+                            12 | 13 => {
+                                // Several in one section (a bulk free).
+                                let want = (1 + (rng >> 8) as usize % 5).min(mine.len());
+                                let from = mine.len() - want;
+                                let k = this_cpu!(p.this_cpu_sheaf_push_many(s, &mine[from..]));
+                                assert!(k <= want);
+                                mine.drain(from..from + k);
                             }
                             14 => {
                                 // The slow path: detach main, work on it as
@@ -199,6 +216,60 @@ fn tokens_survive_contention_migration_and_remote_drains() {
     let expect: Vec<usize> = (1..=threads * per_thread).map(|i| i * 8).collect();
     assert_eq!(all.len(), expect.len(), "tokens lost or duplicated");
     assert_eq!(all, expect);
+}
+
+/// The restartable bulk pop and push move the entries the generic ones
+/// do (`this_cpu::pop_many_in`, `push_many_in`), in the same order: as
+/// far as the sheaf has room or entries, nothing without a main sheaf.
+#[test]
+fn restartable_bulk_pop_and_push_match_the_generic_steps() {
+    let p = RseqCpu::new();
+    if !p.restartable() {
+        eprintln!("no rseq here: nothing to test");
+        return;
+    }
+    migrate(0);
+    // Records of its own (the other tests run beside it on `RECS`).
+    static MINE: [SheafRecord<()>; NR] = [const { SheafRecord::new(()) }; NR];
+    // SAFETY: as in `slots`.
+    let s = unsafe { SheafSlots::<NR>::new(MINE.as_ptr().cast(), SHEAF_RECORD_STRIDE, CAP) }
+        .with_area(local_lock::rseq::area());
+    let cpu = local_lock::rseq::cpu_id() as usize;
+    let r = s.record(cpu).unwrap();
+    let (sh, gen) = (new_sheaf(), new_sheaf());
+    let gr = CpuSheaves::new();
+    gr.main.store(gen, Ordering::Relaxed);
+    let src: Vec<usize> = (1..=20).map(|i| i * 8).collect();
+    // No main sheaf: nothing moves.
+    r.main.store(0, Ordering::Relaxed);
+    assert_eq!(this_cpu!(p.this_cpu_sheaf_push_many(s, &src)), 0);
+    assert_eq!(this_cpu!(p.this_cpu_sheaf_pop_many(s, &mut [0; 4])), 0);
+    r.main.store(sh, Ordering::Relaxed);
+    for (push, pop) in [(3, 2), (0, 1), (20, 5), (7, 0), (1, 16), (16, 16), (2, 1)] {
+        // (A migration in between would leave `sh`: checked below.)
+        let k = this_cpu!(p.this_cpu_sheaf_push_many(s, &src[..push]));
+        assert_eq!(
+            k,
+            local_lock::this_cpu::push_many_in(&gr, CAP, &src[..push])
+        );
+        let (mut a, mut b) = ([0usize; 16], [0usize; 16]);
+        let k = this_cpu!(p.this_cpu_sheaf_pop_many(s, &mut a[..pop]));
+        assert_eq!(
+            k,
+            local_lock::this_cpu::pop_many_in(&gr, CAP, &mut b[..pop])
+        );
+        assert_eq!(a, b, "push {push}, pop {pop}");
+        assert_eq!(
+            local_lock::rseq::cpu_id() as usize,
+            cpu,
+            "migrated: pinned to CPU 0"
+        );
+        assert_eq!(
+            words(sh)[..SHEAF_HDR_WORDS + CAP],
+            words(gen)[..SHEAF_HDR_WORDS + CAP]
+        );
+    }
+    r.main.store(0, Ordering::Relaxed);
 }
 
 /// The restartable range operations store and read what the generic

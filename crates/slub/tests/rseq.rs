@@ -582,3 +582,53 @@ fn a_plain_flush_finds_an_object_freed_twice_in_a_row() {
         "{msg}"
     );
 }
+
+/// The bulk paths of a checked hardened cache (one restartable section
+/// per run of up to 64 entries, `this_cpu_sheaf_pop_many` /
+/// `push_many`) across the sheaves' slow paths: arrays larger than a
+/// sheaf (32 here), so runs stop at an empty or full main sheaf and
+/// continue after a refill, a barn trade or a flush. Every object handed
+/// out once; the bulk allocation clears the free marker (each object
+/// then frees alone: a marker left behind reads as a double free); the
+/// bulk free sets it (a second free of one of them is refused).
+#[test]
+fn bulk_sections_cross_the_sheaf_slow_paths() {
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("bulkrun");
+        for round in 0..6 {
+            let n = [1, 31, 33, 64, 65, 300][round];
+            let mut out = vec![None; n];
+            assert_eq!(c.alloc_bulk(&mut out), n);
+            let objs: Vec<NonNull<u8>> = out.iter().map(|o| o.unwrap()).collect();
+            let mut addrs: Vec<usize> = objs.iter().map(|p| p.as_ptr() as usize).collect();
+            addrs.sort_unstable();
+            addrs.dedup();
+            assert_eq!(addrs.len(), n, "an object handed out twice");
+            for (i, o) in objs.iter().enumerate() {
+                // SAFETY: live 64 B objects. (Not the first word: a
+                // marker left there must stay to be found.)
+                unsafe { o.as_ptr().add(8).write_bytes(i as u8, 56) };
+            }
+            if round % 2 == 0 {
+                for &o in &objs {
+                    // SAFETY: ours, freed once.
+                    unsafe { c.try_free(o) }.expect("a bulk-allocated object frees alone");
+                }
+            } else {
+                // SAFETY: ours, each freed once.
+                unsafe { c.try_free_bulk(&objs) }.unwrap();
+                // SAFETY: the double free under test, refused.
+                let e = unsafe { c.try_free(objs[n / 2]) }.unwrap_err();
+                assert_eq!(e.kind, slub::FreeErrorKind::DoubleFree);
+            }
+        }
+        c.shrink();
+        c.validate();
+    })
+    .join()
+    .unwrap();
+}

@@ -54,6 +54,10 @@ impl LastSlab {
     }
 }
 
+/// Entries the bulk paths move per restartable section (a stack buffer
+/// of this many words).
+const BULK_RUN: usize = 64;
+
 /// The largest [`check_bulk`](KmemCache::check_bulk) array whose
 /// duplicates [`dedup_small`] finds (a sheaf's worth and more).
 const DEDUP_MAX: usize = 256;
@@ -204,6 +208,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return self.alloc_bulk_each(out, || self.alloc_debug(loc, AllocFlags::NONE));
         }
         if self.rcs() {
+            if self.bulk_sections() {
+                return self.alloc_bulk_rcs(out);
+            }
             // Restartable sheaves: one pop (a section) per object, with
             // the sheaf slow paths (barn, refill) as they run out.
             return if self.hardened() {
@@ -553,6 +560,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             return Ok(());
         }
         if self.rcs() {
+            if self.bulk_sections() {
+                return self.free_bulk_rcs(objs);
+            }
             // Restartable sheaves: one push (a section) per object.
             for p in objs {
                 if self.hardened() {
@@ -571,6 +581,98 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 self.free_bulk_windows(objs)
             }
         }
+    }
+
+    /// Whether the bulk paths move a run of objects in one restartable
+    /// section ([`alloc_bulk_rcs`](Self::alloc_bulk_rcs),
+    /// [`free_bulk_rcs`](Self::free_bulk_rcs)): a hardened cache whose
+    /// every free reads the marker (the page map names it: a pop only
+    /// clears it) and whose sheaves are private (plain entries).
+    #[inline(always)]
+    fn bulk_sections(&self) -> bool {
+        S::PRIVATE_META && self.hardened() && self.checked_frees()
+    }
+
+    /// `alloc_from_pcs_bulk` on restartable sheaves: up to [`BULK_RUN`]
+    /// entries leave the main sheaf in one section
+    /// (`this_cpu_sheaf_pop_many`), their markers cleared after it, and
+    /// where the main sheaf runs dry one object comes through the slow
+    /// path (barn, refill), which installs a full sheaf for the next run.
+    /// One section per object before: `slub-prodcons`'s batches of 64.
+    /// All or nothing, as [`alloc_bulk_each`](Self::alloc_bulk_each).
+    fn alloc_bulk_rcs(&self, out: &mut [*mut u8]) -> usize {
+        let p = self.cpu.platform();
+        let mut buf = [0usize; BULK_RUN];
+        let mut i = 0;
+        while i < out.len() {
+            let want = (out.len() - i).min(BULK_RUN);
+            // SAFETY: `rcs()`: the platform's `restartable()` was true at
+            // the cache's first use, and stays true.
+            let k = unsafe { p.this_cpu_sheaf_pop_many(self.slots(), &mut buf[..want]) };
+            for (o, &e) in out[i..i + k].iter_mut().zip(&buf[..k]) {
+                // (Private sheaves: the entry is the object; every free
+                // read the marker, so it only needs clearing.)
+                self.fp_word_fast::<true>(e).store(0, CoreOrdering::Relaxed);
+                *o = Self::obj_ptr(e).as_ptr();
+                #[cfg(feature = "stats")]
+                self.stat_here(SlubStat::ALLOC_PCS);
+            }
+            i += k;
+            if k == want {
+                continue;
+            }
+            match self.alloc_rcs_slow() {
+                Some(o) => {
+                    out[i] = o.as_ptr();
+                    i += 1;
+                }
+                None => {
+                    for o in &mut out[..i] {
+                        // SAFETY: taken just above.
+                        unsafe { self.free(NonNull::new_unchecked(*o)) };
+                        *o = core::ptr::null_mut();
+                    }
+                    return 0;
+                }
+            }
+        }
+        out.len()
+    }
+
+    /// `free_to_pcs_bulk` on restartable sheaves, for an array
+    /// [`check_bulk`](Self::check_bulk) passed: each object marked free,
+    /// then up to [`BULK_RUN`] entries onto the main sheaf in one section
+    /// (`this_cpu_sheaf_push_many`), and where it is full one object
+    /// through the slow path (spare, barn, flush), which installs a sheaf
+    /// with room for the next run.
+    fn free_bulk_rcs(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        let p = self.cpu.platform();
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let mut buf = [0usize; BULK_RUN];
+        for chunk in objs.chunks(BULK_RUN) {
+            for (e, o) in buf.iter_mut().zip(chunk) {
+                *e = o.as_ptr().expose_provenance();
+                self.fp_word_fast::<true>(*e)
+                    .store(r, CoreOrdering::Relaxed);
+            }
+            let mut rest = &buf[..chunk.len()];
+            loop {
+                // SAFETY: as in `alloc_bulk_rcs`.
+                let k = unsafe { p.this_cpu_sheaf_push_many(self.slots(), rest) };
+                #[cfg(feature = "stats")]
+                for _ in 0..k {
+                    self.stat_here(SlubStat::FREE_PCS);
+                }
+                let Some((&o, tail)) = rest[k..].split_first() else {
+                    break;
+                };
+                // Validated (check_bulk) and marked: the entry is the
+                // object (private sheaves).
+                self.free_rcs_slow(o, o)?;
+                rest = tail;
+            }
+        }
+        Ok(())
     }
 
     /// Validates a whole [`try_free_bulk`](Self::try_free_bulk) array

@@ -660,7 +660,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// for a full one, else refill one from slabs; install the sheaves
     /// again.
     #[inline(never)]
-    fn alloc_rcs_slow(&self) -> Option<NonNull<u8>> {
+    pub(super) fn alloc_rcs_slow(&self) -> Option<NonNull<u8>> {
         let p = self.cpu.platform();
         let s = self.slots();
         let Some(main) = rcs_op!(p.this_cpu_xchg(s, SheafWord::Main, 0)) else {
@@ -812,7 +812,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// an empty sheaf (or flush it to slabs); install the sheaves again.
     /// `obj` is validated and (hardened) marked free; `enc` is its entry.
     #[inline(never)]
-    fn free_rcs_slow(&self, obj: usize, enc: usize) -> Result<(), FreeError> {
+    pub(super) fn free_rcs_slow(&self, obj: usize, enc: usize) -> Result<(), FreeError> {
         let p = self.cpu.platform();
         let s = self.slots();
         let cap = self.sheaf_capacity;
