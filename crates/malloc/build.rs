@@ -231,7 +231,6 @@ const WARM: &[(&str, &[&str])] = &[
         "slub",
         &[
             "11flush_sheaf",
-            "12chain_switch",
             "12discard_slab",
             "12do_slab_free",
             "14slab_free_slow",

@@ -488,7 +488,6 @@ fn hot_code_leads_the_text_segment() {
         "slab_alloc_slow_into",
         "new_slab_into",
         "flush_sheaf",
-        "chain_switch",
         "realloc_impl",
     ] {
         let a = addr(f).unwrap_or_else(|| panic!("no symbol {f}"));
