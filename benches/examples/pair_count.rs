@@ -17,7 +17,9 @@
 //! this program's `#[global_allocator]`, a `GlobalSlub::new()`: the
 //! `__rust_alloc` shim and the `GlobalAlloc` methods as a Rust program
 //! calls them, not inlined into the loop), `batchK` (K
-//! allocs then K frees, per object; `batch64` in CI), `churn` (a ring of 64 live objects
+//! allocs then K frees, per object; `batch64` in CI), `bulkK` (the bulk
+//! API: K objects allocated in one call, freed in one, per object),
+//! `churn` (a ring of 64 live objects
 //! of random sizes 16..=1024 B, one replaced per operation).
 //! `PAIR_COUNT_PURGE=off` pauses the pages' automatic purging (issue #17's
 //! on/off cost: sizes above 8 KiB are page blocks, 4 MiB ones freed
@@ -62,6 +64,23 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
                     let p = black_box(h.alloc(black_box(l)));
                     h.dealloc(p, black_box(l));
                 }
+            }
+        }
+        b if b.starts_with("bulk") => {
+            // `bulkK`: kmem_cache_alloc_bulk of K objects of the layout's
+            // kmalloc cache, then kmem_cache_free_bulk of them (per
+            // object): slub-prodcons's x64 rows on one thread.
+            let k: usize = b["bulk".len()..].parse().expect("bulk size");
+            let class = slub::kmalloc_class(l.size(), l.align()).expect("a kmalloc class");
+            let c = &h.kmalloc().caches()[class];
+            let mut v = vec![None; k];
+            let mut objs = Vec::with_capacity(k);
+            for _ in 0..n / k {
+                assert_eq!(c.alloc_bulk(black_box(&mut v)), k);
+                objs.clear();
+                objs.extend(v.iter().map(|o| o.expect("filled")));
+                // SAFETY: just allocated, each freed once.
+                unsafe { c.free_bulk(black_box(&objs)) };
             }
         }
         b if b.starts_with("batch") => {

@@ -632,3 +632,54 @@ fn bulk_sections_cross_the_sheaf_slow_paths() {
     .join()
     .unwrap();
 }
+
+/// A bulk free of a checked cache on `RseqCpu` with an object twice in
+/// the array (found by the free markers as the array is marked, see
+/// `free_bulk_rcs`): refused with the second copy's address, nothing
+/// freed, and every object's contents as they were (the words the
+/// marking overwrote put back). Then the same array without the copy
+/// frees.
+#[test]
+fn bulk_free_of_an_array_with_a_copy_is_refused_whole_on_rseq() {
+    if !RseqCpu.restartable() {
+        return;
+    }
+    std::thread::spawn(|| {
+        pin_here();
+        let c = rseq_cache("bulkdup");
+        for (n, dup_of, at) in [
+            (2usize, 0usize, 2usize),
+            (100, 40, 100),
+            (100, 99, 0),
+            (256, 7, 200),
+        ] {
+            let mut out = vec![None; n];
+            assert_eq!(c.alloc_bulk(&mut out), n);
+            let objs: Vec<NonNull<u8>> = out.iter().map(|o| o.unwrap()).collect();
+            for (i, o) in objs.iter().enumerate() {
+                // SAFETY: live 64 B objects.
+                unsafe { o.as_ptr().write_bytes(0x40 ^ i as u8, 64) };
+            }
+            let mut bad = objs.clone();
+            bad.insert(at, objs[dup_of]);
+            // SAFETY: refused before anything is freed.
+            let e = unsafe { c.try_free_bulk(&bad) }.unwrap_err();
+            assert_eq!(e.kind, slub::FreeErrorKind::DoubleFree);
+            assert_eq!(e.addr, objs[dup_of].as_ptr() as usize);
+            for (i, o) in objs.iter().enumerate() {
+                // SAFETY: still live (nothing was freed).
+                let v = unsafe { std::slice::from_raw_parts(o.as_ptr(), 64) };
+                assert!(
+                    v.iter().all(|&b| b == 0x40 ^ i as u8),
+                    "object {i} changed: {v:?}"
+                );
+            }
+            // SAFETY: ours, each freed once.
+            unsafe { c.try_free_bulk(&objs) }.unwrap();
+        }
+        c.shrink();
+        c.validate();
+    })
+    .join()
+    .unwrap();
+}
