@@ -498,6 +498,44 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
     true
 }
 
+/// The section of [`pop_many`] and [`push_many`]: `$body` moves up to
+/// `$len` entries between the sheaf and the caller's array at `{arr}`
+/// (the sheaf's size in `{t}`, `{k}` counting from 0) and ends with the
+/// commit (the size store, the section's last instruction); `{k}` is the
+/// count moved, 0 for a CPU without a record or a main sheaf.
+macro_rules! many_section {
+    ($s:ident, $arr:expr, $len:expr, [$($body:literal),*]) => {{
+        debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
+        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
+        let k: usize;
+        // SAFETY: the caller's contract; before the commit the section
+        // writes only the caller's array or entries beyond the size.
+        unsafe {
+            asm!(
+                sheaf_enter!("k"),
+                $($body,)*
+                "5:",
+                rseq_tail!(),
+                off = in(reg) $s.area(),
+                base = in(reg) $s.base(),
+                nr = const N,
+                cap = in(reg) $s.cap(),
+                arr = in(reg) $arr,
+                len = in(reg) $len,
+                rcs = const RSEQ_CS,
+                cpu = const ID,
+                k = out(reg) k,
+                t = out(reg) _,
+                c = out(reg) _,
+                sh = out(reg) _,
+                v = out(reg) _,
+                options(nostack)
+            )
+        };
+        k
+    }};
+}
+
 /// `this_cpu` pop of up to `out.len()` entries (see
 /// [`Platform::this_cpu_sheaf_pop_many`](crate::Platform::this_cpu_sheaf_pop_many)):
 /// one section copies them out, the last one first, and commits the new
@@ -509,27 +547,12 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) -> usize {
-    debug_assert_eq!(s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let k: usize;
-    // SAFETY: caller's contract; before the commit (the size store, the
-    // section's last instruction) the section writes only `out`.
-    unsafe {
-        asm!(
-            "2:",
-            "lea {t}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {t}",
-            "4:",
-            "xor {k:e}, {k:e}",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 9",
-            "mov {sh}, qword ptr [{base} + {c}]",
-            "test {sh}, {sh}",
-            "jz 5f",
-            // n = size, refused above the capacity; c = min(n, len)
-            "mov {t}, qword ptr [{sh}]",
+    many_section!(
+        s,
+        out.as_mut_ptr(),
+        out.len(),
+        [
+            // t = size, refused above the capacity; c = min(t, len)
             "cmp {t}, {cap}",
             "ja 5f",
             "mov {c}, {t}",
@@ -540,30 +563,13 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
             "7:",
             "sub {t}, 1",
             "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
-            "mov qword ptr [{out} + 8*{k}], {v}",
+            "mov qword ptr [{arr} + 8*{k}], {v}",
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{sh}], {t}",
-            "5:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            cap = in(reg) s.cap(),
-            out = in(reg) out.as_mut_ptr(),
-            len = in(reg) out.len(),
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            k = out(reg) k,
-            t = out(reg) _,
-            c = out(reg) _,
-            sh = out(reg) _,
-            v = out(reg) _,
-            options(nostack)
-        )
-    };
-    k
+            "mov qword ptr [{sh}], {t}"
+        ]
+    )
 }
 
 /// `this_cpu` push of the entries of `src` (see
@@ -576,27 +582,12 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> usize {
-    debug_assert_eq!(s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let k: usize;
-    // SAFETY: caller's contract; the entries beyond the size are invisible
-    // until the commit (the size store, the section's last instruction).
-    unsafe {
-        asm!(
-            "2:",
-            "lea {t}, [rip + 3f]",
-            "mov qword ptr fs:[{off} + {rcs}], {t}",
-            "4:",
-            "xor {k:e}, {k:e}",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]",
-            "cmp {c}, {nr}",
-            "jae 5f",
-            "shl {c}, 9",
-            "mov {sh}, qword ptr [{base} + {c}]",
-            "test {sh}, {sh}",
-            "jz 5f",
-            // n = size; c = min(cap - n, len), nothing when full
-            "mov {t}, qword ptr [{sh}]",
+    many_section!(
+        s,
+        src.as_ptr(),
+        src.len(),
+        [
+            // t = size; c = min(cap - t, len), nothing when full
             "mov {c}, {cap}",
             "sub {c}, {t}",
             "jbe 5f",
@@ -605,32 +596,15 @@ pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> 
             "test {c}, {c}",
             "jz 5f",
             "7:",
-            "mov {v}, qword ptr [{src} + 8*{k}]",
+            "mov {v}, qword ptr [{arr} + 8*{k}]",
             "mov qword ptr [{sh} + 8*{t} + 16], {v}",
             "add {t}, 1",
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{sh}], {t}",
-            "5:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            cap = in(reg) s.cap(),
-            src = in(reg) src.as_ptr(),
-            len = in(reg) src.len(),
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            k = out(reg) k,
-            t = out(reg) _,
-            c = out(reg) _,
-            sh = out(reg) _,
-            v = out(reg) _,
-            options(nostack)
-        )
-    };
-    k
+            "mov qword ptr [{sh}], {t}"
+        ]
+    )
 }
 
 /// The section of [`free_push`], [`free_push_plain`] and

@@ -12,7 +12,8 @@
 
 use local_lock::handover::SlotTable;
 use local_lock::loom_platform::{model, LoomPlatform};
-use local_lock::sync::{AtomicDWord, DWord, UnsafeCell};
+use local_lock::sync::{AtomicDWord, CachePadded, DWord, UnsafeCell};
+use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
 use local_lock::{this_cpu_cmpxchg_double, LocalLock, Platform, Strategy};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use loom::sync::Arc;
@@ -228,28 +229,15 @@ fn loom_platform_reports_context() {
 /// them (issue #16): each operation indivisible on its CPU, two threads
 /// time-sharing CPU 0 (a migration is the next operation running on
 /// another CPU's record, which is what a restarted sequence does). One
-/// thread pops and pushes tokens; the other detaches the main sheaf
-/// (`this_cpu_xchg`), takes its tokens, installs its own sheaf
+/// thread pops and pushes tokens (`popper`); the other detaches the main
+/// sheaf (`this_cpu_xchg`), takes its tokens, installs its own sheaf
 /// (`this_cpu_cmpxchg` from 0, else keeps it), moves to CPU 1 and does it
 /// again. Every token is found exactly once at the end.
-#[test]
-fn this_cpu_sheaf_ops_keep_every_token() {
-    use local_lock::sync::CachePadded;
-    use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
-
-    const CAP: usize = 2;
-    fn sheaf() -> usize {
-        Box::leak(vec![0usize; SHEAF_HDR_WORDS + CAP].into_boxed_slice()).as_mut_ptr() as usize
-    }
-    fn take_all(sh: usize, out: &mut Vec<usize>) {
-        // SAFETY: a leaked sheaf the caller detached (owns).
-        let w = unsafe { std::slice::from_raw_parts_mut(sh as *mut usize, SHEAF_HDR_WORDS + CAP) };
-        while w[0] > 0 {
-            w[0] -= 1;
-            out.push(w[SHEAF_HDR_WORDS + w[0]]);
-        }
-    }
-    model("this_cpu_sheaf_ops_keep_every_token", || {
+fn sheaf_ops_keep_every_token(
+    name: &'static str,
+    popper: fn(&LoomPlatform, SheafSlots<'static, 2>) -> Vec<usize>,
+) {
+    model(name, move || {
         let p = LoomPlatform::new(2, Strategy::Pinned);
         let recs: &'static [CachePadded<CpuSheaves>; 2] =
             Box::leak(Box::new([const { CachePadded::new(CpuSheaves::new()) }; 2]));
@@ -268,29 +256,11 @@ fn this_cpu_sheaf_ops_keep_every_token() {
         recs[0]
             .main
             .store(first, core::sync::atomic::Ordering::Relaxed);
-        let popper = {
+        let pop = {
             let p = p.clone();
             thread::spawn(move || {
                 p.set_cpu(0);
-                let mut mine = Vec::new();
-                // SAFETY: the loom platform's slots are Pinned; its IRQ
-                // mask makes each operation indivisible (the same below).
-                let v = unsafe { p.this_cpu_sheaf_pop(s) };
-                if v != 0 {
-                    mine.push(v);
-                }
-                if let Some(v) = mine.pop() {
-                    // SAFETY: as above.
-                    if !unsafe { p.this_cpu_sheaf_push(s, v) } {
-                        mine.push(v);
-                    }
-                }
-                // SAFETY: as above.
-                let v = unsafe { p.this_cpu_sheaf_pop(s) };
-                if v != 0 {
-                    mine.push(v);
-                }
-                mine
+                popper(&p, s)
             })
         };
         let slow = {
@@ -300,7 +270,8 @@ fn this_cpu_sheaf_ops_keep_every_token() {
                 let mut own = sheaf();
                 for cpu in 0..2 {
                     p.set_cpu(cpu);
-                    // SAFETY: as above.
+                    // SAFETY: the loom platform's slots are Pinned; its IRQ
+                    // mask makes each operation indivisible.
                     let old = unsafe { p.this_cpu_xchg(s, SheafWord::Main, 0) }.unwrap();
                     if old != 0 {
                         take_all(old, &mut mine);
@@ -315,7 +286,7 @@ fn this_cpu_sheaf_ops_keep_every_token() {
                 mine
             })
         };
-        let mut all = popper.join().unwrap();
+        let mut all = pop.join().unwrap();
         all.extend(slow.join().unwrap());
         for r in recs {
             for sh in [
@@ -332,108 +303,65 @@ fn this_cpu_sheaf_ops_keep_every_token() {
     });
 }
 
-/// [`this_cpu_sheaf_ops_keep_every_token`] with the bulk pop and push
-/// (`this_cpu_sheaf_pop_many`, `this_cpu_sheaf_push_many`: a bulk
-/// alloc's and a bulk free's one section) in the popper.
-///
-/// The `this_cpu` sheaf operations as restartable sequences provide
-/// them (issue #16): each operation indivisible on its CPU, two threads
-/// time-sharing CPU 0 (a migration is the next operation running on
-/// another CPU's record, which is what a restarted sequence does). One
-/// thread pops and pushes tokens; the other detaches the main sheaf
-/// (`this_cpu_xchg`), takes its tokens, installs its own sheaf
-/// (`this_cpu_cmpxchg` from 0, else keeps it), moves to CPU 1 and does it
-/// again. Every token is found exactly once at the end.
-#[test]
-fn this_cpu_bulk_sheaf_ops_keep_every_token() {
-    use local_lock::sync::CachePadded;
-    use local_lock::this_cpu::{CpuSheaves, SheafSlots, SheafWord, SHEAF_HDR_WORDS};
+/// Sheaf capacity of the `this_cpu` models.
+const CAP: usize = 2;
 
-    const CAP: usize = 2;
-    fn sheaf() -> usize {
-        Box::leak(vec![0usize; SHEAF_HDR_WORDS + CAP].into_boxed_slice()).as_mut_ptr() as usize
+fn sheaf() -> usize {
+    Box::leak(vec![0usize; SHEAF_HDR_WORDS + CAP].into_boxed_slice()).as_mut_ptr() as usize
+}
+
+fn take_all(sh: usize, out: &mut Vec<usize>) {
+    // SAFETY: a leaked sheaf the caller detached (owns).
+    let w = unsafe { std::slice::from_raw_parts_mut(sh as *mut usize, SHEAF_HDR_WORDS + CAP) };
+    while w[0] > 0 {
+        w[0] -= 1;
+        out.push(w[SHEAF_HDR_WORDS + w[0]]);
     }
-    fn take_all(sh: usize, out: &mut Vec<usize>) {
-        // SAFETY: a leaked sheaf the caller detached (owns).
-        let w = unsafe { std::slice::from_raw_parts_mut(sh as *mut usize, SHEAF_HDR_WORDS + CAP) };
-        while w[0] > 0 {
-            w[0] -= 1;
-            out.push(w[SHEAF_HDR_WORDS + w[0]]);
+}
+
+/// [`sheaf_ops_keep_every_token`] with single pops and pushes.
+#[test]
+fn this_cpu_sheaf_ops_keep_every_token() {
+    sheaf_ops_keep_every_token("this_cpu_sheaf_ops_keep_every_token", |p, s| {
+        let mut mine = Vec::new();
+        // SAFETY: the loom platform's slots are Pinned; its IRQ mask makes
+        // each operation indivisible (the same below).
+        let v = unsafe { p.this_cpu_sheaf_pop(s) };
+        if v != 0 {
+            mine.push(v);
         }
-    }
-    model("this_cpu_bulk_sheaf_ops_keep_every_token", || {
-        let p = LoomPlatform::new(2, Strategy::Pinned);
-        let recs: &'static [CachePadded<CpuSheaves>; 2] =
-            Box::leak(Box::new([const { CachePadded::new(CpuSheaves::new()) }; 2]));
-        // SAFETY: 2 records one CachePadded apart; sheaves of CAP entries.
-        let s = unsafe {
-            SheafSlots::<2>::new(recs.as_ptr().cast(), core::mem::size_of_val(&recs[0]), CAP)
-        };
-        let first = sheaf();
-        // SAFETY: ours until installed.
-        unsafe {
-            let w = first as *mut usize;
-            *w.add(SHEAF_HDR_WORDS) = 8;
-            *w.add(SHEAF_HDR_WORDS + 1) = 16;
-            *w = 2;
-        }
-        recs[0]
-            .main
-            .store(first, core::sync::atomic::Ordering::Relaxed);
-        let popper = {
-            let p = p.clone();
-            thread::spawn(move || {
-                p.set_cpu(0);
-                let mut mine = Vec::new();
-                let mut out = [0usize; CAP];
-                // SAFETY: the loom platform's slots are Pinned; its IRQ
-                // mask makes each operation indivisible (the same below).
-                let k = unsafe { p.this_cpu_sheaf_pop_many(s, &mut out) };
-                mine.extend_from_slice(&out[..k]);
-                // SAFETY: as above.
-                let k = unsafe { p.this_cpu_sheaf_push_many(s, &mine) };
-                mine.drain(..k);
-                // SAFETY: as above.
-                let k = unsafe { p.this_cpu_sheaf_pop_many(s, &mut out[..1]) };
-                mine.extend_from_slice(&out[..k]);
-                mine
-            })
-        };
-        let slow = {
-            let p = p.clone();
-            thread::spawn(move || {
-                let mut mine = Vec::new();
-                let mut own = sheaf();
-                for cpu in 0..2 {
-                    p.set_cpu(cpu);
-                    // SAFETY: as above.
-                    let old = unsafe { p.this_cpu_xchg(s, SheafWord::Main, 0) }.unwrap();
-                    if old != 0 {
-                        take_all(old, &mut mine);
-                    }
-                    // SAFETY: as above.
-                    if unsafe { p.this_cpu_cmpxchg(s, SheafWord::Main, 0, own) } {
-                        own = if old != 0 { old } else { sheaf() };
-                    } else if old != 0 {
-                        own = old;
-                    }
-                }
-                mine
-            })
-        };
-        let mut all = popper.join().unwrap();
-        all.extend(slow.join().unwrap());
-        for r in recs {
-            for sh in [
-                r.main.load(core::sync::atomic::Ordering::Relaxed),
-                r.spare.load(core::sync::atomic::Ordering::Relaxed),
-            ] {
-                if sh != 0 {
-                    take_all(sh, &mut all);
-                }
+        if let Some(v) = mine.pop() {
+            // SAFETY: as above.
+            if !unsafe { p.this_cpu_sheaf_push(s, v) } {
+                mine.push(v);
             }
         }
-        all.sort_unstable();
-        assert_eq!(all, [8, 16], "a token was lost or duplicated");
+        // SAFETY: as above.
+        let v = unsafe { p.this_cpu_sheaf_pop(s) };
+        if v != 0 {
+            mine.push(v);
+        }
+        mine
+    });
+}
+
+/// [`sheaf_ops_keep_every_token`] with the bulk pop and push
+/// (`this_cpu_sheaf_pop_many`, `this_cpu_sheaf_push_many`: a bulk
+/// alloc's and a bulk free's one section).
+#[test]
+fn this_cpu_bulk_sheaf_ops_keep_every_token() {
+    sheaf_ops_keep_every_token("this_cpu_bulk_sheaf_ops_keep_every_token", |p, s| {
+        let mut mine = Vec::new();
+        let mut out = [0usize; CAP];
+        // SAFETY: as in `this_cpu_sheaf_ops_keep_every_token`.
+        let k = unsafe { p.this_cpu_sheaf_pop_many(s, &mut out) };
+        mine.extend_from_slice(&out[..k]);
+        // SAFETY: as above.
+        let k = unsafe { p.this_cpu_sheaf_push_many(s, &mine) };
+        mine.drain(..k);
+        // SAFETY: as above.
+        let k = unsafe { p.this_cpu_sheaf_pop_many(s, &mut out[..1]) };
+        mine.extend_from_slice(&out[..k]);
+        mine
     });
 }
