@@ -635,10 +635,11 @@ fn bulk_sections_cross_the_sheaf_slow_paths() {
 
 /// A bulk free of a checked cache on `RseqCpu` with an object twice in
 /// the array (found by the free markers as the array is marked, see
-/// `free_bulk_rcs`): refused with the second copy's address, nothing
-/// freed, and every object's contents as they were (the words the
-/// marking overwrote put back). Then the same array without the copy
-/// frees.
+/// `mark_bulk`), an object already free (in a sheaf, in its slab), or an
+/// interior or a foreign pointer: refused with
+/// that pointer, nothing freed, and every object's contents as they were
+/// (the words the marking overwrote put back). Then the same array
+/// without it frees.
 #[test]
 fn bulk_free_of_an_array_with_a_copy_is_refused_whole_on_rseq() {
     if !RseqCpu.restartable() {
@@ -666,6 +667,48 @@ fn bulk_free_of_an_array_with_a_copy_is_refused_whole_on_rseq() {
             let e = unsafe { c.try_free_bulk(&bad) }.unwrap_err();
             assert_eq!(e.kind, slub::FreeErrorKind::DoubleFree);
             assert_eq!(e.addr, objs[dup_of].as_ptr() as usize);
+            for (i, o) in objs.iter().enumerate() {
+                // SAFETY: still live (nothing was freed).
+                let v = unsafe { std::slice::from_raw_parts(o.as_ptr(), 64) };
+                assert!(
+                    v.iter().all(|&b| b == 0x40 ^ i as u8),
+                    "object {i} changed: {v:?}"
+                );
+            }
+            // An interior pointer and a foreign one at the same place:
+            // refused the same way, after the objects before them were
+            // marked.
+            let mut local = 0u64;
+            let foreign = NonNull::from(&mut local).cast::<u8>();
+            let interior = NonNull::new(objs[dup_of].as_ptr().wrapping_add(8)).unwrap();
+            for p in [interior, foreign] {
+                let mut bad = objs.clone();
+                bad.insert(at, p);
+                // SAFETY: refused before anything is freed.
+                let e = unsafe { c.try_free_bulk(&bad) }.unwrap_err();
+                assert_eq!(e.addr, p.as_ptr() as usize, "{e:?}");
+                assert_ne!(e.kind, slub::FreeErrorKind::DoubleFree);
+            }
+            // An object already free: in a sheaf (its marker), then in its
+            // slab (its word a link of the slab's freelist, after a
+            // flush; the slab keeps the array's objects, so it stays).
+            let x = c.alloc().unwrap();
+            // SAFETY: ours, freed once here.
+            unsafe { c.free(x) };
+            for flushed in [false, true] {
+                if flushed {
+                    c.shrink();
+                }
+                let mut bad = objs.clone();
+                bad.insert(at, x);
+                // SAFETY: refused before anything is freed.
+                let e = unsafe { c.try_free_bulk(&bad) }.unwrap_err();
+                assert_eq!(
+                    (e.addr, e.kind),
+                    (x.as_ptr() as usize, slub::FreeErrorKind::DoubleFree),
+                    "flushed {flushed}"
+                );
+            }
             for (i, o) in objs.iter().enumerate() {
                 // SAFETY: still live (nothing was freed).
                 let v = unsafe { std::slice::from_raw_parts(o.as_ptr(), 64) };

@@ -554,8 +554,12 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // A restartable checked cache finds the duplicates of an array up
         // to DEDUP_MAX by their free markers as it marks them
         // (`free_bulk_rcs`); every other array is searched here.
-        let by_marks = self.rcs() && self.bulk_sections() && objs.len() <= DEDUP_MAX;
-        self.check_bulk(objs, !by_marks)?;
+        if self.rcs() && self.bulk_sections() && objs.len() <= DEDUP_MAX {
+            // Validated, checked for copies and marked in one pass.
+            self.mark_bulk(objs)?;
+            return self.free_bulk_rcs(objs);
+        }
+        self.check_bulk(objs)?;
         if self.flags.is_debug() {
             for p in objs {
                 // SAFETY: forwarded; each object checked.
@@ -565,7 +569,13 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         }
         if self.rcs() {
             if self.bulk_sections() {
-                return self.free_bulk_rcs(objs, by_marks);
+                // (An array above DEDUP_MAX: checked above, marked here.)
+                let r = self.random.load(CoreOrdering::Relaxed);
+                for o in objs {
+                    self.fp_word_fast::<true>(o.as_ptr().expose_provenance())
+                        .store(r, CoreOrdering::Relaxed);
+                }
+                return self.free_bulk_rcs(objs);
             }
             // Restartable sheaves: one push (a section) per object.
             for p in objs {
@@ -594,7 +604,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     /// clears it) and whose sheaves are private (plain entries).
     #[inline(always)]
     fn bulk_sections(&self) -> bool {
-        S::PRIVATE_META && self.hardened() && self.checked_frees()
+        S::PRIVATE_META && self.hardened() && self.checked_frees() && !self.flags.is_debug()
     }
 
     /// `alloc_from_pcs_bulk` on restartable sheaves: up to [`BULK_RUN`]
@@ -643,44 +653,14 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         out.len()
     }
 
-    /// `free_to_pcs_bulk` on restartable sheaves, for an array
-    /// [`check_bulk`](Self::check_bulk) passed: each object marked free,
-    /// then up to [`BULK_RUN`] entries onto the main sheaf in one section
+    /// `free_to_pcs_bulk` on restartable sheaves, for an array validated
+    /// and marked free (by [`mark_bulk`](Self::mark_bulk), or by
+    /// [`check_bulk`](Self::check_bulk) and a marking pass): up to
+    /// [`BULK_RUN`] entries onto the main sheaf in one section
     /// (`this_cpu_sheaf_push_many`), and where it is full one object
     /// through the slow path (spare, barn, flush), which installs a sheaf
     /// with room for the next run.
-    ///
-    /// `by_marks` (an array of at most [`DEDUP_MAX`] that `check_bulk`
-    /// did not search for duplicates): the whole array is marked before
-    /// anything is pushed, and an object found already marked is a
-    /// second copy (`check_bulk` found none marked): the words the
-    /// marking overwrote are put back and the free refused, nothing
-    /// freed. Five instructions per object where the table search
-    /// (`dedup_small`) took about twenty.
-    fn free_bulk_rcs(&self, objs: &[NonNull<u8>], by_marks: bool) -> Result<(), FreeError> {
-        let r = self.random.load(CoreOrdering::Relaxed);
-        if by_marks {
-            debug_assert!(objs.len() <= DEDUP_MAX);
-            let mut old = [0usize; DEDUP_MAX];
-            for (i, o) in objs.iter().enumerate() {
-                let w = self.fp_word_fast::<true>(o.as_ptr().expose_provenance());
-                let v = w.load(CoreOrdering::Relaxed);
-                if v == r {
-                    for (p, &v) in objs[..i].iter().zip(&old[..i]) {
-                        self.fp_word_fast::<true>(p.as_ptr().addr())
-                            .store(v, CoreOrdering::Relaxed);
-                    }
-                    return Err(FreeError::new(o.as_ptr().addr(), FreeErrorKind::DoubleFree));
-                }
-                old[i] = v;
-                w.store(r, CoreOrdering::Relaxed);
-            }
-        } else {
-            for o in objs {
-                self.fp_word_fast::<true>(o.as_ptr().expose_provenance())
-                    .store(r, CoreOrdering::Relaxed);
-            }
-        }
+    fn free_bulk_rcs(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
         let p = self.cpu.platform();
         let mut buf = [0usize; BULK_RUN];
         for chunk in objs.chunks(BULK_RUN) {
@@ -707,10 +687,67 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         Ok(())
     }
 
+    /// [`check_bulk`](Self::check_bulk) and the marking in one pass, for
+    /// a [`bulk_sections`](Self::bulk_sections) cache and an array of at
+    /// most [`DEDUP_MAX`]: each pointer validated (an object start of one
+    /// of this cache's slabs, looked up once per run of one slab), its
+    /// word read once: the free marker there means already free (in a
+    /// sheaf, or an earlier copy in this array, which this pass marked),
+    /// a word that decodes as a link of its slab's freelist means free in
+    /// its slab; else the word is kept and the marker stored. A refused
+    /// array gets its words back: nothing freed, contents unchanged. One
+    /// read of each object where the check, the table search for copies
+    /// (`dedup_small`) and the marking took three passes.
+    fn mark_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
+        debug_assert!(objs.len() <= DEDUP_MAX && self.lay.red_left_pad == 0);
+        let r = self.random.load(CoreOrdering::Relaxed);
+        let (size, off) = (self.lay.size, self.lay.offset);
+        let mut old = [0usize; DEDUP_MAX];
+        // The last slab looked up: its first object, count and span.
+        let (mut base, mut objects, mut span) = (0usize, 0usize, 0usize);
+        // Puts back the words of the first `n` objects (a refusal).
+        let restore = |n: usize, old: &[usize]| {
+            for (q, &v) in objs[..n].iter().zip(&old[..n]) {
+                self.fp_word_fast::<true>(q.as_ptr().addr())
+                    .store(v, CoreOrdering::Relaxed);
+            }
+        };
+        for (i, p) in objs.iter().enumerate() {
+            let a = p.as_ptr().expose_provenance();
+            if self.obj_index(a.wrapping_sub(base), objects).is_none() {
+                match self.slab_block_of(*p) {
+                    Ok((_, _, b)) => {
+                        (base, objects) = (b.head.as_ptr().addr(), self.objects_of(b.order));
+                        span = objects * size;
+                    }
+                    Err(e) => {
+                        restore(i, &old);
+                        return Err(match e.kind {
+                            FreeErrorKind::NotObjectStart(o) => {
+                                FreeError::new(a, FreeErrorKind::NotObjectStart(o))
+                            }
+                            _ => e,
+                        });
+                    }
+                }
+            }
+            let w = self.fp_word_fast::<true>(a);
+            let v = w.load(CoreOrdering::Relaxed);
+            let d = v ^ r ^ (a + off).swap_bytes();
+            if v == r || d == 0 || d.wrapping_sub(base) < span {
+                restore(i, &old);
+                return Err(FreeError::new(a, FreeErrorKind::DoubleFree));
+            }
+            old[i] = v;
+            w.store(r, CoreOrdering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Validates a whole [`try_free_bulk`](Self::try_free_bulk) array
     /// before any change: every pointer an allocated object of this cache,
     /// none twice.
-    fn check_bulk(&self, objs: &[NonNull<u8>], dedup: bool) -> Result<(), FreeError> {
+    fn check_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
         let pad = self.lay.red_left_pad;
         let debug = self.flags.is_debug();
         // The last slab looked up (most arrays hold runs of one slab).
@@ -744,9 +781,6 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             if free {
                 return Err(FreeError::new(obj, FreeErrorKind::DoubleFree));
             }
-        }
-        if !dedup {
-            return Ok(());
         }
         if objs.len() <= DEDUP_MAX {
             return dedup_small(objs);
