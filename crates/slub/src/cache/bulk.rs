@@ -702,12 +702,17 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         debug_assert!(objs.len() <= DEDUP_MAX && self.lay.red_left_pad == 0);
         let r = self.random.load(CoreOrdering::Relaxed);
         let (size, off) = (self.lay.size, self.lay.offset);
-        let mut old = [0usize; DEDUP_MAX];
+        // (Not cleared: 2 KiB of stores per call; only the first `i`
+        // words are ever read, each written before.)
+        let mut old = [core::mem::MaybeUninit::<usize>::uninit(); DEDUP_MAX];
         // The last slab looked up: its first object, count and span.
         let (mut base, mut objects, mut span) = (0usize, 0usize, 0usize);
         // Puts back the words of the first `n` objects (a refusal).
-        let restore = |n: usize, old: &[usize]| {
-            for (q, &v) in objs[..n].iter().zip(&old[..n]) {
+        let restore = |n: usize, old: &[core::mem::MaybeUninit<usize>]| {
+            for (q, v) in objs[..n].iter().zip(&old[..n]) {
+                // SAFETY: `old[j]` was written for every object `j < n`
+                // the pass marked.
+                let v = unsafe { v.assume_init() };
                 self.fp_word_fast::<true>(q.as_ptr().addr())
                     .store(v, CoreOrdering::Relaxed);
             }
@@ -738,7 +743,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
                 restore(i, &old);
                 return Err(FreeError::new(a, FreeErrorKind::DoubleFree));
             }
-            old[i] = v;
+            old[i].write(v);
             w.store(r, CoreOrdering::Relaxed);
         }
         Ok(())
