@@ -551,9 +551,9 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
     #[track_caller]
     pub unsafe fn try_free_bulk(&self, objs: &[NonNull<u8>]) -> Result<(), FreeError> {
         self.mode();
-        // A restartable checked cache finds the duplicates of an array up
-        // to DEDUP_MAX by their free markers as it marks them
-        // (`free_bulk_rcs`); every other array is searched here.
+        // A restartable checked cache validates an array up to DEDUP_MAX,
+        // finds its copies by their free markers and marks it in one pass
+        // (`mark_bulk`); every other array is checked here.
         if self.rcs() && self.bulk_sections() && objs.len() <= DEDUP_MAX {
             // Validated, checked for copies and marked in one pass.
             self.mark_bulk(objs)?;
@@ -705,8 +705,8 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         // (Not cleared: 2 KiB of stores per call; only the first `i`
         // words are ever read, each written before.)
         let mut old = [core::mem::MaybeUninit::<usize>::uninit(); DEDUP_MAX];
-        // The last slab looked up: its first object, count and span.
-        let (mut base, mut objects, mut span) = (0usize, 0usize, 0usize);
+        // The last slab looked up (most arrays hold runs of one slab).
+        let mut last = LastSlab::new();
         // Puts back the words of the first `n` objects (a refusal).
         let restore = |n: usize, old: &[core::mem::MaybeUninit<usize>]| {
             for (q, v) in objs[..n].iter().zip(&old[..n]) {
@@ -719,23 +719,11 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         };
         for (i, p) in objs.iter().enumerate() {
             let a = p.as_ptr().expose_provenance();
-            if self.obj_index(a.wrapping_sub(base), objects).is_none() {
-                match self.slab_block_of(*p) {
-                    Ok((_, _, b)) => {
-                        (base, objects) = (b.head.as_ptr().addr(), self.objects_of(b.order));
-                        span = objects * size;
-                    }
-                    Err(e) => {
-                        restore(i, &old);
-                        return Err(match e.kind {
-                            FreeErrorKind::NotObjectStart(o) => {
-                                FreeError::new(a, FreeErrorKind::NotObjectStart(o))
-                            }
-                            _ => e,
-                        });
-                    }
-                }
+            if let Err(e) = self.bulk_slab_of(&mut last, *p, 0) {
+                restore(i, &old);
+                return Err(e);
             }
+            let (base, span) = (last.base(), last.objects() * size);
             let w = self.fp_word_fast::<true>(a);
             let v = w.load(CoreOrdering::Relaxed);
             let d = v ^ r ^ (a + off).swap_bytes();
@@ -756,23 +744,10 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         let pad = self.lay.red_left_pad;
         let debug = self.flags.is_debug();
         // The last slab looked up (most arrays hold runs of one slab).
-        let (mut base, mut objects, mut slab) = (0usize, 0usize, 0usize);
+        let mut last = LastSlab::new();
         for p in objs {
-            let a = p.as_ptr().addr();
-            let slot = a.wrapping_sub(pad);
-            if self.obj_index(slot.wrapping_sub(base), objects).is_none() {
-                let sp = NonNull::new(p.as_ptr().wrapping_sub(pad))
-                    .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?;
-                let (s, _, b) = self.slab_block_of(sp).map_err(|e| match e {
-                    FreeError {
-                        kind: FreeErrorKind::NotObjectStart(off),
-                        ..
-                    } => FreeError::new(a, FreeErrorKind::NotObjectStart(off)),
-                    e => e,
-                })?;
-                (base, objects, slab) =
-                    (b.head.as_ptr().addr(), self.objects_of(b.order), s.addr());
-            }
+            let slab = self.bulk_slab_of(&mut last, *p, pad)?;
+            let (base, objects) = (last.base(), last.objects());
             // SAFETY: looked up just above; the caller holds its objects.
             let s = unsafe { Slab::from_addr(slab) };
             let obj = p.as_ptr().expose_provenance();
@@ -967,6 +942,31 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
             self.find_slab(last, p)?;
         }
         Ok(last.slab)
+    }
+
+    /// [`slab_of_run`](Self::slab_of_run) for a pointer of a bulk free's
+    /// array, whose object starts `pad` bytes before it (a debug cache's
+    /// red zone): a refusal names the pointer as the caller passed it.
+    #[inline(always)]
+    fn bulk_slab_of(
+        &self,
+        last: &mut LastSlab,
+        p: NonNull<u8>,
+        pad: usize,
+    ) -> Result<usize, FreeError> {
+        let a = p.as_ptr().addr();
+        let sp = if pad == 0 {
+            p
+        } else {
+            NonNull::new(p.as_ptr().wrapping_sub(pad))
+                .ok_or(FreeError::new(a, FreeErrorKind::NotAllocated))?
+        };
+        self.slab_of_run(last, sp).map_err(|e| match e.kind {
+            FreeErrorKind::NotObjectStart(off) => {
+                FreeError::new(a, FreeErrorKind::NotObjectStart(off))
+            }
+            _ => e,
+        })
     }
 
     /// Looks up the slab of object `p` into `last` (for a caller that knows
