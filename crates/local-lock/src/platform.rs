@@ -492,9 +492,7 @@ pub unsafe trait Platform: Sync {
         w: SheafWord,
         new: usize,
     ) -> Option<usize> {
-        this_cpu_generic(self, s, |r| {
-            this_cpu::word_of(r, w).swap(new, core::sync::atomic::Ordering::AcqRel)
-        })
+        this_cpu_generic(self, s, |r| this_cpu::xchg_in(r, s.cap(), w, new))
     }
 
     /// `this_cpu_cmpxchg` of a sheaf word from `old` to `new`; false when
@@ -513,17 +511,8 @@ pub unsafe trait Platform: Sync {
         old: usize,
         new: usize,
     ) -> bool {
-        this_cpu_generic(self, s, |r| {
-            this_cpu::word_of(r, w)
-                .compare_exchange(
-                    old,
-                    new,
-                    core::sync::atomic::Ordering::AcqRel,
-                    core::sync::atomic::Ordering::Relaxed,
-                )
-                .is_ok()
-        })
-        .unwrap_or(false)
+        this_cpu_generic(self, s, |r| this_cpu::cmpxchg_in(r, s.cap(), w, old, new))
+            .unwrap_or(false)
     }
 
     /// A hardened free's push as one `this_cpu` operation: `obj` must lie

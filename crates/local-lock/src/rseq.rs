@@ -43,12 +43,14 @@
 //! of a `vfork` (which the kernel leaves unregistered, on its parent's
 //! area) must not allocate, as they must not call glibc's `malloc`.
 //!
-//! Remote drains ([`remote_xchg`]) exchange the word atomically and then
-//! fence the process with `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`,
-//! which restarts any section running on a CPU: afterwards no section can
-//! still use the old value. The local exchanges commit with `lock
-//! cmpxchg`, so a remote exchange between their load and their commit
-//! makes them fail instead of both sides owning the old sheaf.
+//! Remote drains ([`remote_xchg`]) exchange the word atomically (for the
+//! main sheaf: clear the record's `limit`) and then fence the process with
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)`, which restarts any
+//! section running on a CPU: afterwards no section can still use the old
+//! value, and the main sheaf's `count`, which a pop or push commits, is
+//! final. The local exchanges commit with `lock cmpxchg`, so a remote
+//! exchange between their load and their commit makes them fail instead
+//! of both sides owning the old sheaf.
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicIsize, AtomicU8, AtomicUsize, Ordering};
@@ -70,8 +72,12 @@ const AT_RSEQ_FEATURE_SIZE: libc::c_ulong = 27;
 const _: () = {
     use crate::this_cpu::{CpuSheaves, VRange};
     assert!(core::mem::offset_of!(CpuSheaves, main) == 0);
-    assert!(core::mem::offset_of!(CpuSheaves, vgen) == 16);
-    assert!(core::mem::offset_of!(CpuSheaves, ranges) == 24);
+    assert!(core::mem::offset_of!(CpuSheaves, count) == 8);
+    assert!(core::mem::offset_of!(CpuSheaves, limit) == 16);
+    assert!(core::mem::offset_of!(CpuSheaves, spare) == 24);
+    assert!(core::mem::offset_of!(CpuSheaves, vgen) == 32);
+    assert!(core::mem::offset_of!(CpuSheaves, ranges) == 40);
+    assert!(core::mem::offset_of!(CpuSheaves, busy) == 104);
     assert!(core::mem::size_of::<VRange>() == 16);
     assert!(RANGE_WAYS == 4);
     assert!(core::mem::offset_of!(FreeCheck, shift) == 48);
@@ -340,10 +346,11 @@ macro_rules! rseq_enter {
     };
 }
 
-/// A main-sheaf section's entry (pop and push): `{$zero}` cleared (the
-/// failure's result), the descriptor stored (label 3), the start (label
-/// 4), the CPU id (to 5 without a record), `{sh}` = the CPU's main sheaf
-/// (to 5 without one) and `{t}` = its size.
+/// A main-sheaf section's entry (pop, push and the bulk ones): `{$zero}`
+/// cleared (the failure's result), the descriptor stored (label 3), the
+/// start (label 4), the CPU id (to 5 without a record), `{r}` = the CPU's
+/// record and `{t}` = its main sheaf's size (`count`; whether there is a
+/// main sheaf is the `limit` compare that follows).
 macro_rules! sheaf_enter {
     ($zero:literal) => {
         concat!(
@@ -356,14 +363,12 @@ macro_rules! sheaf_enter {
             "lea {t}, [rip + 3f]\n",
             "mov qword ptr fs:[{off} + {rcs}], {t}\n",
             "4:\n",
-            "mov {c:e}, dword ptr fs:[{off} + {cpu}]\n",
-            "cmp {c}, {nr}\n",
+            "mov {r:e}, dword ptr fs:[{off} + {cpu}]\n",
+            "cmp {r}, {nr}\n",
             "jae 5f\n",
-            "shl {c}, 9\n",
-            "mov {sh}, qword ptr [{base} + {c}]\n",
-            "test {sh}, {sh}\n",
-            "jz 5f\n",
-            "mov {t}, qword ptr [{sh}]\n",
+            "shl {r}, 9\n",
+            "add {r}, {base}\n",
+            "mov {t}, qword ptr [{r} + 8]\n",
         )
     };
 }
@@ -390,10 +395,13 @@ macro_rules! rseq_tail {
     };
 }
 
-/// The section of [`pop`] and [`pop_private`]: `$check` are the
-/// instructions that leave (to 5) when `{t}` = size - 1 is no entry.
+/// The section of [`pop`] and [`pop_private`]: `count - 1` below
+/// `limit` (no main sheaf: `limit` 0), the entry read, `count - 1` stored
+/// (the commit). The sheaf's address is loaded beside the two words (one
+/// line), not before them: the entry's load waits for the CPU id and
+/// `count` only.
 macro_rules! pop_section {
-    ($s:ident, [$($check:literal),*] $(, $cap:ident = $capv:expr)?) => {{
+    ($s:ident) => {{
         debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
         debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
         let v: usize;
@@ -402,20 +410,21 @@ macro_rules! pop_section {
             asm!(
                 sheaf_enter!("v"),
                 "sub {t}, 1",
-                $($check,)*
+                "cmp {t}, qword ptr [{r} + 16]",
+                "jae 5f",
+                "mov {sh}, qword ptr [{r}]",
                 "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
-                "mov qword ptr [{sh}], {t}",
+                "mov qword ptr [{r} + 8], {t}",
                 "5:",
                 rseq_tail!(),
                 off = in(reg) $s.area(),
                 base = in(reg) $s.base(),
                 nr = const N,
-                $($cap = in(reg) $capv,)?
                 rcs = const RSEQ_CS,
                 cpu = const ID,
                 v = out(reg) v,
                 t = out(reg) _,
-                c = out(reg) _,
+                r = out(reg) _,
                 sh = out(reg) _,
                 options(nostack)
             )
@@ -433,20 +442,20 @@ macro_rules! pop_section {
 /// bytes, and its [`area`](SheafSlots::area) is [`area`]`()`.
 #[inline(always)]
 pub unsafe fn pop<const N: usize>(s: SheafSlots<'_, N>) -> usize {
-    pop_section!(s, ["cmp {t}, {cap}", "jae 5f"], cap = s.cap())
+    pop_section!(s)
 }
 
-/// [`pop`] trusting the sheaf's size word to be at most its capacity
-/// (sheaves in memory no user pointer reaches: only these operations and
-/// their owner write it), so an empty sheaf is the only miss (see
-/// [`Platform::this_cpu_sheaf_pop_private`](crate::Platform::this_cpu_sheaf_pop_private)).
+/// [`pop`] (see
+/// [`Platform::this_cpu_sheaf_pop_private`](crate::Platform::this_cpu_sheaf_pop_private)):
+/// the same section, since the main sheaf's size is kept in the record,
+/// bounded by the `limit` beside it, not in the sheaf.
 ///
 /// # Safety
 ///
 /// As [`pop`], and every sheaf's size word is at most `s.cap()`.
 #[inline(always)]
 pub unsafe fn pop_private<const N: usize>(s: SheafSlots<'_, N>) -> usize {
-    pop_section!(s, ["jb 5f"])
+    pop_section!(s)
 }
 
 /// `this_cpu` push (see [`Platform::this_cpu_sheaf_push`](crate::Platform::this_cpu_sheaf_push)).
@@ -470,21 +479,19 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
             "cmp {c}, {nr}",
             "jae {fail}",
             "shl {c}, 9",
-            "mov {sh}, qword ptr [{base} + {c}]",
-            "test {sh}, {sh}",
-            "jz {fail}",
-            "mov {t}, qword ptr [{sh}]",
-            "cmp {t}, {cap}",
+            // count below limit (no main sheaf: limit 0)
+            "mov {t}, qword ptr [{base} + {c} + 8]",
+            "cmp {t}, qword ptr [{base} + {c} + 16]",
             "jae {fail}",
+            "mov {sh}, qword ptr [{base} + {c}]",
             "mov qword ptr [{sh} + 8*{t} + 16], {val}",
             "add {t}, 1",
-            "mov qword ptr [{sh}], {t}",
+            "mov qword ptr [{base} + {c} + 8], {t}",
             "5:",
             rseq_tail!(),
             off = in(reg) s.area(),
             base = in(reg) s.base(),
             nr = const N,
-            cap = in(reg) s.cap(),
             val = in(reg) val,
             rcs = const RSEQ_CS,
             cpu = const ID,
@@ -499,10 +506,11 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
 }
 
 /// The section of [`pop_many`] and [`push_many`]: `$body` moves up to
-/// `$len` entries between the sheaf and the caller's array at `{arr}`
-/// (the sheaf's size in `{t}`, `{k}` counting from 0) and ends with the
-/// commit (the size store, the section's last instruction); `{k}` is the
-/// count moved, 0 for a CPU without a record or a main sheaf.
+/// `$len` entries between the sheaf at `{sh}` and the caller's array at
+/// `{arr}` (the sheaf's size in `{t}`, `{k}` counting from 0) and ends
+/// with the commit (the size store into the record `{r}`, the section's
+/// last instruction); `{k}` is the count moved, 0 for a CPU without a
+/// record or a main sheaf.
 macro_rules! many_section {
     ($s:ident, $arr:expr, $len:expr, [$($body:literal),*]) => {{
         debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
@@ -519,13 +527,13 @@ macro_rules! many_section {
                 off = in(reg) $s.area(),
                 base = in(reg) $s.base(),
                 nr = const N,
-                cap = in(reg) $s.cap(),
                 arr = in(reg) $arr,
                 len = in(reg) $len,
                 rcs = const RSEQ_CS,
                 cpu = const ID,
                 k = out(reg) k,
                 t = out(reg) _,
+                r = out(reg) _,
                 c = out(reg) _,
                 sh = out(reg) _,
                 v = out(reg) _,
@@ -552,9 +560,11 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
         out.as_mut_ptr(),
         out.len(),
         [
-            // t = size, refused above the capacity; c = min(t, len)
-            "cmp {t}, {cap}",
+            // t = count, nothing above the limit (no main sheaf: limit 0,
+            // count 0 or stale); c = min(t, len)
+            "cmp {t}, qword ptr [{r} + 16]",
             "ja 5f",
+            "mov {sh}, qword ptr [{r}]",
             "mov {c}, {t}",
             "cmp {c}, {len}",
             "cmova {c}, {len}",
@@ -567,7 +577,7 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{sh}], {t}"
+            "mov qword ptr [{r} + 8], {t}"
         ]
     )
 }
@@ -587,10 +597,12 @@ pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> 
         src.as_ptr(),
         src.len(),
         [
-            // t = size; c = min(cap - t, len), nothing when full
-            "mov {c}, {cap}",
+            // t = count; c = min(limit - t, len), nothing when full or
+            // without a main sheaf (limit 0)
+            "mov {c}, qword ptr [{r} + 16]",
             "sub {c}, {t}",
             "jbe 5f",
+            "mov {sh}, qword ptr [{r}]",
             "cmp {c}, {len}",
             "cmova {c}, {len}",
             "test {c}, {c}",
@@ -602,7 +614,7 @@ pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> 
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{sh}], {t}"
+            "mov qword ptr [{r} + 8], {t}"
         ]
     )
 }
@@ -657,10 +669,10 @@ macro_rules! free_push_section {
                 "add {c}, {base}",
                 // off = obj - base < span in the address's way, vgen == gen
                 "mov {t}, {obj}",
-                "sub {t}, qword ptr [{c} + {e} + 24]",
-                "cmp {t}, qword ptr [{c} + {e} + 32]",
+                "sub {t}, qword ptr [{c} + {e} + 40]",
+                "cmp {t}, qword ptr [{c} + {e} + 48]",
                 "jae {miss}",
-                "mov rax, qword ptr [{c} + 16]",
+                "mov rax, qword ptr [{c} + 32]",
                 "cmp rax, qword ptr [{k} + 24]",
                 "jne {miss}",
                 // an object boundary: ((off * recip) >> 64) * size == off
@@ -670,17 +682,16 @@ macro_rules! free_push_section {
                 "cmp rdx, {t}",
                 "jne {miss}",
                 $($mark,)*
-                "mov {sh}, qword ptr [{c}]",
-                "test {sh}, {sh}",
-                "jz {full}",
-                "mov {t}, qword ptr [{sh}]",
-                "cmp {t}, qword ptr [{k} + 40]",
+                // count below limit (no main sheaf: limit 0)
+                "mov {t}, qword ptr [{c} + 8]",
+                "cmp {t}, qword ptr [{c} + 16]",
                 "jae {full}",
+                "mov {sh}, qword ptr [{c}]",
                 $($encode,)*
                 $($top,)*
                 concat!("mov qword ptr [{sh} + 8*{t} + 16], ", $entry),
                 "add {t}, 1",
-                "mov qword ptr [{sh}], {t}",
+                "mov qword ptr [{c} + 8], {t}",
                 "5:",
                 rseq_tail!(),
                 off = in(reg) $s.area(),
@@ -779,9 +790,9 @@ pub unsafe fn range<const N: usize>(s: SheafSlots<'_, N>, way: usize) -> (usize,
             "2:",
             "xor {sp:e}, {sp:e}",
             rseq_enter!("5f"),
-            "mov {b}, qword ptr [{c} + {e} + 24]",
-            "mov {g}, qword ptr [{c} + 16]",
-            "mov {sp}, qword ptr [{c} + {e} + 32]",
+            "mov {b}, qword ptr [{c} + {e} + 40]",
+            "mov {g}, qword ptr [{c} + 32]",
+            "mov {sp}, qword ptr [{c} + {e} + 48]",
             "5:",
             rseq_tail!(),
             off = in(reg) s.area(),
@@ -826,18 +837,18 @@ pub unsafe fn set_range<const N: usize>(
             "2:",
             "xor {ok:e}, {ok:e}",
             rseq_enter!("5f"),
-            "mov qword ptr [{c} + {e} + 32], 0",
-            "cmp qword ptr [{c} + 16], {g}",
+            "mov qword ptr [{c} + {e} + 48], 0",
+            "cmp qword ptr [{c} + 32], {g}",
             "je 7f",
-            "mov qword ptr [{c} + 32], 0",
             "mov qword ptr [{c} + 48], 0",
             "mov qword ptr [{c} + 64], 0",
             "mov qword ptr [{c} + 80], 0",
-            "mov qword ptr [{c} + 16], {g}",
+            "mov qword ptr [{c} + 96], 0",
+            "mov qword ptr [{c} + 32], {g}",
             "7:",
-            "mov qword ptr [{c} + {e} + 24], {b}",
+            "mov qword ptr [{c} + {e} + 40], {b}",
             "mov {ok:e}, 1",
-            "mov qword ptr [{c} + {e} + 32], {sp}",
+            "mov qword ptr [{c} + {e} + 48], {sp}",
             "5:",
             rseq_tail!(),
             off = in(reg) s.area(),
@@ -859,10 +870,13 @@ pub unsafe fn set_range<const N: usize>(
 
 /// `this_cpu_cmpxchg` of a sheaf word (see
 /// [`Platform::this_cpu_cmpxchg`](crate::Platform::this_cpu_cmpxchg)).
+/// For [`SheafWord::Main`] only from 0 (an install, [`install_main`]) or
+/// to 0 (a take of exactly `old`).
 ///
 /// # Safety
 ///
-/// As [`pop`].
+/// As [`pop`]; a non-zero `new` is a detached sheaf (of `s.cap()`
+/// entries) the caller owns.
 #[inline(always)]
 pub unsafe fn cmpxchg<const N: usize>(
     s: SheafSlots<'_, N>,
@@ -870,6 +884,15 @@ pub unsafe fn cmpxchg<const N: usize>(
     old: usize,
     new: usize,
 ) -> bool {
+    if w == SheafWord::Main {
+        if old == 0 {
+            // SAFETY: the caller's contract.
+            return new == 0 || unsafe { install_main(s, new) };
+        }
+        debug_assert_eq!(new, 0, "a main sheaf replaced in one exchange");
+        // SAFETY: the caller's contract.
+        return unsafe { take_main(s, old) } == Some(old);
+    }
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     // SAFETY: caller's contract; the commit is one `lock cmpxchg`.
@@ -904,7 +927,8 @@ pub unsafe fn cmpxchg<const N: usize>(
 
 /// `this_cpu_xchg` of a sheaf word (see
 /// [`Platform::this_cpu_xchg`](crate::Platform::this_cpu_xchg)): `None`
-/// when the CPU has no record.
+/// when the CPU has no record. For [`SheafWord::Main`] only to 0 (a take,
+/// [`take_main`]).
 ///
 /// # Safety
 ///
@@ -915,6 +939,11 @@ pub unsafe fn xchg<const N: usize>(
     w: SheafWord,
     new: usize,
 ) -> Option<usize> {
+    if w == SheafWord::Main {
+        debug_assert_eq!(new, 0, "a main sheaf replaced in one exchange");
+        // SAFETY: the caller's contract.
+        return unsafe { take_main(s, 0) };
+    }
     debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     let ok: usize;
     let old: usize;
@@ -947,6 +976,123 @@ pub unsafe fn xchg<const N: usize>(
         )
     };
     (ok != 0).then_some(old)
+}
+
+/// Takes the running CPU's main sheaf: `None` without a record, `Some(0)`
+/// without a main sheaf, else `Some(sheaf)` with its size (the record's
+/// `count`) stored into its size word. With `only` not 0, a main sheaf
+/// other than `only` is left installed (and returned, not taken): a
+/// compare-exchange. The commit is a `lock cmpxchg` of `limit` to 0 from
+/// the value read (a remote take in between makes it fail: the section
+/// starts again and finds no sheaf); the size word is written before it
+/// (the sheaf is still installed, so nothing else reads that word, and a
+/// restart writes it again).
+///
+/// # Safety
+///
+/// As [`pop`].
+#[inline(always)]
+pub unsafe fn take_main<const N: usize>(s: SheafSlots<'_, N>, only: usize) -> Option<usize> {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
+    let ok: usize;
+    let sh: usize;
+    // SAFETY: caller's contract (see above).
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            "xor {sh:e}, {sh:e}",
+            rseq_enter!("7f"),
+            "mov rax, qword ptr [{c} + 16]",
+            "test rax, rax",
+            "jz 8f",
+            "mov {sh}, qword ptr [{c}]",
+            "test {only}, {only}",
+            "jz 9f",
+            "cmp {sh}, {only}",
+            "jne 8f",
+            "9:",
+            "mov {t}, qword ptr [{c} + 8]",
+            "mov qword ptr [{sh}], {t}",
+            "xor {t:e}, {t:e}",
+            "lock cmpxchg qword ptr [{c} + 16], {t}",
+            "5:",
+            "jne 2b",
+            "8:",
+            "mov {ok:e}, 1",
+            "7:",
+            rseq_tail!(),
+            off = in(reg) s.area(),
+            base = in(reg) s.base(),
+            nr = const N,
+            only = in(reg) only,
+            rcs = const RSEQ_CS,
+            cpu = const ID,
+            ok = out(reg) ok,
+            sh = out(reg) sh,
+            t = out(reg) _,
+            c = out(reg) _,
+            out("rax") _,
+            options(nostack)
+        )
+    };
+    (ok != 0).then_some(sh)
+}
+
+/// Installs the detached sheaf `sh` as the running CPU's main sheaf:
+/// false (nothing changed) when the CPU has no record or already has a
+/// main sheaf (or a remote taker is reading it: `busy`), or `sh`'s size
+/// word exceeds `s.cap()`. The section stores the address and the size
+/// into the record (no section reads them while `limit` is 0) and
+/// commits by storing `limit` (the capacity). (`limit` is read before
+/// `busy`: a taker raises `busy` before it clears `limit`, so an install
+/// that sees the cleared `limit` sees `busy` up.)
+///
+/// # Safety
+///
+/// As [`pop`]; `sh` is a detached sheaf of `s.cap()` entries the caller
+/// owns.
+#[inline(always)]
+pub unsafe fn install_main<const N: usize>(s: SheafSlots<'_, N>, sh: usize) -> bool {
+    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
+    // SAFETY: the caller's: a sheaf it owns.
+    let n = unsafe { *(sh as *const usize) };
+    let cap = s.cap();
+    if n > cap || cap == 0 {
+        return false;
+    }
+    let ok: usize;
+    // SAFETY: caller's contract (see above).
+    unsafe {
+        asm!(
+            "2:",
+            "xor {ok:e}, {ok:e}",
+            rseq_enter!("7f"),
+            "cmp qword ptr [{c} + 16], 0",
+            "jne 7f",
+            "cmp qword ptr [{c} + 104], 0",
+            "jne 7f",
+            "mov qword ptr [{c}], {sh}",
+            "mov qword ptr [{c} + 8], {n}",
+            "mov {ok:e}, 1",
+            "mov qword ptr [{c} + 16], {cap}",
+            "5:",
+            "7:",
+            rseq_tail!(),
+            off = in(reg) s.area(),
+            base = in(reg) s.base(),
+            nr = const N,
+            sh = in(reg) sh,
+            n = in(reg) n,
+            cap = in(reg) cap,
+            rcs = const RSEQ_CS,
+            cpu = const ID,
+            ok = out(reg) ok,
+            c = out(reg) _,
+            options(nostack)
+        )
+    };
+    ok != 0
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
@@ -1009,6 +1155,31 @@ pub fn remote_xchg<const N: usize>(
     let r = s.record(cpu)?;
     if !fence_available() {
         return None;
+    }
+    if w == SheafWord::Main {
+        debug_assert_eq!(new, 0, "a main sheaf installed remotely");
+        // `busy` first (no install starts: the words stay the taken
+        // sheaf's), then `limit` cleared (no pop or push starts); after
+        // the fence no section on that CPU can still commit a `count`
+        // (they restart and see no sheaf), so the words read then are
+        // final.
+        if r.busy.swap(1, Ordering::AcqRel) != 0 {
+            // Another remote taker is at it: that one drains the CPU.
+            return None;
+        }
+        let lim = r.limit.swap(0, Ordering::AcqRel);
+        let mut sh = 0;
+        if lim != 0 {
+            let fenced = fence();
+            debug_assert!(fenced, "membarrier registered, then refused");
+            sh = r.main.load(Ordering::Acquire);
+            let n = r.count.load(Ordering::Acquire);
+            // SAFETY: a non-zero limit means `sh` was the installed
+            // sheaf, now ours.
+            unsafe { AtomicUsize::from_ptr(sh as *mut usize) }.store(n, Ordering::Relaxed);
+        }
+        r.busy.store(0, Ordering::Release);
+        return Some(sh);
     }
     let old = crate::this_cpu::word_of(r, w).swap(new, Ordering::AcqRel);
     // (Registered, the fence cannot fail: it only restarts sections.)

@@ -10,10 +10,11 @@
 //! one restarts it from the beginning on whatever CPU it then runs on, and
 //! the operation's last store is its commit.
 //!
-//! The words of one CPU form a [`CpuSheaves`] record: the main and spare
-//! sheaf (each 0 or the address of a sheaf: word 0 its size, word 1 a link,
-//! then the entries, [`SHEAF_HDR_WORDS`]) and the slab range the CPU's last
-//! validated free belonged to. [`SheafSlots`] names the records of all
+//! The words of one CPU form a [`CpuSheaves`] record: the main sheaf (its
+//! address, size and capacity: the size kept in the record while it is
+//! installed), the spare sheaf (0 or the address of a sheaf: word 0 its
+//! size, word 1 a link, then the entries, [`SHEAF_HDR_WORDS`]) and the
+//! slab ranges the CPU's last validated frees belonged to. [`SheafSlots`] names the records of all
 //! CPUs (CPU `c`'s record is `base + c * stride`).
 //!
 //! The [`Platform`](crate::Platform) methods `this_cpu_*` implement the
@@ -94,29 +95,52 @@ const _: () = assert!(core::mem::align_of::<SheafRecord<()>>() == SHEAF_RECORD_S
 
 /// One CPU's sheaf words (`struct slub_percpu_sheaves`, plus the slab
 /// ranges of the CPU's last validated frees). Field offsets are part of
-/// the restartable sequences' ABI: `main` 0, `spare` 8, `vgen` 16, way `i`
-/// of `ranges` at `24 + 16 * i` (`base`, then `span`).
+/// the restartable sequences' ABI: `main` 0, `count` 8, `limit` 16,
+/// `spare` 24, `vgen` 32, way `i` of `ranges` at `40 + 16 * i` (`base`,
+/// then `span`).
+///
+/// The main sheaf's size lives here (`count`), not in the sheaf's size
+/// word, while the sheaf is installed, and `limit` says whether one is:
+/// 0 for none, else its capacity. A pop or push reads `count` and
+/// `limit` (one line with `main`) and commits by storing `count`: one
+/// dependent load fewer than through the sheaf's header (tcmalloc keeps
+/// its per-CPU headers the same way). Taking the main sheaf stores its
+/// size into the sheaf's size word and clears `limit`; installing one
+/// copies its size word into `count` and sets `limit` last. A remote
+/// taker (`rseq`'s drains) raises `busy` (no install starts while it is
+/// up), clears `limit` and then fences the CPU ([`rseq::fence`](crate::rseq::fence)):
+/// a section that read the old words either commits before the fence
+/// (its `count` is what the taker then reads) or restarts and sees no
+/// sheaf, because the commit writes `count` only, never `limit`.
 ///
 /// ```
 /// use local_lock::this_cpu::CpuSheaves;
 /// let r = CpuSheaves::new();
-/// assert_eq!(r.main.load(core::sync::atomic::Ordering::Relaxed), 0);
-/// assert_eq!(core::mem::offset_of!(CpuSheaves, vgen), 16);
-/// assert_eq!(core::mem::offset_of!(CpuSheaves, ranges), 24);
+/// assert_eq!(r.limit.load(core::sync::atomic::Ordering::Relaxed), 0);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, count), 8);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, vgen), 32);
+/// assert_eq!(core::mem::offset_of!(CpuSheaves, ranges), 40);
 /// assert!(core::mem::size_of::<CpuSheaves>() <= 128);
 /// ```
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct CpuSheaves {
-    /// The main sheaf (0: none).
+    /// The main sheaf (meaningful while `limit` is not 0).
     pub main: AtomicUsize,
-    /// The spare sheaf (0: none).
+    /// The main sheaf's size (meaningful while `limit` is not 0).
+    pub count: AtomicUsize,
+    /// 0: no main sheaf; else its capacity (pops and pushes stay below).
+    pub limit: AtomicUsize,
+    /// The spare sheaf (0: none; its size in its own size word).
     pub spare: AtomicUsize,
     /// The cache's discard count when the ranges were recorded (all ways
     /// are emptied when it moves on).
     pub vgen: AtomicUsize,
     /// The validated ranges, by [`range_way`].
     pub ranges: [VRange; RANGE_WAYS],
+    /// Non-zero while a remote taker reads the main sheaf's words (an
+    /// install then fails).
+    pub busy: AtomicUsize,
 }
 
 impl CpuSheaves {
@@ -124,6 +148,8 @@ impl CpuSheaves {
     pub const fn new() -> Self {
         CpuSheaves {
             main: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
             spare: AtomicUsize::new(0),
             vgen: AtomicUsize::new(0),
             ranges: [const {
@@ -132,6 +158,7 @@ impl CpuSheaves {
                     span: AtomicUsize::new(0),
                 }
             }; RANGE_WAYS],
+            busy: AtomicUsize::new(0),
         }
     }
 }
@@ -254,12 +281,13 @@ fn free_push_with<const PLAIN: bool, const MARK: bool>(
         sheaf_word(obj, 0).store(key, Ordering::Relaxed);
     }
     let entry = if PLAIN { obj } else { obj ^ key };
-    let main = r.main.load(Ordering::Relaxed);
-    if MARK && main != 0 {
-        let n = sheaf_word(main, 0).load(Ordering::Relaxed);
+    if MARK {
+        let n = r.count.load(Ordering::Relaxed);
         // At an empty sheaf this reads the link word, never an entry.
-        if n < chk.cap.load(Ordering::Relaxed)
-            && sheaf_word(main, n + SHEAF_HDR_WORDS - 1).load(Ordering::Relaxed) == entry
+        if n < r.limit.load(Ordering::Relaxed)
+            && sheaf_word(r.main.load(Ordering::Relaxed), n + SHEAF_HDR_WORDS - 1)
+                .load(Ordering::Relaxed)
+                == entry
         {
             return FreePush::Marked;
         }
@@ -275,10 +303,12 @@ fn free_push_with<const PLAIN: bool, const MARK: bool>(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum SheafWord {
-    /// [`CpuSheaves::main`].
+    /// [`CpuSheaves::main`], with its `count` and `limit`: an exchange
+    /// takes the installed sheaf (its size stored into its size word) or
+    /// installs one (its size word copied into `count`).
     Main = 0,
     /// [`CpuSheaves::spare`].
-    Spare = 8,
+    Spare = 24,
 }
 
 /// The [`CpuSheaves`] records of `nr` CPUs, `stride` bytes apart, and the
@@ -400,40 +430,36 @@ fn sheaf_word(sh: usize, i: usize) -> &'static AtomicUsize {
 
 /// Pops the last entry of `r`'s main sheaf (0 if none); the record is
 /// the caller's for the duration (pinned with interrupts off, or locked).
+/// (`cap` is the sheaves' capacity; the record's `limit` bounds the
+/// pop.)
 #[inline(always)]
 pub fn pop_in(r: &CpuSheaves, cap: usize) -> usize {
-    let sh = r.main.load(Ordering::Relaxed);
-    if sh == 0 {
+    let _ = cap;
+    let i = r.count.load(Ordering::Relaxed).wrapping_sub(1);
+    if i >= r.limit.load(Ordering::Relaxed) {
         return 0;
     }
-    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
-    let i = n.wrapping_sub(1);
-    if i >= cap {
-        return 0;
-    }
-    let v = sheaf_word(sh, SHEAF_HDR_WORDS + i).load(Ordering::Relaxed);
-    sheaf_word(sh, 0).store(i, Ordering::Relaxed);
+    let v = sheaf_word(r.main.load(Ordering::Relaxed), SHEAF_HDR_WORDS + i).load(Ordering::Relaxed);
+    r.count.store(i, Ordering::Relaxed);
     v
 }
 
 /// Pops up to `out.len()` entries of `r`'s main sheaf into `out`, the
 /// last one first (as that many [`pop_in`]s); returns how many (0 when
-/// it has none or its size word exceeds `cap`).
+/// it has none).
 #[inline(always)]
 pub fn pop_many_in(r: &CpuSheaves, cap: usize, out: &mut [usize]) -> usize {
-    let sh = r.main.load(Ordering::Relaxed);
-    if sh == 0 {
-        return 0;
-    }
-    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
-    if n > cap {
+    let _ = cap;
+    let n = r.count.load(Ordering::Relaxed);
+    if n > r.limit.load(Ordering::Relaxed) {
         return 0;
     }
     let k = n.min(out.len());
+    let sh = r.main.load(Ordering::Relaxed);
     for (j, o) in out[..k].iter_mut().enumerate() {
         *o = sheaf_word(sh, SHEAF_HDR_WORDS + n - 1 - j).load(Ordering::Relaxed);
     }
-    sheaf_word(sh, 0).store(n - k, Ordering::Relaxed);
+    r.count.store(n - k, Ordering::Relaxed);
     k
 }
 
@@ -442,39 +468,121 @@ pub fn pop_many_in(r: &CpuSheaves, cap: usize, out: &mut [usize]) -> usize {
 /// has none or it is full).
 #[inline(always)]
 pub fn push_many_in(r: &CpuSheaves, cap: usize, src: &[usize]) -> usize {
+    let _ = cap;
+    let n = r.count.load(Ordering::Relaxed);
+    let lim = r.limit.load(Ordering::Relaxed);
+    if n >= lim {
+        return 0;
+    }
+    let k = (lim - n).min(src.len());
     let sh = r.main.load(Ordering::Relaxed);
-    if sh == 0 {
-        return 0;
-    }
-    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
-    if n >= cap {
-        return 0;
-    }
-    let k = (cap - n).min(src.len());
     for (j, &v) in src[..k].iter().enumerate() {
         sheaf_word(sh, SHEAF_HDR_WORDS + n + j).store(v, Ordering::Relaxed);
     }
-    sheaf_word(sh, 0).store(n + k, Ordering::Relaxed);
+    r.count.store(n + k, Ordering::Relaxed);
     k
 }
 
 /// Pushes `v` onto `r`'s main sheaf; false if there is none or it is full.
 #[inline(always)]
 pub fn push_in(r: &CpuSheaves, cap: usize, v: usize) -> bool {
-    let sh = r.main.load(Ordering::Relaxed);
-    if sh == 0 {
+    let _ = cap;
+    let n = r.count.load(Ordering::Relaxed);
+    if n >= r.limit.load(Ordering::Relaxed) {
         return false;
     }
-    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
-    if n >= cap {
-        return false;
-    }
-    sheaf_word(sh, SHEAF_HDR_WORDS + n).store(v, Ordering::Relaxed);
-    sheaf_word(sh, 0).store(n + 1, Ordering::Relaxed);
+    sheaf_word(r.main.load(Ordering::Relaxed), SHEAF_HDR_WORDS + n).store(v, Ordering::Relaxed);
+    r.count.store(n + 1, Ordering::Relaxed);
     true
 }
 
-/// The word `w` of `r`.
+/// The main sheaf of `r` (0: none), as an exchange of [`SheafWord::Main`]
+/// sees it.
+#[inline(always)]
+pub fn main_of(r: &CpuSheaves) -> usize {
+    if r.limit.load(Ordering::Relaxed) == 0 {
+        0
+    } else {
+        r.main.load(Ordering::Relaxed)
+    }
+}
+
+/// Takes `r`'s main sheaf (0 if none): its size stored into its size
+/// word, `limit` cleared (the record's holder: pinned, locked, or the
+/// only user).
+#[inline(always)]
+pub fn take_main_in(r: &CpuSheaves) -> usize {
+    if r.limit.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let sh = r.main.load(Ordering::Relaxed);
+    sheaf_word(sh, 0).store(r.count.load(Ordering::Relaxed), Ordering::Relaxed);
+    r.limit.store(0, Ordering::Release);
+    sh
+}
+
+/// Installs `sh` (its size from its size word) as `r`'s main sheaf of
+/// capacity `cap`; false (nothing changed) when `r` has one, or the size
+/// word exceeds `cap`.
+#[inline(always)]
+pub fn install_main_in(r: &CpuSheaves, cap: usize, sh: usize) -> bool {
+    let n = sheaf_word(sh, 0).load(Ordering::Relaxed);
+    if r.limit.load(Ordering::Relaxed) != 0 || n > cap || cap == 0 {
+        return false;
+    }
+    r.main.store(sh, Ordering::Relaxed);
+    r.count.store(n, Ordering::Relaxed);
+    r.limit.store(cap, Ordering::Release);
+    true
+}
+
+/// `this_cpu_xchg` of word `w` of `r` by its holder: the old value (for
+/// [`SheafWord::Main`]: the main sheaf taken, then `new` installed unless
+/// 0).
+#[inline(always)]
+pub fn xchg_in(r: &CpuSheaves, cap: usize, w: SheafWord, new: usize) -> usize {
+    match w {
+        SheafWord::Main => {
+            let old = take_main_in(r);
+            if new != 0 {
+                let ok = install_main_in(r, cap, new);
+                debug_assert!(ok, "a sheaf larger than its capacity");
+            }
+            old
+        }
+        SheafWord::Spare => r.spare.swap(new, Ordering::AcqRel),
+    }
+}
+
+/// `this_cpu_cmpxchg` of word `w` of `r` by its holder from `old` to
+/// `new` (for [`SheafWord::Main`], as [`main_of`] reads it, by
+/// [`take_main_in`] and [`install_main_in`]).
+#[inline(always)]
+pub fn cmpxchg_in(r: &CpuSheaves, cap: usize, w: SheafWord, old: usize, new: usize) -> bool {
+    match w {
+        SheafWord::Main => {
+            if main_of(r) != old {
+                return false;
+            }
+            if new != 0 {
+                let n = sheaf_word(new, 0).load(Ordering::Relaxed);
+                if n > cap || cap == 0 {
+                    return false;
+                }
+            }
+            take_main_in(r);
+            new == 0 || install_main_in(r, cap, new)
+        }
+        SheafWord::Spare => r
+            .spare
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok(),
+    }
+}
+
+/// The word `w` of `r` (for [`SheafWord::Main`] the sheaf's address,
+/// which means something only while `r.limit` is not 0: exchanges of it
+/// go through [`xchg_in`] and [`cmpxchg_in`]).
 #[inline(always)]
 pub fn word_of(r: &CpuSheaves, w: SheafWord) -> &AtomicUsize {
     match w {

@@ -253,9 +253,7 @@ fn sheaf_ops_keep_every_token(
             *w.add(SHEAF_HDR_WORDS + 1) = 16;
             *w = 2;
         }
-        recs[0]
-            .main
-            .store(first, core::sync::atomic::Ordering::Relaxed);
+        assert!(local_lock::this_cpu::install_main_in(&recs[0], CAP, first));
         let pop = {
             let p = p.clone();
             thread::spawn(move || {
@@ -290,7 +288,7 @@ fn sheaf_ops_keep_every_token(
         all.extend(slow.join().unwrap());
         for r in recs {
             for sh in [
-                r.main.load(core::sync::atomic::Ordering::Relaxed),
+                local_lock::this_cpu::take_main_in(r),
                 r.spare.load(core::sync::atomic::Ordering::Relaxed),
             ] {
                 if sh != 0 {

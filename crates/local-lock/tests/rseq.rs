@@ -340,7 +340,7 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         FreePush::Marked,
         "a double free"
     );
-    assert_eq!(words(main)[0], 1);
+    assert_eq!(installed_count(&R2, main), 1);
     assert_eq!(
         words(main)[SHEAF_HDR_WORDS],
         obj ^ 0x5a5a_5a5a_0000_00c3,
@@ -359,7 +359,7 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
         FreePush::Pushed,
         "not the top entry: taken"
     );
-    assert_eq!(words(main)[0], 3);
+    assert_eq!(installed_count(&R2, main), 3);
     chk.gen.store(9, ord);
     assert_eq!(
         this_cpu!(p.this_cpu_free_push(s, &chk, base + 64)),
@@ -391,12 +391,12 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
     // The unhardened section: the same validation, a plain entry, no
     // marker and no top-entry refusal; and the generic steps agree.
     let main2 = new_sheaf();
-    assert!(this_cpu!(p.this_cpu_cmpxchg(
-        s,
-        SheafWord::Main,
-        main,
-        main2
-    )));
+    assert_eq!(
+        this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0)),
+        Some(main)
+    );
+    assert_eq!(words(main)[0], CAP, "the size stored back when taken");
+    assert!(this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, main2)));
     let o = base + 192;
     // SAFETY: our slab.
     unsafe { *(o as *mut usize) = 7 };
@@ -412,21 +412,38 @@ fn restartable_ranges_and_free_push_match_the_generic_steps() {
             "push {n}: no top-entry check"
         );
     }
+    assert_eq!(installed_count(&R2, main2), 2);
+    assert_eq!(
+        this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0)),
+        Some(main2)
+    );
     assert_eq!(&words(main2)[..SHEAF_HDR_WORDS + 2], &[2, 0, o, o]);
     // SAFETY: as above.
     assert_eq!(unsafe { *(o as *const usize) }, 7, "the object untouched");
     let r = CpuSheaves::new();
     let sh = new_sheaf();
-    r.main.store(sh, ord);
+    assert!(local_lock::this_cpu::install_main_in(&r, CAP, sh));
     r.vgen.store(8, ord);
     local_lock::this_cpu::set_range_in(&r, way, base, 256, 8);
     assert_eq!(
         local_lock::this_cpu::free_push_in_unmarked(&r, &chk, o),
         FreePush::Pushed
     );
+    assert_eq!(local_lock::this_cpu::take_main_in(&r), sh);
     assert_eq!(&words(sh)[..SHEAF_HDR_WORDS + 1], &[1, 0, o]);
     // SAFETY: as above.
     assert_eq!(unsafe { *(o as *const usize) }, 7, "the object untouched");
+}
+
+/// The size of `main` while it is installed in one of `recs` (kept in
+/// the record's `count`, not in the sheaf).
+fn installed_count(recs: &[SheafRecord<()>], main: usize) -> usize {
+    let r = recs
+        .iter()
+        .map(|r| &r.sheaves)
+        .find(|r| r.limit.load(Ordering::Relaxed) != 0 && r.main.load(Ordering::Relaxed) == main)
+        .expect("installed");
+    r.count.load(Ordering::Relaxed)
 }
 
 /// The slots are concurrency ids (`mm_cid`): a process of one thread is
@@ -471,4 +488,72 @@ fn a_process_of_one_thread_is_slot_0_on_every_cpu() {
         2 => eprintln!("fewer than 2 CPUs allowed: skipped"),
         s => assert_eq!(s, 0, "a process of one thread used a slot other than 0"),
     }
+}
+
+/// The main sheaf's size lives in the record while the sheaf is
+/// installed: pops and pushes move `count` and leave the sheaf's size
+/// word alone; a take stores the size back. An install while a remote
+/// taker reads the record's words (`busy` up, between clearing `limit`
+/// and reading `main` and `count`) fails: otherwise the taker would read
+/// the new sheaf's words and take a sheaf installed on the CPU (two
+/// owners), and the sheaf it cleared would be lost.
+#[test]
+fn an_install_waits_for_a_remote_taker_and_sizes_live_in_the_record() {
+    let p = RseqCpu::new();
+    if !p.restartable() {
+        return;
+    }
+    static R3: [SheafRecord<()>; NR] = [const { SheafRecord::new(()) }; NR];
+    // SAFETY: NR records one SheafRecord apart; sheaves of CAP entries.
+    let s = unsafe { SheafSlots::<NR>::new(R3.as_ptr().cast(), SHEAF_RECORD_STRIDE, CAP) }
+        .with_area(local_lock::rseq::area());
+    let sh = new_sheaf();
+    words(sh)[0] = 2;
+    words(sh)[SHEAF_HDR_WORDS] = 16;
+    words(sh)[SHEAF_HDR_WORDS + 1] = 24;
+    for r in &R3 {
+        r.sheaves.busy.store(1, Ordering::Relaxed);
+    }
+    assert!(
+        !this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)),
+        "installed under a remote taker"
+    );
+    for r in &R3 {
+        r.sheaves.busy.store(0, Ordering::Relaxed);
+    }
+    assert!(this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, sh)));
+    let other = new_sheaf();
+    assert!(
+        !this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, other)),
+        "a second main sheaf"
+    );
+    assert_eq!(this_cpu!(p.this_cpu_sheaf_pop(s)), 24);
+    assert!(this_cpu!(p.this_cpu_sheaf_push(s, 32)));
+    assert!(this_cpu!(p.this_cpu_sheaf_push(s, 40)));
+    assert_eq!(
+        words(sh)[0],
+        2,
+        "the sheaf's size word untouched while installed"
+    );
+    assert_eq!(installed_count(&R3, sh), 3);
+    // Taken (locally, or by a remote taker from any thread): the size
+    // stored back, and the CPU has no main sheaf any more.
+    let cpu = R3
+        .iter()
+        .position(|r| r.sheaves.limit.load(Ordering::Relaxed) != 0)
+        .expect("installed");
+    let taken = if local_lock::rseq::fence_available() {
+        p.remote_sheaf_xchg(s, cpu, SheafWord::Main, 0)
+    } else {
+        this_cpu!(p.this_cpu_xchg(s, SheafWord::Main, 0))
+    };
+    assert_eq!(taken, Some(sh));
+    assert_eq!(&words(sh)[..SHEAF_HDR_WORDS + 3], &[3, 0, 16, 32, 40]);
+    assert_eq!(R3[cpu].sheaves.limit.load(Ordering::Relaxed), 0);
+    assert_eq!(R3[cpu].sheaves.busy.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        p.remote_sheaf_xchg(s, cpu, SheafWord::Main, 0).unwrap_or(0),
+        0
+    );
+    assert!(this_cpu!(p.this_cpu_cmpxchg(s, SheafWord::Main, 0, other)));
 }

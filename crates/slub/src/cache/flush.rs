@@ -121,7 +121,7 @@ impl<S: SlabSource, P: Platform, const N: usize> KmemCache<S, P, N> {
         for i in 0..N {
             let r = self.fast.sheaves(i);
             let sh = [
-                r.main.swap(0, CoreOrdering::Relaxed),
+                local_lock::this_cpu::take_main_in(r),
                 r.spare.swap(0, CoreOrdering::Relaxed),
             ];
             self.drop_sheaves(sh);
