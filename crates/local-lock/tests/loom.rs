@@ -363,3 +363,214 @@ fn this_cpu_bulk_sheaf_ops_keep_every_token() {
         mine
     });
 }
+
+/// The protocol of the restartable sections on the main sheaf's words
+/// (`rseq.rs`; issue #16): the sheaf's size lives in the CPU record
+/// (`count`) while it is installed, `limit` says whether one is, pops and
+/// pushes commit by storing `count`, a local take commits by a
+/// compare-exchange of `limit` to 0, an install stores `main` and `count`
+/// and commits by storing `limit`, and a remote taker raises `busy`,
+/// clears `limit`, fences the CPU and only then reads `main` and `count`.
+/// Here every word is a loom atomic (each access an interleaving point);
+/// a section runs as its reads, then its commit under the CPU (a loom
+/// mutex holding a fence count): a fence between the two restarts it, as
+/// the kernel does when the membarrier's IPI finds the thread inside the
+/// section. The CPU's thread pops a token, takes the main sheaf, installs
+/// a sheaf of its own (one token) and pushes the popped token, while a
+/// remote taker drains it; every token is found exactly once. (Without
+/// `busy`, the install lands between the taker's fence and its reads: the
+/// taker takes the installed sheaf and the one it cleared is lost.)
+#[test]
+fn rseq_main_words_survive_a_remote_taker() {
+    use std::sync::atomic::AtomicUsize as Word;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    struct Rec {
+        main: AtomicUsize,
+        count: AtomicUsize,
+        limit: AtomicUsize,
+        busy: AtomicUsize,
+    }
+    fn new_sheaf(tokens: &[usize]) -> usize {
+        let w: &'static [Word] =
+            Box::leak((0..SHEAF_HDR_WORDS + CAP).map(|_| Word::new(0)).collect());
+        w[0].store(tokens.len(), Relaxed);
+        for (i, &t) in tokens.iter().enumerate() {
+            w[SHEAF_HDR_WORDS + i].store(t, Relaxed);
+        }
+        w.as_ptr() as usize
+    }
+    fn word(sh: usize, i: usize) -> &'static Word {
+        // SAFETY: a leaked sheaf of SHEAF_HDR_WORDS + CAP words.
+        unsafe { &*(sh as *const Word).add(i) }
+    }
+    fn drain(sh: usize, out: &mut Vec<usize>) {
+        for i in 0..word(sh, 0).load(Relaxed) {
+            out.push(word(sh, SHEAF_HDR_WORDS + i).load(Relaxed));
+        }
+        word(sh, 0).store(0, Relaxed);
+    }
+    /// One section: `read` until it commits (`Some`) or gives up without
+    /// a commit (`Err`), `commit` run under the CPU unless a fence came
+    /// in between (then the section starts again).
+    fn section<T, C>(
+        cpu: &loom::sync::Mutex<usize>,
+        mut read: impl FnMut() -> Result<C, T>,
+        commit: impl Fn(C) -> Option<T>,
+    ) -> T
+    where
+        C: Copy,
+    {
+        loop {
+            let start = *cpu.lock().unwrap();
+            let c = match read() {
+                Ok(c) => c,
+                Err(t) => return t,
+            };
+            let g = cpu.lock().unwrap();
+            if *g != start {
+                continue; // restarted by the fence
+            }
+            if let Some(t) = commit(c) {
+                drop(g);
+                return t;
+            }
+            drop(g);
+        }
+    }
+
+    model("rseq_main_words_survive_a_remote_taker", || {
+        let rec = Arc::new(Rec {
+            main: AtomicUsize::new(new_sheaf(&[8, 16])),
+            count: AtomicUsize::new(2),
+            limit: AtomicUsize::new(CAP),
+            busy: AtomicUsize::new(0),
+        });
+        let cpu = Arc::new(loom::sync::Mutex::new(0usize));
+        let local = {
+            let (r, cpu) = (rec.clone(), cpu.clone());
+            thread::spawn(move || {
+                let mut mine = Vec::new();
+                // pop
+                let popped = section(
+                    &cpu,
+                    || {
+                        let t = r.count.load(SeqCst).wrapping_sub(1);
+                        if t >= r.limit.load(SeqCst) {
+                            return Err(0);
+                        }
+                        let sh = r.main.load(SeqCst);
+                        Ok((t, word(sh, SHEAF_HDR_WORDS + t).load(Relaxed)))
+                    },
+                    |(t, v)| {
+                        r.count.store(t, SeqCst);
+                        Some(v)
+                    },
+                );
+                // take: the size stored back before the commit
+                let taken = section(
+                    &cpu,
+                    || {
+                        let l = r.limit.load(SeqCst);
+                        if l == 0 {
+                            return Err(0);
+                        }
+                        let sh = r.main.load(SeqCst);
+                        word(sh, 0).store(r.count.load(SeqCst), Relaxed);
+                        Ok((l, sh))
+                    },
+                    |(l, sh)| {
+                        r.limit
+                            .compare_exchange(l, 0, SeqCst, SeqCst)
+                            .ok()
+                            .map(|_| sh)
+                    },
+                );
+                if taken != 0 {
+                    drain(taken, &mut mine);
+                }
+                // install a sheaf of one token
+                let own = new_sheaf(&[24]);
+                let installed = section(
+                    &cpu,
+                    || {
+                        if r.limit.load(SeqCst) != 0 || r.busy.load(SeqCst) != 0 {
+                            return Err(false);
+                        }
+                        r.main.store(own, SeqCst);
+                        r.count.store(1, SeqCst);
+                        Ok(())
+                    },
+                    |()| {
+                        // (A plain store in the section. Here an exchange:
+                        // loom 0.7 lets the taker's `swap` read a value
+                        // older than a plain store it is ordered after,
+                        // an outcome x86, C11 and this section never
+                        // allow; a read-modify-write keeps them ordered.)
+                        r.limit.swap(CAP, SeqCst);
+                        Some(true)
+                    },
+                );
+                if !installed {
+                    drain(own, &mut mine);
+                }
+                // push the popped token back
+                if popped != 0 {
+                    let pushed = section(
+                        &cpu,
+                        || {
+                            let t = r.count.load(SeqCst);
+                            if t >= r.limit.load(SeqCst) {
+                                return Err(false);
+                            }
+                            let sh = r.main.load(SeqCst);
+                            word(sh, SHEAF_HDR_WORDS + t).store(popped, Relaxed);
+                            Ok(t)
+                        },
+                        |t| {
+                            r.count.store(t + 1, SeqCst);
+                            Some(true)
+                        },
+                    );
+                    if !pushed {
+                        mine.push(popped);
+                    }
+                }
+                mine
+            })
+        };
+        let remote = {
+            let (r, cpu) = (rec.clone(), cpu.clone());
+            thread::spawn(move || {
+                let mut got = Vec::new();
+                if r.busy.swap(1, SeqCst) != 0 {
+                    return got;
+                }
+                if r.limit.swap(0, SeqCst) != 0 {
+                    *cpu.lock().unwrap() += 1; // the fence
+                    let sh = r.main.load(SeqCst);
+                    word(sh, 0).store(r.count.load(SeqCst), Relaxed);
+                    drain(sh, &mut got);
+                }
+                r.busy.store(0, SeqCst);
+                got
+            })
+        };
+        let mine = local.join().unwrap();
+        let got = remote.join().unwrap();
+        let mut left = Vec::new();
+        if rec.limit.load(SeqCst) != 0 {
+            let sh = rec.main.load(SeqCst);
+            word(sh, 0).store(rec.count.load(SeqCst), Relaxed);
+            drain(sh, &mut left);
+        }
+        let mut all = [&mine[..], &got[..], &left[..]].concat();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            [8, 16, 24],
+            "a token was lost or duplicated (the CPU's thread {mine:?}, the remote taker \
+             {got:?}, left installed {left:?})"
+        );
+    });
+}
