@@ -50,8 +50,8 @@ total() {
 
 count() {
     local t1 t2 n1=$N1 n2=$N2
-    if [[ $3 == cycle || $3 == batch16384 ]]; then
-        # whole rounds of 16384 objects (4 and 10)
+    if [[ $3 == cycle || $3 == batch* ]]; then
+        # whole rounds of up to 16384 objects (4 and 10 of 16384)
         n1=65536 n2=163840
     fi
     t1=$(total "$1" "$2" "$3" $n1)
@@ -65,6 +65,11 @@ printf '%-20s %6s %-8s %8s %8s\n' config size shape count budget
 while read -r cfg size shape max; do
     [[ -z $cfg || $cfg == \#* ]] && continue
     n=$(count "$cfg" "$size" "$shape")
+    if [[ ! $max =~ ^[0-9]+$ ]]; then
+        # A peer's name: the peer's count of the same size and shape,
+        # measured now through the same loops, is the budget.
+        max=$(count "$max" "$size" "$shape")
+    fi
     verdict=ok
     if [[ -z ${ICOUNT_PRINT:-} && $n -gt $max ]]; then
         verdict="OVER BUDGET"

@@ -10,7 +10,9 @@
 //! the difference of the counts is the cost of one operation, without the
 //! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
 //! `plain` (sheaves, no hardening), `nosheaves` (neither),
-//! `nosheaves-hardened`. Shapes: `pair` (alloc + free), `pairdyn` (the same
+//! `nosheaves-hardened`; and the peers `mimalloc`, `jemalloc` and `glibc`
+//! (their `GlobalAlloc` through the same loops: `pair`, `pairdyn`,
+//! `batchK`, `churn`, `larsonK`), for the counts CI compares with them. Shapes: `pair` (alloc + free), `pairdyn` (the same
 //! with the layout through `black_box` at each call, so its class cannot be
 //! computed once for the loop: what a call through `__rust_alloc` or
 //! `malloc` pays), `global` (`std::alloc::alloc` and `dealloc` through
@@ -46,7 +48,9 @@ fn random_layout(x: &mut u64) -> Layout {
     Layout::from_size_align(16 + (*x as usize % 1009), 8).expect("layout")
 }
 
-fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
+/// The shapes of any `GlobalAlloc` (the peers' too); `bulkK` needs
+/// `slub` (a `GlobalSlub`'s kmalloc caches).
+fn run<A: GlobalAlloc>(h: &A, slub: Option<&GlobalSlub>, l: Layout, shape: &str, n: usize) {
     match shape {
         "pair" => {
             for _ in 0..n {
@@ -71,6 +75,7 @@ fn run(h: &GlobalSlub, l: Layout, shape: &str, n: usize) {
             // kmalloc cache, then kmem_cache_free_bulk of them (per
             // object): slub-prodcons's x64 rows on one thread.
             let k: usize = b["bulk".len()..].parse().expect("bulk size");
+            let h = slub.expect("bulkK counts a GlobalSlub config");
             let class = slub::kmalloc_class(l.size(), l.align()).expect("a kmalloc class");
             let c = &h.kmalloc().caches()[class];
             let mut v = vec![None; k];
@@ -191,6 +196,20 @@ fn main() {
     let size: usize = a.get(2).map_or(64, |s| s.parse().expect("size"));
     let shape = a.get(3).map_or("pair", |s| s.as_str());
     let n: usize = a.get(4).map_or(100_000, |s| s.parse().expect("count"));
+    let l = Layout::from_size_align(size, 8).expect("layout");
+    // The peers, through the same loops (their `GlobalAlloc` calls are
+    // not inlined into them: each crate's shim calls the C library).
+    let peer = |h: &dyn Fn(usize)| {
+        // Warm up: first use, thread caches, pages.
+        h(4096);
+        h(n);
+    };
+    match cfg {
+        "mimalloc" => return peer(&|k| run(&mimalloc::MiMalloc, None, l, shape, k)),
+        "jemalloc" => return peer(&|k| run(&tikv_jemallocator::Jemalloc, None, l, shape, k)),
+        "glibc" => return peer(&|k| run(&std::alloc::System, None, l, shape, k)),
+        _ => {}
+    }
     let h = match cfg {
         "default" => &DEFAULT,
         "plain" => &PLAIN,
@@ -203,8 +222,7 @@ fn main() {
     if std::env::var("PAIR_COUNT_PURGE").as_deref() == Ok("off") {
         h.pages().pcp().source().set_decay_paused(true);
     }
-    let l = Layout::from_size_align(size, 8).expect("layout");
     // Warm up: first use, slabs, sheaves.
-    run(h, l, shape, 4096);
-    run(h, l, shape, n);
+    run(h, Some(h), l, shape, 4096);
+    run(h, Some(h), l, shape, n);
 }
