@@ -349,8 +349,9 @@ macro_rules! rseq_enter {
 /// A main-sheaf section's entry (pop, push and the bulk ones): `{$zero}`
 /// cleared (the failure's result), the descriptor stored (label 3), the
 /// start (label 4), the CPU id (to 5 without a record), `{r}` = the CPU's
-/// record and `{t}` = its main sheaf's size (`count`; whether there is a
-/// main sheaf is the `limit` compare that follows).
+/// record's offset from `{base}` (addressed as `[{base} + {r}]`: no add
+/// on the way to the loads) and `{t}` = its main sheaf's size (`count`;
+/// whether there is a main sheaf is the `limit` compare that follows).
 macro_rules! sheaf_enter {
     ($zero:literal) => {
         concat!(
@@ -367,8 +368,7 @@ macro_rules! sheaf_enter {
             "cmp {r}, {nr}\n",
             "jae 5f\n",
             "shl {r}, 9\n",
-            "add {r}, {base}\n",
-            "mov {t}, qword ptr [{r} + 8]\n",
+            "mov {t}, qword ptr [{base} + {r} + 8]\n",
         )
     };
 }
@@ -410,11 +410,11 @@ macro_rules! pop_section {
             asm!(
                 sheaf_enter!("v"),
                 "sub {t}, 1",
-                "cmp {t}, qword ptr [{r} + 16]",
+                "cmp {t}, qword ptr [{base} + {r} + 16]",
                 "jae 5f",
-                "mov {sh}, qword ptr [{r}]",
+                "mov {sh}, qword ptr [{base} + {r}]",
                 "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
-                "mov qword ptr [{r} + 8], {t}",
+                "mov qword ptr [{base} + {r} + 8], {t}",
                 "5:",
                 rseq_tail!(),
                 off = in(reg) $s.area(),
@@ -508,7 +508,7 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
 /// The section of [`pop_many`] and [`push_many`]: `$body` moves up to
 /// `$len` entries between the sheaf at `{sh}` and the caller's array at
 /// `{arr}` (the sheaf's size in `{t}`, `{k}` counting from 0) and ends
-/// with the commit (the size store into the record `{r}`, the section's
+/// with the commit (the size store into the record at `{base} + {r}`, the section's
 /// last instruction); `{k}` is the count moved, 0 for a CPU without a
 /// record or a main sheaf.
 macro_rules! many_section {
@@ -562,9 +562,9 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
         [
             // t = count, nothing above the limit (no main sheaf: limit 0,
             // count 0 or stale); c = min(t, len)
-            "cmp {t}, qword ptr [{r} + 16]",
+            "cmp {t}, qword ptr [{base} + {r} + 16]",
             "ja 5f",
-            "mov {sh}, qword ptr [{r}]",
+            "mov {sh}, qword ptr [{base} + {r}]",
             "mov {c}, {t}",
             "cmp {c}, {len}",
             "cmova {c}, {len}",
@@ -577,7 +577,7 @@ pub unsafe fn pop_many<const N: usize>(s: SheafSlots<'_, N>, out: &mut [usize]) 
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{r} + 8], {t}"
+            "mov qword ptr [{base} + {r} + 8], {t}"
         ]
     )
 }
@@ -599,10 +599,10 @@ pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> 
         [
             // t = count; c = min(limit - t, len), nothing when full or
             // without a main sheaf (limit 0)
-            "mov {c}, qword ptr [{r} + 16]",
+            "mov {c}, qword ptr [{base} + {r} + 16]",
             "sub {c}, {t}",
             "jbe 5f",
-            "mov {sh}, qword ptr [{r}]",
+            "mov {sh}, qword ptr [{base} + {r}]",
             "cmp {c}, {len}",
             "cmova {c}, {len}",
             "test {c}, {c}",
@@ -614,7 +614,7 @@ pub unsafe fn push_many<const N: usize>(s: SheafSlots<'_, N>, src: &[usize]) -> 
             "add {k}, 1",
             "cmp {k}, {c}",
             "jb 7b",
-            "mov qword ptr [{r} + 8], {t}"
+            "mov qword ptr [{base} + {r} + 8], {t}"
         ]
     )
 }

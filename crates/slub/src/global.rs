@@ -398,6 +398,21 @@ impl GlobalSlub {
             kmalloc_class(layout.size(), layout.align())
         }
     }
+    /// The cache of an 8-byte aligned `size` up to
+    /// [`KMALLOC_MAX_CACHE_SIZE`]: one load of its byte offset from
+    /// [`CACHE_OFFSET`] and an add (the class's byte and a multiply by the
+    /// cache's size before: the multiply's three cycles sat on every
+    /// fast path's chain of dependent steps, from the size to the
+    /// entry).
+    #[inline(always)]
+    fn size_cache(&self, size: usize) -> &crate::cache::KmemCache<GlobalPages, RseqCpu, SLOTS> {
+        debug_assert!(size <= KMALLOC_MAX_CACHE_SIZE);
+        let off = CACHE_OFFSET[(size + 7) >> 3] as usize;
+        // SAFETY: an offset of one of the caches of the array (built from
+        // the classes, `kmalloc_class_is_an_index`), in bytes.
+        unsafe { &*self.k.caches().as_ptr().byte_add(off) }
+    }
+
     /// The cache of kmalloc class `i`, as [`kmalloc_class`] returns it,
     /// without a bounds check on the fast paths.
     #[inline(always)]
@@ -606,6 +621,23 @@ impl core::fmt::Display for GlobalReport<'_> {
     }
 }
 
+/// Byte offset of the cache of each 8-byte step of size up to
+/// [`KMALLOC_MAX_CACHE_SIZE`] in the caches' array (entry `(size + 7) >>
+/// 3`, as the classes' table): 4 KiB of read-only data, of which a
+/// program's sizes touch a few lines.
+const CACHE_OFFSET: [u32; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
+    let stride = core::mem::size_of::<crate::cache::KmemCache<GlobalPages, RseqCpu, SLOTS>>();
+    let mut t = [0u32; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
+    let mut i = 0;
+    while i < t.len() {
+        let off = crate::kmalloc::SIZE_CLASS[i] as usize * stride;
+        assert!(off <= u32::MAX as usize);
+        t[i] = off as u32;
+        i += 1;
+    }
+    t
+};
+
 /// The alignment every kmalloc class guarantees (its smallest size): a
 /// layout aligned to at most this takes its class by size alone.
 const KMALLOC_MIN_ALIGN: usize = crate::kmalloc::KMALLOC_SIZES[0];
@@ -632,7 +664,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // rather than keep it live across the sections (with the slot
         // count an immediate, `__rust_alloc` then saves no register).
         if layout.align() <= KMALLOC_MIN_ALIGN && layout.size() <= KMALLOC_MAX_CACHE_SIZE {
-            let c = self.class_cache(kmalloc_class_of(layout.size()));
+            let c = self.size_cache(layout.size());
             let p = match c.alloc_fast_checked() {
                 Some(p) => Some(p),
                 None if self.plain_sheaves => c.alloc_fast_slot::<false>(),
@@ -679,7 +711,7 @@ unsafe impl GlobalAlloc for GlobalSlub {
         // the fast path sends it on, and the slow path ignores it.) The
         // rest as in `alloc`.
         if layout.align() <= KMALLOC_MIN_ALIGN && layout.size() <= KMALLOC_MAX_CACHE_SIZE {
-            let c = self.class_cache(kmalloc_class_of(layout.size()));
+            let c = self.size_cache(layout.size());
             let p = ptr.expose_provenance();
             // SAFETY: GlobalAlloc's contract; bad input is refused before
             // any change (or sent to the full path, which reports it).
@@ -739,6 +771,26 @@ unsafe impl GlobalAlloc for GlobalSlub {
                 }
                 q
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast paths' cache by byte offset is the class's cache for
+    /// every size they take (1..=8192 B, 8-byte aligned).
+    #[test]
+    fn size_cache_is_the_class_cache_at_every_size() {
+        static H: GlobalSlub = GlobalSlub::new();
+        for size in 1..=KMALLOC_MAX_CACHE_SIZE {
+            let class = kmalloc_class(size, 8).expect("a class");
+            assert!(
+                core::ptr::eq(H.size_cache(size), H.class_cache(class)),
+                "size {size}"
+            );
+            assert!(H.size_cache(size).object_size() >= size, "size {size}");
         }
     }
 }

@@ -53,7 +53,7 @@ const SIZE_INDEX: [u8; 24] = [
 /// [`KMALLOC_MAX_CACHE_SIZE`]: entry `(size + 7) >> 3` (jemalloc's
 /// `sz_size2index_tab`; 1 KiB of read-only data, of which a program's
 /// sizes touch a few lines). Built from [`kmalloc_index`].
-const SIZE_CLASS: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
+pub(crate) const SIZE_CLASS: [u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1] = {
     let mut t = [0u8; KMALLOC_MAX_CACHE_SIZE / 8 + 1];
     let mut i = 1;
     while i < t.len() {
