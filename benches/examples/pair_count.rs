@@ -10,9 +10,11 @@
 //! the difference of the counts is the cost of one operation, without the
 //! start-up. Configs: `default` (`GlobalSlub::new()`: sheaves, hardened),
 //! `plain` (sheaves, no hardening), `nosheaves` (neither),
-//! `nosheaves-hardened`; and the peers `mimalloc`, `jemalloc` and `glibc`
+//! `nosheaves-hardened`; and the peers `mimalloc`, `jemalloc`, `snmalloc` and `glibc`
 //! (their `GlobalAlloc` through the same loops: `pair`, `pairdyn`,
-//! `batchK`, `churn`, `larsonK`), for the counts CI compares with them. Shapes: `pair` (alloc + free), `pairdyn` (the same
+//! `batchK`, `churn`, `larsonK`), for the counts CI compares with them
+//! (snmalloc fails to initialise under valgrind: timing only, e.g.
+//! `taskset -c 1 pair_count snmalloc 64 churn 50000000`). Shapes: `pair` (alloc + free), `pairdyn` (the same
 //! with the layout through `black_box` at each call, so its class cannot be
 //! computed once for the loop: what a call through `__rust_alloc` or
 //! `malloc` pays), `global` (`std::alloc::alloc` and `dealloc` through
@@ -208,6 +210,7 @@ fn main() {
         "mimalloc" => return peer(&|k| run(&mimalloc::MiMalloc, None, l, shape, k)),
         "jemalloc" => return peer(&|k| run(&tikv_jemallocator::Jemalloc, None, l, shape, k)),
         "glibc" => return peer(&|k| run(&std::alloc::System, None, l, shape, k)),
+        "snmalloc" => return peer(&|k| run(&snmalloc_rs::SnMalloc, None, l, shape, k)),
         _ => {}
     }
     let h = match cfg {
