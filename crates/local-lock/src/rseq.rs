@@ -868,6 +868,39 @@ pub unsafe fn set_range<const N: usize>(
     ok != 0
 }
 
+/// A section that reports success in `{ok}` (0 when it leaves early, by
+/// label 7 or without a record): `$body` runs after the entry (the
+/// record at `{c}`) and sets `{ok}` at or after its commit; `$operands`
+/// are its own. The value of the macro is `ok != 0`.
+macro_rules! ok_section {
+    ($s:ident, [$($body:literal),*], $($operands:tt)*) => {{
+        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
+        let ok: usize;
+        // SAFETY: the caller's contract (each use says what its commit is
+        // and what it writes before it).
+        unsafe {
+            asm!(
+                "2:",
+                "xor {ok:e}, {ok:e}",
+                rseq_enter!("7f"),
+                $($body,)*
+                "7:",
+                rseq_tail!(),
+                off = in(reg) $s.area(),
+                base = in(reg) $s.base(),
+                nr = const N,
+                rcs = const RSEQ_CS,
+                cpu = const ID,
+                ok = out(reg) ok,
+                c = out(reg) _,
+                $($operands)*
+                options(nostack)
+            )
+        };
+        ok != 0
+    }};
+}
+
 /// `this_cpu_cmpxchg` of a sheaf word (see
 /// [`Platform::this_cpu_cmpxchg`](crate::Platform::this_cpu_cmpxchg)).
 /// For [`SheafWord::Main`] only from 0 (an install, [`install_main`]) or
@@ -893,36 +926,21 @@ pub unsafe fn cmpxchg<const N: usize>(
         // SAFETY: the caller's contract.
         return unsafe { take_main(s, old) } == Some(old);
     }
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let ok: usize;
-    // SAFETY: caller's contract; the commit is one `lock cmpxchg`.
-    unsafe {
-        asm!(
-            "2:",
-            "xor {ok:e}, {ok:e}",
-            rseq_enter!("7f"),
+    // The commit is one `lock cmpxchg`.
+    ok_section!(
+        s,
+        [
             "mov rax, {old}",
             "lock cmpxchg qword ptr [{c} + {w}], {new}",
             "5:",
             "jne 7f",
-            "mov {ok:e}, 1",
-            "7:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            w = in(reg) w as usize,
-            old = in(reg) old,
-            new = in(reg) new,
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            ok = out(reg) ok,
-            c = out(reg) _,
-            out("rax") _,
-            options(nostack)
-        )
-    };
-    ok != 0
+            "mov {ok:e}, 1"
+        ],
+        w = in(reg) w as usize,
+        old = in(reg) old,
+        new = in(reg) new,
+        out("rax") _,
+    )
 }
 
 /// `this_cpu_xchg` of a sheaf word (see
@@ -944,38 +962,24 @@ pub unsafe fn xchg<const N: usize>(
         // SAFETY: the caller's contract.
         return unsafe { take_main(s, 0) };
     }
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let ok: usize;
     let old: usize;
-    // SAFETY: caller's contract; the commit is one `lock cmpxchg` of the
-    // value just loaded (a remote exchange in between makes it fail, and
-    // the section restarts through the jump back).
-    unsafe {
-        asm!(
-            "2:",
-            "xor {ok:e}, {ok:e}",
-            rseq_enter!("7f"),
+    // The commit is one `lock cmpxchg` of the value just loaded (a remote
+    // exchange in between makes it fail, and the section restarts
+    // through the jump back).
+    let ok = ok_section!(
+        s,
+        [
             "mov rax, qword ptr [{c} + {w}]",
             "lock cmpxchg qword ptr [{c} + {w}], {new}",
             "5:",
             "jne 2b",
-            "mov {ok:e}, 1",
-            "7:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            w = in(reg) w as usize,
-            new = in(reg) new,
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            ok = out(reg) ok,
-            c = out(reg) _,
-            out("rax") old,
-            options(nostack)
-        )
-    };
-    (ok != 0).then_some(old)
+            "mov {ok:e}, 1"
+        ],
+        w = in(reg) w as usize,
+        new = in(reg) new,
+        out("rax") old,
+    );
+    ok.then_some(old)
 }
 
 /// Takes the running CPU's main sheaf: `None` without a record, `Some(0)`
@@ -993,16 +997,11 @@ pub unsafe fn xchg<const N: usize>(
 /// As [`pop`].
 #[inline(always)]
 pub unsafe fn take_main<const N: usize>(s: SheafSlots<'_, N>, only: usize) -> Option<usize> {
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
-    let ok: usize;
     let sh: usize;
-    // SAFETY: caller's contract (see above).
-    unsafe {
-        asm!(
-            "2:",
-            "xor {ok:e}, {ok:e}",
+    let ok = ok_section!(
+        s,
+        [
             "xor {sh:e}, {sh:e}",
-            rseq_enter!("7f"),
             "mov rax, qword ptr [{c} + 16]",
             "test rax, rax",
             "jz 8f",
@@ -1019,24 +1018,14 @@ pub unsafe fn take_main<const N: usize>(s: SheafSlots<'_, N>, only: usize) -> Op
             "5:",
             "jne 2b",
             "8:",
-            "mov {ok:e}, 1",
-            "7:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            only = in(reg) only,
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            ok = out(reg) ok,
-            sh = out(reg) sh,
-            t = out(reg) _,
-            c = out(reg) _,
-            out("rax") _,
-            options(nostack)
-        )
-    };
-    (ok != 0).then_some(sh)
+            "mov {ok:e}, 1"
+        ],
+        only = in(reg) only,
+        sh = out(reg) sh,
+        t = out(reg) _,
+        out("rax") _,
+    );
+    ok.then_some(sh)
 }
 
 /// Installs the detached sheaf `sh` as the running CPU's main sheaf:
@@ -1054,20 +1043,15 @@ pub unsafe fn take_main<const N: usize>(s: SheafSlots<'_, N>, only: usize) -> Op
 /// owns.
 #[inline(always)]
 pub unsafe fn install_main<const N: usize>(s: SheafSlots<'_, N>, sh: usize) -> bool {
-    debug_assert_eq!(s.area(), area(), "SheafSlots without the rseq area");
     // SAFETY: the caller's: a sheaf it owns.
     let n = unsafe { *(sh as *const usize) };
     let cap = s.cap();
     if n > cap || cap == 0 {
         return false;
     }
-    let ok: usize;
-    // SAFETY: caller's contract (see above).
-    unsafe {
-        asm!(
-            "2:",
-            "xor {ok:e}, {ok:e}",
-            rseq_enter!("7f"),
+    ok_section!(
+        s,
+        [
             "cmp qword ptr [{c} + 16], 0",
             "jne 7f",
             "cmp qword ptr [{c} + 104], 0",
@@ -1076,23 +1060,12 @@ pub unsafe fn install_main<const N: usize>(s: SheafSlots<'_, N>, sh: usize) -> b
             "mov qword ptr [{c} + 8], {n}",
             "mov {ok:e}, 1",
             "mov qword ptr [{c} + 16], {cap}",
-            "5:",
-            "7:",
-            rseq_tail!(),
-            off = in(reg) s.area(),
-            base = in(reg) s.base(),
-            nr = const N,
-            sh = in(reg) sh,
-            n = in(reg) n,
-            cap = in(reg) cap,
-            rcs = const RSEQ_CS,
-            cpu = const ID,
-            ok = out(reg) ok,
-            c = out(reg) _,
-            options(nostack)
-        )
-    };
-    ok != 0
+            "5:"
+        ],
+        sh = in(reg) sh,
+        n = in(reg) n,
+        cap = in(reg) cap,
+    )
 }
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
