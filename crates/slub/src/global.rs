@@ -780,11 +780,15 @@ mod tests {
     use super::*;
 
     /// The fast paths' cache by byte offset is the class's cache for
-    /// every size they take (1..=8192 B, 8-byte aligned).
+    /// every size they take (1..=8192 B, 8-byte aligned). Under miri the
+    /// first, a middle and the last class only (each reference to the
+    /// caches retags all of them there: a second per size).
     #[test]
     fn size_cache_is_the_class_cache_at_every_size() {
         static H: GlobalSlub = GlobalSlub::new();
-        for size in 1..=KMALLOC_MAX_CACHE_SIZE {
+        let sizes =
+            (1..=KMALLOC_MAX_CACHE_SIZE).filter(|&s| !cfg!(miri) || [1, 96, 8192].contains(&s));
+        for size in sizes {
             let class = kmalloc_class(size, 8).expect("a class");
             assert!(
                 core::ptr::eq(H.size_cache(size), H.class_cache(class)),
