@@ -365,7 +365,7 @@ fn this_cpu_bulk_sheaf_ops_keep_every_token() {
 }
 
 /// The protocol of the restartable sections on the main sheaf's words
-/// (`rseq.rs`; issue #16): the sheaf's size lives in the CPU record
+/// (`rseq/mod.rs`; issue #16): the sheaf's size lives in the CPU record
 /// (`count`) while it is installed, `limit` says whether one is, pops and
 /// pushes commit by storing `count`, a local take commits by a
 /// compare-exchange of `limit` to 0, an install stores `main` and `count`
