@@ -353,13 +353,13 @@ macro_rules! rseq_enter {
 /// on the way to the loads) and `{t}` = its main sheaf's size (`count`;
 /// whether there is a main sheaf is the `limit` compare that follows).
 macro_rules! sheaf_enter {
-    ($zero:literal) => {
+    ($zero:ident) => {
         concat!(
             "2:\n",
             "xor {",
-            $zero,
+            stringify!($zero),
             ":e}, {",
-            $zero,
+            stringify!($zero),
             ":e}\n",
             "lea {t}, [rip + 3f]\n",
             "mov qword ptr fs:[{off} + {rcs}], {t}\n",
@@ -401,20 +401,37 @@ macro_rules! rseq_tail {
 /// line), not before them: the entry's load waits for the CPU id and
 /// `count` only.
 macro_rules! pop_section {
-    ($s:ident) => {{
-        debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
-        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
-        let v: usize;
-        // SAFETY: caller's contract; the section's stores are its commit.
-        unsafe {
-            asm!(
-                sheaf_enter!("v"),
+    ($s:ident) => {
+        main_section!(
+            $s,
+            v,
+            [
                 "sub {t}, 1",
                 "cmp {t}, qword ptr [{base} + {r} + 16]",
                 "jae 5f",
                 "mov {sh}, qword ptr [{base} + {r}]",
                 "mov {v}, qword ptr [{sh} + 8*{t} + 16]",
-                "mov qword ptr [{base} + {r} + 8], {t}",
+                "mov qword ptr [{base} + {r} + 8], {t}"
+            ],
+        )
+    };
+}
+
+/// A main-sheaf section ([`sheaf_enter!`], `$body`, the tail) whose
+/// result is register `{$res}` (0 when it leaves early): the pops' and
+/// the bulk moves'. `$operands` are the body's own. Its commit is the
+/// body's last store (the size, into the record); before it the body
+/// writes only entries beyond the size or the caller's own memory.
+macro_rules! main_section {
+    ($s:ident, $res:ident, [$($body:literal),*], $($operands:tt)*) => {{
+        debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
+        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
+        let $res: usize;
+        // SAFETY: the caller's contract (see above).
+        unsafe {
+            asm!(
+                sheaf_enter!($res),
+                $($body,)*
                 "5:",
                 rseq_tail!(),
                 off = in(reg) $s.area(),
@@ -422,14 +439,15 @@ macro_rules! pop_section {
                 nr = const N,
                 rcs = const RSEQ_CS,
                 cpu = const ID,
-                v = out(reg) v,
+                $res = out(reg) $res,
                 t = out(reg) _,
                 r = out(reg) _,
                 sh = out(reg) _,
+                $($operands)*
                 options(nostack)
             )
         };
-        v
+        $res
     }};
 }
 
@@ -512,36 +530,17 @@ pub unsafe fn push<const N: usize>(s: SheafSlots<'_, N>, val: usize) -> bool {
 /// last instruction); `{k}` is the count moved, 0 for a CPU without a
 /// record or a main sheaf.
 macro_rules! many_section {
-    ($s:ident, $arr:expr, $len:expr, [$($body:literal),*]) => {{
-        debug_assert_eq!($s.stride(), crate::this_cpu::SHEAF_RECORD_STRIDE);
-        debug_assert_eq!($s.area(), area(), "SheafSlots without the rseq area");
-        let k: usize;
-        // SAFETY: the caller's contract; before the commit the section
-        // writes only the caller's array or entries beyond the size.
-        unsafe {
-            asm!(
-                sheaf_enter!("k"),
-                $($body,)*
-                "5:",
-                rseq_tail!(),
-                off = in(reg) $s.area(),
-                base = in(reg) $s.base(),
-                nr = const N,
-                arr = in(reg) $arr,
-                len = in(reg) $len,
-                rcs = const RSEQ_CS,
-                cpu = const ID,
-                k = out(reg) k,
-                t = out(reg) _,
-                r = out(reg) _,
-                c = out(reg) _,
-                sh = out(reg) _,
-                v = out(reg) _,
-                options(nostack)
-            )
-        };
-        k
-    }};
+    ($s:ident, $arr:expr, $len:expr, [$($body:literal),*]) => {
+        main_section!(
+            $s,
+            k,
+            [$($body),*],
+            arr = in(reg) $arr,
+            len = in(reg) $len,
+            c = out(reg) _,
+            v = out(reg) _,
+        )
+    };
 }
 
 /// `this_cpu` pop of up to `out.len()` entries (see
